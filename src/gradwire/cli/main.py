@@ -1,0 +1,49 @@
+"""`gradwire` command line: one sub-command per module in this package.
+
+Each command module exposes ``add_parser(subparsers)`` which registers its own
+parser and sets ``func`` to the function that runs it. Heavy imports (torch)
+happen inside those functions, so ``gradwire --version`` stays instant.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+#: command modules, in the order `gradwire --help` lists them
+COMMAND_MODULES: tuple[str, ...] = (
+    "gradwire.cli.net",
+    "gradwire.cli.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gradwire import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="gradwire",
+        description="Simulate, measure and cut the cost of the network in PyTorch distributed training.",
+    )
+    parser.add_argument("--version", action="version", version=f"gradwire {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError) as exc:  # bad input: say what was wrong, no traceback
+        print(f"gradwire {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
