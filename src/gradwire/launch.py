@@ -1,0 +1,156 @@
+"""Spawn a few ranks on this machine, collect what each returns, fail loudly.
+
+This is the one launcher every multi-process part of gradwire uses (tests,
+benchmarks, the training harness). It is ``torch.multiprocessing`` underneath,
+with three things added that distributed work on one machine needs:
+
+1. Results travel to the parent over a queue *before* the rank tears its
+   process group down. Torch's gloo occasionally aborts a process at teardown
+   ("terminate called without an active exception", SIGABRT); a rank that
+   already sent its result is therefore counted as successful whatever its exit
+   code says.
+2. A rank that raises sends its formatted traceback; the parent re-raises it as
+   :class:`RankError` naming the rank and kills the others, so a failing rank
+   never leaves the rest hanging in a collective.
+3. A hard timeout for the whole group.
+
+The worker function must be importable (a module-level function) because the
+``spawn`` start method pickles it by reference.
+"""
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["RankError", "free_port", "spawn"]
+
+
+class RankError(RuntimeError):
+    """A spawned rank failed; the message carries that rank's traceback."""
+
+    def __init__(self, rank: int, detail: str) -> None:
+        super().__init__(f"rank {rank} failed:\n{detail}")
+        self.rank = rank
+        self.detail = detail
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Outcome:
+    rank: int
+    ok: bool
+    value: Any
+
+
+def _entry(
+    rank: int,
+    world_size: int,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    env: Mapping[str, str],
+    results: Any,
+) -> None:
+    os.environ.update(env)
+    os.environ["RANK"] = str(rank)
+    os.environ["LOCAL_RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    try:
+        value = fn(rank, world_size, *args)
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        results.put(_Outcome(rank, False, traceback.format_exc()))
+        raise SystemExit(1)
+    results.put(_Outcome(rank, True, value))
+    # Leave without running teardown handlers that may abort (see module doc):
+    # the result is already delivered.
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: Sequence[Any] = (),
+    *,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    master_port: int | None = None,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes.
+
+    Args:
+        fn: a module-level function; what it returns must pickle.
+        world_size: number of ranks, >= 1.
+        args: extra positional arguments passed to every rank.
+        timeout: seconds for the whole group; past it every rank is killed.
+        env: extra environment variables for the ranks (e.g. ``GRADWIRE_NET``).
+        master_port: port for the rendezvous store; a free one by default.
+
+    Returns:
+        The ranks' return values, indexed by rank.
+
+    Raises:
+        RankError: the first rank that raised, with its traceback; the other
+            ranks are terminated.
+        TimeoutError: the group did not finish within ``timeout``.
+    """
+    import torch.multiprocessing as mp
+
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    full_env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port or free_port()),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    full_env.update(env or {})
+    procs = [
+        ctx.Process(target=_entry, args=(r, world_size, fn, tuple(args), full_env, results), daemon=True)
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    outcomes: dict[int, _Outcome] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(outcomes) < world_size:
+            try:
+                out: _Outcome = results.get(timeout=0.2)
+            except queue_mod.Empty:
+                dead = [
+                    r for r, p in enumerate(procs)
+                    if r not in outcomes and not p.is_alive() and p.exitcode not in (0, None)
+                ]
+                if dead:
+                    # Give its message a moment to arrive: it is sent before exit.
+                    try:
+                        out = results.get(timeout=1.0)
+                    except queue_mod.Empty:
+                        r = dead[0]
+                        raise RankError(r, f"process exited with code {procs[r].exitcode} and sent no result") from None
+                elif time.monotonic() > deadline:
+                    missing = sorted(set(range(world_size)) - set(outcomes))
+                    raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f} s")
+                else:
+                    continue
+            if not out.ok:
+                raise RankError(out.rank, out.value)
+            outcomes[out.rank] = out
+    finally:
+        for p in procs:
+            p.join(timeout=5 if len(outcomes) == world_size else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return [outcomes[r].value for r in range(world_size)]
