@@ -1,4 +1,25 @@
-"""gradwire: make the network a variable in PyTorch distributed training."""
+"""gradwire: make the network a variable in PyTorch distributed training.
+
+``import gradwire`` registers the torch.distributed backend ``gradwire``::
+
+    import gradwire, torch.distributed as dist
+    gradwire.configure("1gbe")            # or: export GRADWIRE_NET=1gbe
+    dist.init_process_group("gradwire")   # every collective now runs on a simulated 1 GbE
+    ...
+    print(gradwire.stats().as_dict())     # calls, bytes on the wire, modelled seconds per op
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from gradwire.backend import (  # noqa: E402 - registers the backend
+    clock,
+    configure,
+    events,
+    export_trace,
+    network,
+    reset_stats,
+    stats,
+)
+
+__all__ = ["__version__", "clock", "configure", "events", "export_trace", "network", "reset_stats", "stats"]

@@ -20,6 +20,7 @@ The worker function must be importable (a module-level function) because the
 from __future__ import annotations
 
 import os
+import pickle
 import queue as queue_mod
 import socket
 import time
@@ -70,7 +71,9 @@ def _entry(
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
         results.put(_Outcome(rank, False, traceback.format_exc()))
         raise SystemExit(1)
-    results.put(_Outcome(rank, True, value))
+    # Plain pickle copies tensors by value; torch's queue pickler would share
+    # their storage through file descriptors that die with this process.
+    results.put(_Outcome(rank, True, pickle.dumps(value)))
     # Leave without running teardown handlers that may abort (see module doc):
     # the result is already delivered.
 
@@ -145,6 +148,7 @@ def spawn(
                     continue
             if not out.ok:
                 raise RankError(out.rank, out.value)
+            out.value = pickle.loads(out.value)
             outcomes[out.rank] = out
     finally:
         for p in procs:

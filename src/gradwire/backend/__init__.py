@@ -1,0 +1,81 @@
+"""The ``gradwire`` torch.distributed backend and its accounting.
+
+Importing this module registers the backend name ``gradwire`` with
+``torch.distributed``; ``gradwire/__init__`` does that on ``import gradwire``.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
+from gradwire.backend.completer import CLOCK
+from gradwire.backend.config import ENV_VAR, configure, current_spec
+from gradwire.backend.process_group import GradwireProcessGroup, GradwireWork
+from gradwire.net import NetworkModel
+
+__all__ = [
+    "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
+    "clock", "configure", "current_spec", "events", "export_trace", "network", "register", "reset_stats", "stats",
+]
+
+BACKEND_NAME = "gradwire"
+_model: NetworkModel | None = None
+
+
+def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
+    """Creator called by torch.distributed for the default group and new_group()."""
+    global _model
+    global_ranks = list(opts.global_ranks_in_group)
+    if not global_ranks or _model is None:  # the default group: (re)build the model
+        world = opts.group_size if not global_ranks else dist.get_world_size()
+        _model = NetworkModel(current_spec(), world)
+        LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
+    timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
+    return GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
+                                global_ranks, str(opts.group_id), _model)
+
+
+def register() -> None:
+    """Register the ``gradwire`` backend (idempotent)."""
+    if BACKEND_NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def network() -> NetworkModel | None:
+    """The network model of the current default ``gradwire`` group, if any."""
+    return _model
+
+
+def stats(reset: bool = False) -> Stats:
+    """This rank's counters per op type; ``reset=True`` zeroes them after reading."""
+    snap = LEDGER.snapshot()
+    if reset:
+        LEDGER.reset()
+    return snap
+
+
+def reset_stats() -> None:
+    """Zero this rank's counters and event log."""
+    LEDGER.reset()
+
+
+def events() -> list[Event]:
+    """This rank's event log (most recent ops, bounded)."""
+    return LEDGER.events()
+
+
+def export_trace(path: str | Path) -> Path:
+    """Write this rank's event log as a Chrome/Perfetto trace JSON."""
+    return LEDGER.export_trace(path)
+
+
+def clock() -> float:
+    """This rank's clock in seconds: wall time, plus simulated waiting in virtual mode."""
+    return CLOCK.now()
+
+
+register()

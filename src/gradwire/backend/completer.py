@@ -1,0 +1,87 @@
+"""When does a collective complete? Clocks and the completer thread.
+
+Realtime clock: a collective completes at ``max(modelled_done, inner_done)``
+in wall time. The waiting never happens in the caller's thread: the inner
+collective's future fires a callback, and if the modelled time has not come
+yet, one daemon thread per process (:class:`Completer`) completes the op's
+future at its deadline. Compute placed between issue and wait therefore
+overlaps the simulated transfer, as on a real NIC.
+
+Virtual clock: nothing waits. The simulated clock of this rank is wall time
+plus an offset; when an op completes, the offset grows so that the clock shows
+at least the op's modelled completion. Communication is therefore never
+hidden behind compute in virtual mode (a conservative what-if); realtime mode
+is the one that measures overlap.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from typing import Callable
+
+__all__ = ["Completer", "Clock", "COMPLETER", "CLOCK"]
+
+
+class Clock:
+    """This rank's clock: ``time.perf_counter()`` plus the virtual offset."""
+
+    def __init__(self) -> None:
+        self._offset = 0.0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.perf_counter() + self._offset
+
+    @property
+    def offset(self) -> float:
+        return self._offset
+
+    def advance_to(self, t: float) -> None:
+        """Make the clock read at least ``t`` from now on (virtual mode)."""
+        with self._lock:
+            lag = t - (time.perf_counter() + self._offset)
+            if lag > 0:
+                self._offset += lag
+
+    def reset(self) -> None:
+        with self._lock:
+            self._offset = 0.0
+
+
+class Completer:
+    """One daemon thread that runs callbacks at given perf_counter deadlines."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cv = threading.Condition()
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def at(self, deadline: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the completer thread at ``deadline`` (or just after)."""
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="gradwire-completer", daemon=True)
+                self._thread.start()
+            heapq.heappush(self._heap, (deadline, next(self._ids), fn))
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if not self._heap:
+                        self._cv.wait()
+                        continue
+                    delay = self._heap[0][0] - time.perf_counter()
+                    if delay <= 0:
+                        _, _, fn = heapq.heappop(self._heap)
+                        break
+                    self._cv.wait(delay)
+            fn()  # outside the lock: it may schedule more
+
+
+COMPLETER = Completer()
+CLOCK = Clock()

@@ -1,0 +1,361 @@
+"""The ``gradwire`` process group: real collectives, simulated network time.
+
+Each op runs on a real inner backend (gloo for CPU tensors, nccl for CUDA
+tensors, created lazily on first use), so every result is exactly what that
+backend computes. What the simulation adds is *when* the op completes:
+
+1. At issue, the network model prices the op (seconds, bytes on the wire) for
+   this group's ranks, and the op queues on the group's link: it starts at
+   ``max(now, busy_until)`` and the link is busy until ``start + seconds``.
+2. The inner collective is launched at once; the caller gets a
+   :class:`GradwireWork` whose future is not yet complete.
+3. When the inner collective finishes, its callback completes our future at
+   the modelled time (realtime clock, via the completer thread) or at once,
+   moving the simulated clock (virtual clock). The caller's thread never sleeps.
+
+Traps:
+- Ranks price ops independently and identically: the modelled time is a pure
+  function of (op, bytes, group, seq, spec), and jitter is drawn from
+  (seed, seq), so a collective completes as one event for the whole group.
+- A rank that arrives early at a collective completes at
+  ``max(own start + model, real end of the inner op)``: the simulation does not
+  exchange issue times (that would be an extra collective per op), so skew
+  between ranks is not added to the modelled time.
+- Python process groups bypass the dispatcher, so torch.profiler shows only the
+  inner gloo events; we add ``record_function`` ranges when a profiler runs.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from gradwire.backend.accounting import LEDGER, Event
+from gradwire.backend.completer import CLOCK, COMPLETER
+from gradwire.net import NetSpec, NetworkModel, OpCost
+
+__all__ = ["GradwireProcessGroup", "GradwireWork"]
+
+_AVG = dist.ReduceOp.AVG
+
+
+def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class GradwireWork(dist._Work):
+    """A Work whose future completes when the simulated network delivers."""
+
+    def __init__(self, future: Future, op: str) -> None:
+        super().__init__()
+        self._future = future
+        self._op = op
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._future.done():
+            t0 = time.perf_counter()
+            self._future.wait()
+            LEDGER.add_blocked(self._op, time.perf_counter() - t0)
+        else:
+            self._future.wait()  # re-raises a stored error
+        return True
+
+    def get_future(self) -> Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        return self._future.done() and not self._has_error()
+
+    def exception(self) -> BaseException | None:
+        try:
+            self._future.value()
+        except BaseException as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    def _has_error(self) -> bool:
+        return self.exception() is not None
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return self._future.value()
+
+
+class GradwireProcessGroup(dist.ProcessGroup):
+    """A torch.distributed ProcessGroup that simulates the network it runs on.
+
+    Created by ``init_process_group("gradwire")`` / ``new_group`` through the
+    registered creator; users do not construct it directly.
+    """
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        global_ranks: Sequence[int],
+        group_id: str,
+        model: NetworkModel,
+    ) -> None:
+        super().__init__(rank, size)
+        from torch.distributed.distributed_c10d import ProcessGroupGloo
+
+        self._store = store
+        self._timeout = timeout
+        self._ranks = tuple(global_ranks) if global_ranks else tuple(range(size))
+        self._group_id = group_id
+        self._model = model
+        self._virtual = model.spec.clock == "virtual"
+        self._gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
+        self._nccl: Any = None
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._busy_until = 0.0
+        self._priced = lru_cache(maxsize=4096)(self._price_uncached)
+        self._deterministic = model.is_zero or not _has_randomness(model.spec)
+
+    # ---- plumbing -------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "gradwire"
+
+    @property
+    def network(self) -> NetworkModel:
+        return self._model
+
+    def _inner(self, tensors: Sequence[torch.Tensor]) -> Any:
+        if tensors and tensors[0].is_cuda:
+            if self._nccl is None:
+                from torch.distributed.distributed_c10d import ProcessGroupNCCL
+
+                self._nccl = ProcessGroupNCCL(
+                    dist.PrefixStore("gradwire/nccl/", self._store), self.rank(), self.size(),
+                )
+            return self._nccl
+        return self._gloo
+
+    def _price_uncached(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
+        return self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst)
+
+    def _price(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
+        if self._deterministic:
+            return self._priced(op, nbytes, 0, src, dst)
+        return self._price_uncached(op, nbytes, seq, src, dst)
+
+    def _launch(
+        self,
+        op: str,
+        nbytes: int,
+        tensors: Sequence[torch.Tensor],
+        start_inner: Callable[[Any], Any],
+        *,
+        post: Callable[[], Any] | None = None,
+        src: int | None = None,
+        dst: int | None = None,
+    ) -> GradwireWork:
+        """Price ``op``, queue it on the link, run it on the inner backend."""
+        inner = self._inner(tensors)
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+            cost = self._price(op, nbytes, seq, src, dst)
+            now = CLOCK.now()
+            start = now if now > self._busy_until else self._busy_until
+            done = start + cost.seconds
+            self._busy_until = done
+        event = Event(op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
+                      cost.seconds, now, start, done)
+        future: Future = Future()
+
+        def finish(value: Any) -> None:
+            event.completed = CLOCK.now()
+            LEDGER.record(event, cost.sent_bytes, event.inner_done - event.issued)
+            future.set_result(value)
+
+        def on_inner(inner_future: Future) -> None:
+            try:
+                value = inner_future.value()
+                if post is not None:
+                    value = post()
+            except BaseException as exc:  # noqa: BLE001 - the caller must see it
+                event.error = f"{type(exc).__name__}: {exc}"
+                event.inner_done = event.completed = CLOCK.now()
+                LEDGER.record(event, cost.sent_bytes, event.inner_done - event.issued)
+                future.set_exception(exc)
+                return
+            event.inner_done = CLOCK.now()
+            if self._virtual:
+                CLOCK.advance_to(done)
+                finish(value)
+            elif done <= time.perf_counter():
+                finish(value)
+            else:
+                COMPLETER.at(done, lambda: finish(value))
+
+        try:
+            work = start_inner(inner)
+        except RuntimeError as exc:
+            if "not support" in str(exc).lower():
+                raise NotImplementedError(
+                    f"gradwire: op '{op}' is not supported by the inner backend "
+                    f"{inner.name() if hasattr(inner, 'name') else type(inner).__name__}: {exc}"
+                ) from exc
+            raise
+        _future_of(work).then(on_inner)
+        return GradwireWork(future, op)
+
+    # ---- collectives ----------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.AllreduceOptions()
+        post = None
+        if opts.reduceOp == _AVG:
+            opts, post = _sum_then_divide(dist.AllreduceOptions, opts, tensors, self.size())
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.AllreduceCoalescedOptions()
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts))
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.BroadcastOptions()
+        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts))
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.ReduceOptions()
+        post = None
+        if opts.reduceOp == _AVG:
+            root = opts.rootRank
+            opts, post = _sum_then_divide(dist.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
+            opts.rootRank = root
+        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post)
+
+    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.AllgatherOptions()
+        return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
+                            lambda b: b.allgather(output_lists, inputs, opts))
+
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.AllgatherOptions()
+        return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
+                            lambda b: b.allgather_coalesced(output_lists, inputs, opts))
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
+        opts = opts or dist.AllgatherOptions()
+        return self._launch("all_gather", _nbytes([output]), [input],
+                            lambda b: b._allgather_base(output, input, opts))
+
+    _allgather_base = all_gather_single
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.ReduceScatterOptions()
+        post = None
+        if opts.reduceOp == _AVG:
+            opts, post = _sum_then_divide(dist.ReduceScatterOptions, opts, outputs, self.size())
+        return self._launch("reduce_scatter", _nbytes(outputs) * self.size(), outputs,
+                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
+        opts = opts or dist.ReduceScatterOptions()
+        post = None
+        if opts.reduceOp == _AVG:
+            opts, post = _sum_then_divide(dist.ReduceScatterOptions, opts, [output], self.size())
+        return self._launch("reduce_scatter", _nbytes([input]), [input],
+                            lambda b: b._reduce_scatter_base(output, input, opts), post=post)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def all_to_all_single(
+        self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+        output_split_sizes: list[int], input_split_sizes: list[int], opts: Any = None,
+    ) -> GradwireWork:
+        opts = opts or dist.AllToAllOptions()
+        return self._launch("all_to_all", _nbytes([input]), [input],
+                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts))
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.AllToAllOptions()
+        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts))
+
+    def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.GatherOptions()
+        return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
+                            lambda b: b.gather(output_lists, inputs, opts))
+
+    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
+        opts = opts or dist.ScatterOptions()
+        return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
+                            lambda b: b.scatter(outputs, input_lists, opts))
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.send(tensors, dst, tag),
+                            src=self._ranks[self.rank()], dst=self._ranks[dst])
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> GradwireWork:
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv(tensors, src, tag),
+                            src=self._ranks[src], dst=self._ranks[self.rank()])
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> GradwireWork:
+        me = self._ranks[self.rank()]
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv_anysource(tensors, tag), src=None, dst=me)
+
+    def barrier(self, opts: Any = None) -> GradwireWork:
+        opts = opts or dist.BarrierOptions()
+        return self._launch("barrier", 0, [], lambda b: b.barrier(opts))
+
+
+def _has_randomness(spec: NetSpec) -> bool:
+    return bool(getattr(spec, "jitter", 0.0))
+
+
+def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tensor], size: int) -> tuple[Any, Callable[[], Any]]:
+    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide."""
+    for t in tensors:
+        if not (t.is_floating_point() or t.is_complex()):
+            raise ValueError(f"ReduceOp.AVG needs a floating point tensor, got {t.dtype}; use SUM and divide yourself")
+    summed = options_type()
+    summed.reduceOp = dist.ReduceOp.SUM
+    summed.timeout = opts.timeout
+
+    def divide() -> list[torch.Tensor]:
+        for t in tensors:
+            t.div_(size)
+        return list(tensors)
+
+    return summed, divide
+
+
+_WAIT_POOL: Any = None
+
+
+def _future_of(work: Any) -> Future:
+    """The inner work's future; for works without one, a thread waits for it."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        global _WAIT_POOL
+        if _WAIT_POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
+        fut: Future = Future()
+
+        def wait() -> None:
+            try:
+                work.wait()
+                fut.set_result(None)
+            except BaseException as exc:  # noqa: BLE001
+                fut.set_exception(exc)
+
+        _WAIT_POOL.submit(wait)
+        return fut

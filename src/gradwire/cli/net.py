@@ -1,0 +1,129 @@
+"""``gradwire net``: inspect simulated networks without running anything.
+
+    gradwire net describe 10gbe,latency=200us
+    gradwire net describe 100gbe,topology=2x4,intra=nvlink --sizes 1MiB 64MiB
+    gradwire net presets
+
+Only :mod:`gradwire.net` (pure numpy) is imported, never torch.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import fields
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
+from gradwire.net.model import DESCRIBE_SIZES
+from gradwire.net.spec import SPEC_KEYS
+from gradwire.net.units import human_bandwidth, human_size, human_time, parse_size
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``gradwire net`` and its actions on the top-level sub-parsers."""
+    parser = subparsers.add_parser(
+        "net", help="inspect a simulated network: its spec and modelled collective times",
+        description="Inspect a simulated network. SPEC is comma-separated tokens: a preset "
+        f"({', '.join(PRESETS)}) and/or key=value with keys {', '.join(SPEC_KEYS)}.",
+    )
+    actions = parser.add_subparsers(dest="net_action", metavar="ACTION")
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+    desc = actions.add_parser("describe", help="print a spec's fields and modelled times per collective")
+    desc.add_argument("spec", metavar="SPEC", help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
+    desc.add_argument("--world-size", "-n", type=int, nargs="+", metavar="N", default=[2, 4, 8],
+                      help="world sizes to model (default: 2 4 8; a topology fixes its own)")
+    desc.add_argument("--sizes", "-s", type=_size, nargs="+", metavar="SIZE",
+                      default=list(DESCRIBE_SIZES), help="buffer sizes, e.g. 4KiB 1MiB 16MiB (default: 4KiB 1MiB 16MiB 256MiB)")
+    desc.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
+                      help=f"collectives to model (default: all of {', '.join(OPS)})")
+    desc.set_defaults(func=run_describe)
+
+    presets = actions.add_parser("presets", help="list the network presets")
+    presets.set_defaults(func=run_presets)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _size(text: str) -> int:
+    return parse_size(text)
+
+
+_size.__name__ = "size"  # argparse names the type in "invalid size value"
+
+
+def _link_text(link: Link) -> str:
+    payload = link.payload_rate
+    rate = "unlimited" if math.isinf(payload) else f"{payload / 1e9:.4g} GB/s"
+    return f"{human_bandwidth(link.bandwidth)}, {human_time(link.latency)}, {link.protocol} -> payload {rate}"
+
+
+def spec_table(spec: NetSpec) -> Table:
+    """Every field of ``spec`` in spec syntax, plus the links it implies."""
+    table = Table(title=f"network spec: {spec.to_string()}", title_justify="left")
+    table.add_column("field")
+    table.add_column("value")
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.name == "stragglers":
+            text = ", ".join(s.to_string() for s in value) or "none"
+        elif f.name == "topology":
+            text = "flat (one rank per node)" if value is None else f"{value[0]} nodes x {value[1]} ranks"
+        elif value is None:
+            text = "same as inter-node link"
+        elif f.name in ("bandwidth", "intra_bandwidth"):
+            text = human_bandwidth(value)
+        elif f.name in ("latency", "intra_latency", "jitter"):
+            text = human_time(value)
+        elif f.name == "loss":
+            text = f"{value * 100:g}%"
+        else:
+            text = str(value)
+        table.add_row(f.name, text)
+    table.add_row("[dim]inter-node link[/dim]", _link_text(spec.inter_link()))
+    table.add_row("[dim]intra-node link[/dim]", _link_text(spec.intra_link()))
+    return table
+
+
+def _gbps(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value / 1e9:.3f}"
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    """Print the spec and, per world size, the modelled time of every op and size."""
+    spec = parse_spec(args.spec)
+    console = Console()
+    console.print(spec_table(spec))
+    rows = describe(spec, world_sizes=args.world_size, sizes=args.sizes, ops=args.ops)
+    for world in dict.fromkeys(r.world_size for r in rows):
+        table = Table(title=f"world size {world}: modelled time, algbw/busbw in GB/s (nccl-tests conventions)",
+                      title_justify="left")
+        table.add_column("op", no_wrap=True, min_width=14)
+        table.add_column("size", justify="right", no_wrap=True)
+        table.add_column("time", justify="right", no_wrap=True)
+        table.add_column("algorithm", no_wrap=True, min_width=18)
+        table.add_column("algbw", justify="right")
+        table.add_column("busbw", justify="right")
+        for r in (r for r in rows if r.world_size == world):
+            busbw = "-" if r.op == "barrier" else _gbps(r.busbw)
+            algbw = "-" if r.op == "barrier" else _gbps(r.algbw)
+            table.add_row(r.op, human_size(r.nbytes), human_time(r.seconds), r.algorithm, algbw, busbw)
+        console.print(table)
+    return 0
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    """Print the preset registry."""
+    table = Table(title="network presets (use as the first token of a spec)", title_justify="left")
+    for name in ("preset", "bandwidth", "latency", "protocol", "description"):
+        table.add_column(name)
+    for p in PRESETS.values():
+        table.add_row(p.name, human_bandwidth(p.bandwidth), human_time(p.latency), p.protocol, p.description)
+    Console().print(table)
+    return 0

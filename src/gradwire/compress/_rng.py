@@ -1,0 +1,41 @@
+"""Deterministic per-call random streams that agree across ranks and survive checkpoints."""
+from __future__ import annotations
+
+import zlib
+from typing import Hashable
+
+import torch
+
+__all__ = ["CallCounter", "stable_hash"]
+
+
+def stable_hash(key: Hashable) -> int:
+    """A hash of ``key`` that is the same in every process (unlike ``hash`` of a str)."""
+    return zlib.crc32(repr(key).encode())
+
+
+class CallCounter:
+    """Counts calls per key; ``generator(key)`` is seeded by (seed, key, count).
+
+    With ``seed=None`` it returns None, i.e. the global torch RNG.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.counts: dict[Hashable, int] = {}
+
+    def generator(self, key: Hashable) -> torch.Generator | None:
+        count = self.counts.get(key, 0)
+        self.counts[key] = count + 1
+        if self.seed is None:
+            return None
+        g = torch.Generator()
+        g.manual_seed((self.seed * 1_000_003 + stable_hash(key) * 7919 + count) % (2**63 - 1))
+        return g
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "counts": dict(self.counts)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seed = state["seed"]
+        self.counts = dict(state["counts"])

@@ -1,0 +1,44 @@
+"""``signum``: majority vote of signs (signSGD with majority vote).
+
+Bernstein et al., 2018 (https://arxiv.org/abs/1810.05291):
+
+1. Each rank sends its packed signs (``ceil(n/8)`` bytes) and ``mean |x|``.
+2. After the all_gather every rank counts the votes per element: ``v = sum_i
+   sign_i``.
+3. The result is ``sign(v) * mean_i(scale_i)``; a tie gives 0.
+
+Used with the hook's own momentum (``CompressionState(momentum=0.9)``) this is
+Signum: the sign of the momentum, voted.
+
+Traps: ``decompress`` of a single payload is that rank's ``scale * sign``
+(what error feedback subtracts); only ``combine`` votes. A NaN on any rank
+makes that rank's scale NaN, hence the averaged scale and every output NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .base import Ctx, Pattern
+from .onebit import OneBitCompressor
+
+
+class SignumCompressor(OneBitCompressor):
+    """Packed signs on the wire, element-wise majority vote after the all_gather."""
+
+    name = "signum"
+
+    def __init__(self) -> None:
+        super().__init__(Pattern.ALLGATHER)
+
+    def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
+        if ctx.passthrough:
+            return super().combine(payloads, ctx)
+        world = len(payloads)
+        negatives = np.zeros(ctx.numel, dtype=np.int16)
+        for packed, _ in payloads:
+            negatives += np.unpackbits(packed.numpy(), count=ctx.numel)
+        scale = float(torch.cat([s for _, s in payloads]).mean())
+        votes = torch.from_numpy(world - 2 * negatives).float()  # sum of ±1
+        return votes.sign_().mul_(scale).to(ctx.dtype).view(ctx.shape)

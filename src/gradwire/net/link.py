@@ -1,0 +1,138 @@
+"""One network link: how many payload bytes per second it really carries.
+
+A link is given by its line rate (bits/s on the wire), its one-way latency, the
+protocol that frames the payload, and a random packet-loss rate. Two effects
+stand between the line rate and the payload rate a collective sees:
+
+1. Framing. Every packet carries headers. With TCP over Ethernet at MTU 1500, a
+   segment holds 1448 payload bytes (1500 - 20 IP - 20 TCP - 12 timestamp
+   option) and occupies 1514 bytes on the wire (+14 Ethernet header), so the
+   payload rate is ``rate * 1448 / 1514`` (about 4.4 % less). This is the
+   excess measured on tbf-shaped veth links (DESIGN.md). Preamble, FCS and the
+   inter-frame gap are not counted: a tbf/htb shaper does not count them either.
+2. Loss. TCP halves its window on every loss; Mathis et al. (1997,
+   https://doi.org/10.1145/263932.264023) give the steady-state throughput
+   ``MSS / RTT * sqrt(3/2) / sqrt(q)``, which is capped by the framed link rate.
+   RDMA (go-back-N in the NIC) and unframed links simply resend lost packets,
+   so their payload rate is the framed rate times ``(1 - q)``.
+
+Trap: with zero latency the Mathis formula divides by an RTT of zero and
+predicts infinite throughput under loss. A real RTT is never below the cost of
+the stack and the switch, so the RTT used is ``max(2 * latency, MIN_RTT)``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+#: smallest round-trip time used in the Mathis formula (host stack + one switch)
+MIN_RTT = 20e-6
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How a protocol packs payload into packets.
+
+    ``mss == 0`` means no framing: every payload byte is one wire byte.
+    """
+
+    name: str
+    #: payload bytes per packet
+    mss: int
+    #: bytes on the wire per full packet (payload + headers)
+    frame_bytes: int
+    description: str
+
+    @property
+    def efficiency(self) -> float:
+        """Payload bytes per wire byte for large transfers."""
+        return 1.0 if self.mss == 0 else self.mss / self.frame_bytes
+
+
+#: framing by protocol name
+FRAMINGS: dict[str, Framing] = {
+    "tcp": Framing(
+        "tcp", 1448, 1514,
+        "TCP/IPv4 over Ethernet, MTU 1500, timestamps on: 1448 payload bytes per 1514-byte frame",
+    ),
+    "rdma": Framing(
+        "rdma", 4096, 4096 + 58,
+        "InfiniBand/RoCE, 4096-byte MTU: about 58 bytes of routing, transport and CRC headers per packet",
+    ),
+    "none": Framing("none", 0, 0, "no framing: every payload byte is one wire byte (e.g. NVLink-style)"),
+}
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link; every rank has one such link into the fabric."""
+
+    #: line rate in bits per second (``math.inf`` = unlimited)
+    bandwidth: float
+    #: one-way latency in seconds (the alpha of the alpha-beta model)
+    latency: float
+    #: framing protocol, a key of :data:`FRAMINGS`
+    protocol: str = "tcp"
+    #: random packet-loss probability, 0 <= loss < 1
+    loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.protocol not in FRAMINGS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; valid: {', '.join(FRAMINGS)}")
+        if not self.bandwidth > 0:
+            raise ValueError(f"link bandwidth must be > 0 bits/s, got {self.bandwidth!r}")
+        if not 0 <= self.latency < math.inf:
+            raise ValueError(f"link latency must be a finite number >= 0 s, got {self.latency!r}")
+        if not 0 <= self.loss < 1:
+            raise ValueError(f"link loss must be in [0, 1), got {self.loss!r}")
+
+    @property
+    def framing(self) -> Framing:
+        return FRAMINGS[self.protocol]
+
+    def scaled(self, factor: float) -> "Link":
+        """This link with its bandwidth multiplied by ``factor`` (a straggler's slow NIC)."""
+        return replace(self, bandwidth=self.bandwidth * factor)
+
+    @property
+    def framed_rate(self) -> float:
+        """Payload bytes per second before loss: line rate minus header overhead."""
+        return self.bandwidth / 8 * self.framing.efficiency
+
+    @property
+    def rtt(self) -> float:
+        """Round-trip time used by the loss model: ``max(2 * latency, MIN_RTT)``."""
+        return max(2 * self.latency, MIN_RTT)
+
+    @property
+    def mathis_rate(self) -> float:
+        """TCP throughput bound under loss in payload bytes/s (``inf`` without loss)."""
+        if self.loss == 0:
+            return math.inf
+        return self.framing.mss / self.rtt * math.sqrt(1.5) / math.sqrt(self.loss)
+
+    @property
+    def payload_rate(self) -> float:
+        """Payload bytes per second a long transfer achieves on this link."""
+        if self.protocol == "tcp":
+            return min(self.framed_rate, self.mathis_rate)
+        return self.framed_rate * (1 - self.loss)
+
+    @property
+    def beta(self) -> float:
+        """Seconds per payload byte (the beta of the alpha-beta model); 0 if unlimited."""
+        rate = self.payload_rate
+        return 0.0 if math.isinf(rate) else 1.0 / rate
+
+    def wire_bytes(self, payload: float) -> int:
+        """Bytes a NIC counter would show for ``payload`` bytes sent.
+
+        ``payload + ceil(payload / mss) * header`` (the last packet is short, so
+        it carries a header but not a full MSS), divided by ``1 - loss`` for the
+        expected retransmissions.
+        """
+        if payload <= 0:
+            return 0
+        framing = self.framing
+        headers = 0 if framing.mss == 0 else math.ceil(payload / framing.mss) * (framing.frame_bytes - framing.mss)
+        return math.ceil((payload + headers) / (1 - self.loss))

@@ -1,0 +1,321 @@
+"""Network specs: a frozen :class:`NetSpec`, the :data:`PRESETS` registry and the spec grammar.
+
+Grammar: comma-separated tokens, applied left to right (later ones win)::
+
+    spec   := token ("," token)*
+    token  := PRESET | key "=" value
+    PRESET := loopback | 1gbe | 10gbe | 25gbe | 100gbe | ib-hdr | wan | nvlink | custom
+
+A preset token sets ``name``, ``bandwidth``, ``latency`` and ``protocol``;
+other fields keep their value. Without a preset (or with ``custom``) the base
+is unlimited bandwidth, zero latency, TCP framing. Keys: see :data:`SPEC_KEYS`;
+``intra=PRESET`` copies a preset's link into the intra_* keys and
+``straggler=...`` may repeat (one entry per rank, the last one wins). Examples::
+
+    10gbe,latency=200us
+    bandwidth=1gbit,latency=50us,jitter=10us,loss=0.01%
+    100gbe,topology=2x4,intra=nvlink,algorithm=hierarchical
+    1gbe,straggler=3:link=0.5:compute=2
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable
+
+from gradwire.net.algorithms import ALGORITHM_CHOICES
+from gradwire.net.link import FRAMINGS, Link
+from gradwire.net.units import (
+    format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
+)
+
+JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
+CLOCKS: tuple[str, ...] = ("realtime", "virtual")
+PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """One slow rank: ``straggler=RANK:link=F:compute=F``."""
+
+    rank: int
+    """global rank that straggles"""
+    link: float = 1.0
+    """multiplier on its link bandwidth (0.5 = half speed)"""
+    compute: float = 1.0
+    """multiplier on its compute time (2.0 = twice as slow)"""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"straggler rank must be an int >= 0, got {self.rank!r}")
+        for name in ("link", "compute"):
+            value = float(getattr(self, name))
+            if not 0 < value < math.inf:
+                raise ValueError(f"straggler {name} factor must be a finite number > 0, got {value!r}")
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def parse(cls, text: str) -> "Straggler":
+        rank_text, *parts = text.split(":")
+        try:
+            rank = int(rank_text)
+        except ValueError:
+            raise ValueError(f"straggler {text!r} must start with a rank, e.g. 'straggler=3:link=0.5:compute=2'") from None
+        factors: dict[str, float] = {}
+        for part in parts:
+            key, sep, value = part.partition("=")
+            if not sep or key.strip() not in ("link", "compute"):
+                raise ValueError(f"bad straggler part {part!r} in {text!r}; valid: link=FACTOR, compute=FACTOR")
+            try:
+                factors[key.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"straggler factor {value!r} in {text!r} is not a number") from None
+        return cls(rank, **factors)
+
+    def to_string(self) -> str:
+        return f"{self.rank}:link={self.link!r}:compute={self.compute!r}"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named link: what a preset token sets."""
+
+    name: str
+    bandwidth: float
+    """line rate, bits/s"""
+    latency: float
+    """one-way latency, seconds"""
+    protocol: str
+    description: str
+
+
+#: named links; a preset token sets name, bandwidth, latency and protocol.
+#:
+#: ========  ===========================  =======  ========
+#: preset    bandwidth                    latency  protocol
+#: ========  ===========================  =======  ========
+#: loopback  unlimited (costs are 0 s)    0        none
+#: 1gbe      1 Gbit/s                     50 us    tcp
+#: 10gbe     10 Gbit/s                    20 us    tcp
+#: 25gbe     25 Gbit/s                    10 us    tcp
+#: 100gbe    100 Gbit/s                   5 us     tcp
+#: ib-hdr    200 Gbit/s                   2 us     rdma
+#: wan       100 Mbit/s                   20 ms    tcp
+#: nvlink    300 GB/s (2.4 Tbit/s)        3 us     none
+#: ========  ===========================  =======  ========
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("loopback", math.inf, 0.0, "none", "adds nothing: every collective costs 0 s, bytes still counted"),
+        Preset("1gbe", 1e9, 50e-6, "tcp", "Gigabit Ethernet through a switch"),
+        Preset("10gbe", 10e9, 20e-6, "tcp", "10 Gigabit Ethernet, typical cloud VM network"),
+        Preset("25gbe", 25e9, 10e-6, "tcp", "25 Gigabit Ethernet"),
+        Preset("100gbe", 100e9, 5e-6, "tcp", "100 Gigabit Ethernet, TCP (no RoCE)"),
+        Preset("ib-hdr", 200e9, 2e-6, "rdma", "InfiniBand HDR, RDMA"),
+        Preset("wan", 100e6, 20e-3, "tcp", "wide-area link between sites"),
+        Preset("nvlink", 2.4e12, 3e-6, "none", "NVLink-style intra-node link; use as intra=nvlink"),
+    )
+}
+
+
+def _choice(value: Any, valid: tuple[str, ...], what: str) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+
+
+def _rate(value: Any, what: str) -> float:
+    value = float(value)
+    if not value > 0:  # also rejects NaN
+        raise ValueError(f"{what} must be > 0 bits/s, got {value!r}")
+    return value
+
+
+def _duration(value: Any, what: str) -> float:
+    value = float(value)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite time >= 0 s, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """Everything the network model needs to price a collective. Build it with :func:`parse_spec`."""
+
+    name: str = "custom"
+    """preset the spec started from, or ``custom``"""
+    bandwidth: float = math.inf
+    """inter-node line rate in bits/s (``inf`` = unlimited)"""
+    latency: float = 0.0
+    """inter-node one-way latency in seconds (alpha)"""
+    protocol: str = "tcp"
+    """framing on the inter-node link: tcp, rdma or none (see gradwire.net.link)"""
+    jitter: float = 0.0
+    """jitter scale in seconds, added once per latency step of a collective"""
+    jitter_dist: str = "uniform"
+    """uniform on [0, jitter], normal |N(0, jitter)|, or pareto (Lomax, shape 3, scale jitter)"""
+    loss: float = 0.0
+    """random packet-loss probability in [0, 1); TCP follows Mathis, others resend"""
+    algorithm: str = "auto"
+    """collective algorithm: auto picks the cheapest per op and size (see gradwire.net.algorithms)"""
+    topology: tuple[int, int] | None = None
+    """(nodes, ranks_per_node); None = flat, every rank its own node"""
+    intra_bandwidth: float | None = None
+    """intra-node line rate in bits/s; None = same as the inter-node link"""
+    intra_latency: float | None = None
+    """intra-node one-way latency in seconds; None = same as the inter-node link"""
+    intra_protocol: str | None = None
+    """intra-node framing; None = same as the inter-node link"""
+    clock: str = "realtime"
+    """realtime: the backend waits out modelled time; virtual: it only adds it to a clock"""
+    seed: int = 0
+    """seed of the jitter draws (with the op's sequence number)"""
+    stragglers: tuple[Straggler, ...] = field(default=())
+    """slow ranks, at most one entry per rank"""
+
+    def __post_init__(self) -> None:
+        _choice(self.name, ("custom", *PRESETS), "preset name")
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("bandwidth", _rate(self.bandwidth, "bandwidth"))
+        set_("latency", _duration(self.latency, "latency"))
+        set_("jitter", _duration(self.jitter, "jitter"))
+        if self.intra_bandwidth is not None:
+            set_("intra_bandwidth", _rate(self.intra_bandwidth, "intra_bandwidth"))
+        if self.intra_latency is not None:
+            set_("intra_latency", _duration(self.intra_latency, "intra_latency"))
+        _choice(self.protocol, PROTOCOLS, "protocol")
+        if self.intra_protocol is not None:
+            _choice(self.intra_protocol, PROTOCOLS, "intra_protocol")
+        _choice(self.jitter_dist, JITTER_DISTS, "jitter_dist")
+        _choice(self.algorithm, ALGORITHM_CHOICES, "algorithm")
+        _choice(self.clock, CLOCKS, "clock")
+        loss = float(self.loss)
+        if not 0 <= loss < 1:
+            raise ValueError(f"loss must be in [0, 100%), got {loss!r} (write '0.01%' or '0.0001')")
+        set_("loss", loss)
+        if self.topology is not None:
+            topo = tuple(self.topology)
+            if len(topo) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in topo):
+                raise ValueError(f"topology must be (nodes, ranks_per_node) with both >= 1, got {self.topology!r}")
+            set_("topology", topo)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+        stragglers = tuple(self.stragglers)
+        ranks = [s.rank for s in stragglers]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"one straggler entry per rank, got ranks {ranks}")
+        set_("stragglers", stragglers)
+
+    @property
+    def has_intra_link(self) -> bool:
+        """Whether the intra-node link was given explicitly (it is lossless then)."""
+        return (self.intra_bandwidth, self.intra_latency, self.intra_protocol) != (None, None, None)
+
+    def inter_link(self) -> Link:
+        """The link between nodes."""
+        return Link(self.bandwidth, self.latency, self.protocol, self.loss)
+
+    def intra_link(self) -> Link:
+        """The link between ranks of one node; inherits loss only when not given explicitly."""
+        return Link(
+            self.bandwidth if self.intra_bandwidth is None else self.intra_bandwidth,
+            self.latency if self.intra_latency is None else self.intra_latency,
+            self.protocol if self.intra_protocol is None else self.intra_protocol,
+            0.0 if self.has_intra_link else self.loss,
+        )
+
+    def to_string(self) -> str:
+        """The spec in the token grammar; ``parse_spec(s.to_string()) == s``."""
+        base = _apply_preset(NetSpec(), self.name) if self.name in PRESETS else NetSpec()
+        tokens = [self.name] if self.name in PRESETS else []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "name" or value == getattr(base, f.name):
+                continue
+            if f.name == "stragglers":
+                tokens += [f"straggler={s.to_string()}" for s in value]
+            else:
+                tokens.append(f"{f.name}={_FORMATTERS[f.name](value)}")
+        return ",".join(tokens) or "custom"
+
+
+def _apply_preset(spec: NetSpec, name: str) -> NetSpec:
+    _choice(name, tuple(PRESETS), "preset")
+    p = PRESETS[name]
+    return replace(spec, name=p.name, bandwidth=p.bandwidth, latency=p.latency, protocol=p.protocol)
+
+
+def _parse_topology(text: str) -> tuple[int, int] | None:
+    if text.lower() in ("flat", "none"):
+        return None
+    nodes, sep, per_node = text.lower().partition("x")
+    try:
+        return int(nodes), int(per_node)
+    except ValueError:
+        raise ValueError(f"bad topology {text!r}; write NODESxRANKS_PER_NODE like '2x4', or 'flat'") from None
+
+
+def _parse_seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"seed must be an integer >= 0, got {text!r}") from None
+
+
+_FORMATTERS: dict[str, Callable[[Any], str]] = {
+    "bandwidth": format_bandwidth, "intra_bandwidth": format_bandwidth,
+    "latency": format_time, "intra_latency": format_time, "jitter": format_time,
+    "loss": format_fraction, "seed": str,
+    "topology": lambda t: "flat" if t is None else f"{t[0]}x{t[1]}",
+    "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str,
+}
+
+#: spec keys and how each value is read (``straggler`` and ``intra`` are handled apart)
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "bandwidth": parse_bandwidth, "intra_bandwidth": parse_bandwidth,
+    "latency": parse_time, "intra_latency": parse_time, "jitter": parse_time,
+    "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology,
+    "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
+    "algorithm": str.lower, "clock": str.lower,
+}
+SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler")
+
+
+def parse_spec(text: "str | NetSpec | None") -> NetSpec:
+    """Parse a spec string (see the module docstring); ``None`` or ``""`` is ``loopback``.
+
+    Raises ValueError naming the bad token and the valid choices.
+    """
+    if isinstance(text, NetSpec):
+        return text
+    if text is None or not text.strip():
+        return _apply_preset(NetSpec(), "loopback")
+    if not isinstance(text, str):
+        raise TypeError(f"a network spec is a string or a NetSpec, got {type(text).__name__}")
+    updates: dict[str, Any] = {}
+    stragglers: dict[int, Straggler] = {}
+    spec = NetSpec()
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        key, sep, value = token.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep and key == "custom":
+            spec = replace(spec, **updates, name="custom", bandwidth=math.inf, latency=0.0, protocol="tcp")
+            updates = {}
+        elif not sep:
+            if key not in PRESETS:
+                raise ValueError(f"unknown preset {token!r}; valid presets: {', '.join(PRESETS)} (or key=value)")
+            spec = _apply_preset(replace(spec, **updates), key)
+            updates = {}
+        elif key == "straggler":
+            straggler = Straggler.parse(value)
+            stragglers[straggler.rank] = straggler
+        elif key == "intra":
+            _choice(value.lower(), tuple(PRESETS), "intra preset")
+            p = PRESETS[value.lower()]
+            updates.update(intra_bandwidth=p.bandwidth, intra_latency=p.latency, intra_protocol=p.protocol)
+        elif key in _PARSERS:
+            updates[key] = _PARSERS[key](value)
+        else:
+            raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
+    return replace(spec, **updates, stragglers=tuple(stragglers.values()))
