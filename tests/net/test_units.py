@@ -11,7 +11,7 @@ from gradwire.net.units import (
 
 @pytest.mark.parametrize("text, bits", [
     ("1gbit", 1e9), ("100mbit", 1e8), ("10g", 1e10), ("100Mbps", 1e8), ("5kbit", 5e3), ("2tbit", 2e12),
-    ("1Gbit/s", 1e9), ("12.5GB/s", 1e11), ("300GB/s", 2.4e12), ("500MB/s", 4e9), ("1KB/s", 8e3),
+    ("1Gbit/s", 1e9), ("10Gb", 1e10), ("12.5GB/s", 1e11), ("300GB/s", 2.4e12), ("500MB/s", 4e9), ("1KB/s", 8e3),
     ("1GiB/s", 8 * 2**30), ("inf", math.inf),
 ])
 def test_parse_bandwidth(text, bits):

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
 from gradwire.backend.accounting import LEDGER, Event
@@ -49,45 +50,141 @@ def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-class GradwireWork(dist._Work):
-    """A Work whose future completes when the simulated network delivers."""
+class _Pending:
+    """One op in flight: completes exactly once, from whichever path gets there first.
 
-    def __init__(self, future: Future, op: str) -> None:
+    Two paths lead to completion. A blocking call (``asyncOp=False``, what
+    ``dist.all_reduce(t)`` sends) waits on the inner work in the caller's
+    thread and completes inline; that avoids a hand-off to gloo's callback
+    thread, which costs more than the rest of the wrapper on small messages.
+    An async call, or anyone asking for the future, chains a callback on the
+    inner future, and the completer thread finishes it at the modelled time.
+    """
+
+    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "future", "lock", "finished", "value")
+
+    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool) -> None:
+        self.event = event
+        self.sent_bytes = sent_bytes
+        self.inner = inner
+        self.post = post
+        self.virtual = virtual
+        self.future: Future | None = None
+        self.lock = threading.Lock()
+        self.finished = False
+        self.value: Any = None
+
+    def chain(self) -> Future:
+        with self.lock:
+            if self.future is None:
+                self.future = Future()
+                if self.finished:  # completed inline already: hand over the outcome
+                    self.future.set_result(self.value)
+                else:
+                    _future_of(self.inner).then(self._on_inner)
+            return self.future
+
+    def _outcome(self, inner_value: Any) -> Any:
+        return self.post() if self.post is not None else inner_value
+
+    def _on_inner(self, inner_future: Future) -> None:
+        try:
+            value = self._outcome(inner_future.value())
+        except BaseException as exc:  # noqa: BLE001 - the caller must see it
+            self._fail(exc)
+            assert self.future is not None
+            self.future.set_exception(exc)
+            return
+        self.event.inner_done = CLOCK.now()
+        done = self.event.modelled_done
+        if self.virtual:
+            CLOCK.advance_to(done)
+            self._finish(value)
+        elif done <= time.perf_counter():
+            self._finish(value)
+        else:
+            COMPLETER.at(done, lambda: self._finish(value))
+
+    def _finish(self, value: Any) -> None:
+        self._record()
+        assert self.future is not None
+        self.future.set_result(value)
+
+    def _record(self) -> None:
+        e = self.event
+        e.completed = CLOCK.now()
+        LEDGER.record(e, self.sent_bytes, e.inner_done - e.issued)
+
+    def _fail(self, exc: BaseException) -> None:
+        e = self.event
+        e.error = f"{type(exc).__name__}: {exc}"
+        e.inner_done = CLOCK.now()
+        self._record()
+
+    def wait_inline(self) -> None:
+        """Block until done in this thread (no future was handed out)."""
+        with self.lock:
+            if self.future is not None or self.finished:
+                chained = self.future
+            else:
+                chained = None
+                try:
+                    self.inner.wait()
+                    value = self._outcome(None)
+                except BaseException as exc:
+                    self._fail(exc)
+                    raise
+                e = self.event
+                e.inner_done = CLOCK.now()
+                if self.virtual:
+                    CLOCK.advance_to(e.modelled_done)
+                else:
+                    lag = e.modelled_done - time.perf_counter()
+                    if lag > 0:
+                        time.sleep(lag)
+                self._record()
+                self.value = value
+                self.finished = True
+        if chained is not None:
+            chained.wait()
+
+
+class GradwireWork(dist._Work):
+    """A Work that completes when the simulated network delivers the data."""
+
+    def __init__(self, pending: _Pending, op: str) -> None:
         super().__init__()
-        self._future = future
+        self._pending = pending
         self._op = op
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        if not self._future.done():
-            t0 = time.perf_counter()
-            self._future.wait()
-            LEDGER.add_blocked(self._op, time.perf_counter() - t0)
-        else:
-            self._future.wait()  # re-raises a stored error
+        t0 = time.perf_counter()
+        self._pending.wait_inline()
+        LEDGER.add_blocked(self._op, time.perf_counter() - t0)
         return True
 
     def get_future(self) -> Future:
-        return self._future
+        return self._pending.chain()
 
     def is_completed(self) -> bool:
-        return self._future.done()
+        p = self._pending
+        return p.finished or (p.future is not None and p.future.done())
 
     def is_success(self) -> bool:
-        return self._future.done() and not self._has_error()
+        return self.is_completed() and self.exception() is None
 
     def exception(self) -> BaseException | None:
+        if not self.is_completed() or self._pending.future is None:
+            return None
         try:
-            self._future.value()
+            self._pending.future.value()
         except BaseException as exc:  # noqa: BLE001
             return exc
         return None
 
-    def _has_error(self) -> bool:
-        return self.exception() is not None
-
-    def result(self) -> list[torch.Tensor]:
+    def result(self) -> Any:
         self.wait()
-        return self._future.value()
+        return self.get_future().value()
 
 
 class GradwireProcessGroup(dist.ProcessGroup):
@@ -161,6 +258,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         post: Callable[[], Any] | None = None,
         src: int | None = None,
         dst: int | None = None,
+        opts: Any = None,
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend."""
         inner = self._inner(tensors)
@@ -174,102 +272,76 @@ class GradwireProcessGroup(dist.ProcessGroup):
             self._busy_until = done
         event = Event(op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       cost.seconds, now, start, done)
-        future: Future = Future()
-
-        def finish(value: Any) -> None:
-            event.completed = CLOCK.now()
-            LEDGER.record(event, cost.sent_bytes, event.inner_done - event.issued)
-            future.set_result(value)
-
-        def on_inner(inner_future: Future) -> None:
-            try:
-                value = inner_future.value()
-                if post is not None:
-                    value = post()
-            except BaseException as exc:  # noqa: BLE001 - the caller must see it
-                event.error = f"{type(exc).__name__}: {exc}"
-                event.inner_done = event.completed = CLOCK.now()
-                LEDGER.record(event, cost.sent_bytes, event.inner_done - event.issued)
-                future.set_exception(exc)
-                return
-            event.inner_done = CLOCK.now()
-            if self._virtual:
-                CLOCK.advance_to(done)
-                finish(value)
-            elif done <= time.perf_counter():
-                finish(value)
-            else:
-                COMPLETER.at(done, lambda: finish(value))
-
         try:
             work = start_inner(inner)
         except RuntimeError as exc:
             if "not support" in str(exc).lower():
                 raise NotImplementedError(
-                    f"gradwire: op '{op}' is not supported by the inner backend "
-                    f"{inner.name() if hasattr(inner, 'name') else type(inner).__name__}: {exc}"
+                    f"gradwire: op '{op}' is not supported by the inner backend {_backend_name(inner)}: {exc}"
                 ) from exc
             raise
-        _future_of(work).then(on_inner)
-        return GradwireWork(future, op)
+        pending = _Pending(event, cost.sent_bytes, work, post, self._virtual)
+        if getattr(opts, "asyncOp", True):  # async callers get background completion
+            pending.chain()
+        return GradwireWork(pending, op)
 
     # ---- collectives ----------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.AllreduceOptions()
+        opts = opts or c10d.AllreduceOptions()
         post = None
         if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(dist.AllreduceOptions, opts, tensors, self.size())
-        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post)
+            opts, post = _sum_then_divide(c10d.AllreduceOptions, opts, tensors, self.size())
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post, opts=opts)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.AllreduceCoalescedOptions()
-        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts))
+        opts = opts or c10d.AllreduceCoalescedOptions()
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts), opts=opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.BroadcastOptions()
-        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts))
+        opts = opts or c10d.BroadcastOptions()
+        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.ReduceOptions()
+        opts = opts or c10d.ReduceOptions()
         post = None
         if opts.reduceOp == _AVG:
             root = opts.rootRank
-            opts, post = _sum_then_divide(dist.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
+            opts, post = _sum_then_divide(c10d.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
             opts.rootRank = root
-        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post)
+        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts)
 
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather(output_lists, inputs, opts))
+                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather_coalesced(output_lists, inputs, opts))
+                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes([output]), [input],
-                            lambda b: b._allgather_base(output, input, opts))
+                            lambda b: b._allgather_base(output, input, opts), opts=opts)
 
     _allgather_base = all_gather_single
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or c10d.ReduceScatterOptions()
         post = None
         if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(dist.ReduceScatterOptions, opts, outputs, self.size())
+            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
         return self._launch("reduce_scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post)
+                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or c10d.ReduceScatterOptions()
         post = None
         if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(dist.ReduceScatterOptions, opts, [output], self.size())
+            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, [output], self.size())
         return self._launch("reduce_scatter", _nbytes([input]), [input],
-                            lambda b: b._reduce_scatter_base(output, input, opts), post=post)
+                            lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -277,25 +349,25 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
         output_split_sizes: list[int], input_split_sizes: list[int], opts: Any = None,
     ) -> GradwireWork:
-        opts = opts or dist.AllToAllOptions()
+        opts = opts or c10d.AllToAllOptions()
         return self._launch("all_to_all", _nbytes([input]), [input],
-                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts))
+                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts)
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.AllToAllOptions()
-        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts))
+        opts = opts or c10d.AllToAllOptions()
+        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts)
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.GatherOptions()
+        opts = opts or c10d.GatherOptions()
         return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.gather(output_lists, inputs, opts))
+                            lambda b: b.gather(output_lists, inputs, opts), opts=opts)
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
-        opts = opts or dist.ScatterOptions()
+        opts = opts or c10d.ScatterOptions()
         return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.scatter(outputs, input_lists, opts))
+                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
         return self._launch("send", _nbytes(tensors), tensors, lambda b: b.send(tensors, dst, tag),
@@ -310,8 +382,15 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv_anysource(tensors, tag), src=None, dst=me)
 
     def barrier(self, opts: Any = None) -> GradwireWork:
-        opts = opts or dist.BarrierOptions()
-        return self._launch("barrier", 0, [], lambda b: b.barrier(opts))
+        opts = opts or c10d.BarrierOptions()
+        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
+
+
+def _backend_name(inner: Any) -> str:
+    try:
+        return inner.name()
+    except Exception:  # noqa: BLE001
+        return type(inner).__name__
 
 
 def _has_randomness(spec: NetSpec) -> bool:

@@ -53,7 +53,7 @@ def encode_rows(x: Tensor, counts: Tensor) -> Tensor:
 def decode_rows(buf: Tensor, length: int, out: Tensor | None = None) -> Tensor:
     """Inverse of :func:`encode_rows`: float32 ``[rows, length]`` (into ``out`` if given)."""
     rows = buf.shape[0]
-    scales = buf[:, -4:].contiguous().view(torch.float32).view(-1).tolist()
+    scales = buf[:, -4:].reshape(-1).clone().view(torch.float32).tolist()
     if out is None:
         out = torch.empty(rows, length)
     for r in range(rows):

@@ -174,7 +174,7 @@ class NetSpec:
 
     def __post_init__(self) -> None:
         _choice(self.name, ("custom", *PRESETS), "preset name")
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_ = self._set
         set_("bandwidth", _rate(self.bandwidth, "bandwidth"))
         set_("latency", _duration(self.latency, "latency"))
         set_("jitter", _duration(self.jitter, "jitter"))
@@ -204,6 +204,9 @@ class NetSpec:
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"one straggler entry per rank, got ranks {ranks}")
         set_("stragglers", stragglers)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # normalising a field of a frozen dataclass
 
     @property
     def has_intra_link(self) -> bool:

@@ -25,7 +25,7 @@ _SI = {"": Decimal(1), "k": Decimal("1e3"), "m": Decimal("1e6"), "g": Decimal("1
 _BINARY = {"ki": Decimal(2**10), "mi": Decimal(2**20), "gi": Decimal(2**30), "ti": Decimal(2**40)}
 
 BANDWIDTH_UNITS_HELP = (
-    "bits/s: bit, kbit, mbit, gbit, tbit (also k/m/g/t alone, or kbps/Mbps/Gbps); "
+    "bits/s: bit, kbit, mbit, gbit, tbit (also k/m/g/t alone, Gb, or kbps/Mbps/Gbps); "
     "bytes/s: B/s, KB/s, MB/s, GB/s, TB/s (also KiB/s, MiB/s, GiB/s); or 'inf'"
 )
 TIME_UNITS_HELP = "ns, us, ms, s (a unit is required, e.g. '50us')"
@@ -75,7 +75,7 @@ def _bandwidth_unit(unit: str, text: str) -> Decimal:
         prefix = (byte_match.group(1) or "").lower()
         table = _BINARY if prefix.endswith("i") else _SI
         return table[prefix] * 8
-    bit_match = re.fullmatch(r"([kmgt]?)(bit|bits|bit/s|bps|b/s)?", unit.lower())
+    bit_match = re.fullmatch(r"([kmgt]?)(b|bit|bits|bit/s|bps|b/s)?", unit.lower())
     if bit_match and (bit_match.group(1) or bit_match.group(2)):
         return _SI[bit_match.group(1)]
     raise ValueError(f"unknown bandwidth unit {unit!r} in {text!r}; valid units: {BANDWIDTH_UNITS_HELP}")

@@ -1,0 +1,176 @@
+"""Module-level rank functions for the hooks tests (spawn pickles them by name)."""
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def _init(rank: int, world: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+
+
+def _rank_tensor(rank: int, numel: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(1000 * seed + rank))
+
+
+def allreduce_names(rank: int, world: int, names: list[str], numel: int) -> dict[str, Any]:
+    """allreduce_compressed of a per-rank tensor with every compressor; returns results and the true mean."""
+    from gradwire.compress import ErrorFeedback
+    from gradwire.hooks import allreduce_compressed
+
+    _init(rank, world)
+    out: dict[str, Any] = {"mean": torch.stack([_rank_tensor(r, numel) for r in range(world)]).mean(0)}
+    for name in names:
+        t = _rank_tensor(rank, numel)
+        allreduce_compressed([t], name, error_feedback=ErrorFeedback())
+        out[name] = t
+    # Odd shapes in one call: non-contiguous, empty, integer, tiny.
+    a = _rank_tensor(rank, 7 * 5).view(7, 5).t()
+    e = torch.empty(0)
+    i = torch.full((3,), 2 * (rank + 1), dtype=torch.int64)
+    s = _rank_tensor(rank, 3)
+    allreduce_compressed([a, e, i, s], "onebit", error_feedback=ErrorFeedback())
+    out["mixed"] = (a.clone(), e.clone(), i.clone(), s.clone())
+    return out
+
+
+def two_phase_vs_gather(rank: int, world: int, numel: int) -> dict[str, Any]:
+    """Two-phase onebit result and the reference built from an all_gather of the raw tensors."""
+    from gradwire.compress import ErrorFeedback, twophase
+    from gradwire.hooks import allreduce_compressed
+
+    _init(rank, world)
+    ef = ErrorFeedback()
+    results, refs = [], []
+    ref_worker = [ErrorFeedback() for _ in range(world)]
+    ref_server = [ErrorFeedback() for _ in range(world)]
+    for step in range(3):  # several steps: the residuals take part
+        t = _rank_tensor(rank, numel, seed=step)
+        gathered = [torch.empty(numel) for _ in range(world)]
+        dist.all_gather(gathered, t)
+        allreduce_compressed([t], "onebit", error_feedback=ef)
+        results.append(t.clone())
+        # Reference: every rank's phase 1 and every server step, computed locally.
+        sends = []
+        for r in range(world):
+            c = ref_worker[r].compensate(gathered[r].clone(), 0)
+            send, approx = twophase.split_encode(c, world)
+            ref_worker[r].update(0, c, approx)
+            sends.append(send)
+        rows = torch.stack([
+            twophase.server_reduce(torch.stack([sends[src][dst] for src in range(world)]), numel, world, dst,
+                                   ref_server[dst], 0)
+            for dst in range(world)
+        ])
+        refs.append(twophase.gather_decode(rows, numel))
+    return {"results": results, "refs": refs}
+
+
+class Net(nn.Module):
+    """A small CNN for 8x8 inputs with several DDP buckets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.max_pool2d(torch.relu(self.conv(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(10_000 * step + rank)
+    return torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def _make(spec: dict[str, Any]):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradwire.hooks import CompressionState, compression_hook
+
+    torch.manual_seed(0)
+    ddp = DDP(Net(), bucket_cap_mb=spec.get("bucket_cap_mb", 0.01))
+    state = None
+    if spec.get("compressor") is not None:
+        state = CompressionState(
+            spec["compressor"], momentum=spec.get("hook_momentum", 0.0), warmup_iters=spec.get("warmup", 1),
+            min_compress_numel=0,
+        )
+        ddp.register_comm_hook(state, compression_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=spec.get("momentum", 0.0))
+    return ddp, state, opt
+
+
+def _steps(ddp, opt, rank: int, start: int, stop: int) -> None:
+    for step in range(start, stop):
+        x, y = _batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+
+def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """Train a few steps with DDP (+ hook per ``spec``); optionally checkpoint and resume half-way."""
+    import io
+
+    _init(rank, world)
+    steps = spec.get("steps", 6)
+    ddp, state, opt = _make(spec)
+    out: dict[str, Any] = {}
+    if spec.get("resume_at"):
+        k = spec["resume_at"]
+        _steps(ddp, opt, rank, 0, k)
+        blob = io.BytesIO()
+        torch.save({"model": ddp.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, blob)
+        blob.seek(0)
+        ckpt = torch.load(blob, weights_only=False)
+        ddp, state, opt = _make(spec)
+        ddp.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        state.load_state_dict(ckpt["hook"])
+        _steps(ddp, opt, rank, k, steps)
+    else:
+        _steps(ddp, opt, rank, 0, steps)
+    out["params"] = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+    out["buckets"] = len(state.layouts) if state is not None else None
+    return out
+
+
+def hook_returns_future(rank: int, world: int) -> dict[str, Any]:
+    """Call the hook on a fake bucket directly: it must return a Future before waiting."""
+    from gradwire.hooks import CompressionState, compression_hook
+
+    _init(rank, world)
+
+    class Bucket:
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t = t
+
+        def buffer(self) -> torch.Tensor:
+            return self.t
+
+        def index(self) -> int:
+            return 0
+
+        def is_last(self) -> bool:
+            return True
+
+        def parameters(self) -> list[torch.Tensor]:
+            return [self.t]
+
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0)
+    results = []
+    for step in range(2):
+        t = _rank_tensor(rank, 4097, seed=step)
+        fut = compression_hook(state, Bucket(t))
+        results.append(type(fut).__name__)
+        value = fut.wait()
+        results.append(bool(value.data_ptr() == t.data_ptr()))
+    return {"results": results, "step": state.step}
