@@ -85,8 +85,16 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def wide() -> nn.Module:
+    """One parameter, hence one bucket whose first-iteration layout equals the rebuilt one
+    (what an exact resume needs, see gradwire.hooks.state)."""
+    return nn.Linear(64, 4200, bias=False)
+
+
+def _batch(rank: int, step: int, model: str = "cnn") -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(10_000 * step + rank)
+    if model == "wide":
+        return torch.randn(16, 64, generator=g), torch.randint(0, 4200, (16,), generator=g)
     return torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
 
 
@@ -96,7 +104,7 @@ def _make(spec: dict[str, Any]):
     from gradwire.hooks import CompressionState, compression_hook
 
     torch.manual_seed(0)
-    ddp = DDP(Net(), bucket_cap_mb=spec.get("bucket_cap_mb", 0.01))
+    ddp = DDP(wide() if spec.get("model") == "wide" else Net(), bucket_cap_mb=spec.get("bucket_cap_mb", 0.01))
     state = None
     if spec.get("compressor") is not None:
         state = CompressionState(
@@ -108,9 +116,9 @@ def _make(spec: dict[str, Any]):
     return ddp, state, opt
 
 
-def _steps(ddp, opt, rank: int, start: int, stop: int) -> None:
+def _steps(ddp, opt, rank: int, start: int, stop: int, model: str = "cnn") -> None:
     for step in range(start, stop):
-        x, y = _batch(rank, step)
+        x, y = _batch(rank, step, model)
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
@@ -126,7 +134,7 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if spec.get("resume_at"):
         k = spec["resume_at"]
-        _steps(ddp, opt, rank, 0, k)
+        _steps(ddp, opt, rank, 0, k, spec.get("model", "cnn"))
         blob = io.BytesIO()
         torch.save({"model": ddp.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, blob)
         blob.seek(0)
@@ -135,9 +143,9 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
         ddp.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         state.load_state_dict(ckpt["hook"])
-        _steps(ddp, opt, rank, k, steps)
+        _steps(ddp, opt, rank, k, steps, spec.get("model", "cnn"))
     else:
-        _steps(ddp, opt, rank, 0, steps)
+        _steps(ddp, opt, rank, 0, steps, spec.get("model", "cnn"))
     out["params"] = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
     out["buckets"] = len(state.layouts) if state is not None else None
     return out

@@ -50,7 +50,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
     """
     buf = bucket.buffer()
     key = bucket.index()
-    state.check_layout(key, tuple(tuple(p.shape) for p in bucket.parameters()))
+    state.check_layout(key, bucket.parameters())
     if state.momentum:
         state.apply_momentum(key, buf)
     if state.compressing(buf.numel()):

@@ -16,6 +16,16 @@ scheme that works compresses the *update*, as 1-bit Adam and Signum do
 Over time the sum of applied updates equals the sum of the momentum updates up
 to one residual, which is what momentum SGD applies. Weight decay in the
 optimiser then acts without momentum (a small, documented difference).
+
+Checkpoints: ``state_dict`` holds the per-bucket residuals and momentum. A new
+DDP object builds its first-iteration buckets in reverse parameter order and
+rebuilds them in gradient-ready order. Within a process the hook detects the
+rebuild by parameter identity and restarts that bucket's state (a warning).
+After a resume only shapes can be compared: when the resumed DDP's first
+buckets differ from the saved ones, their state restarts, and a reordering of
+equally shaped parameters goes unnoticed for that one iteration. A resume is
+exact when the first-iteration buckets equal the rebuilt ones (e.g. one
+parameter per bucket), as the tests check.
 """
 from __future__ import annotations
 
@@ -69,6 +79,7 @@ class CompressionState:
         "step",
         "momentum_buffers",
         "layouts",
+        "param_ids",
         "sequencer",
     )
 
@@ -100,6 +111,7 @@ class CompressionState:
         self.step = 0
         self.momentum_buffers: dict[int, Tensor] = {}
         self.layouts: dict[int, tuple] = {}
+        self.param_ids: dict[int, tuple] = {}
         self.sequencer = Sequencer()
         log.info(
             "compression hook: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d",
@@ -108,18 +120,25 @@ class CompressionState:
         )
 
     # -- per-bucket helpers used by the hook ---------------------------------
-    def check_layout(self, key: int, layout: tuple) -> None:
-        """Forget a bucket's state when its parameters changed (DDP rebuilt it)."""
-        old = self.layouts.get(key)
-        if old == layout:
-            return
-        if old is not None:
+    def check_layout(self, key: int, params: list[Tensor]) -> None:
+        """Forget a bucket's state when its parameters changed (DDP rebuilt its buckets).
+
+        In one process the parameters' identities are compared (a reordering
+        of equal shapes is caught); after ``load_state_dict`` only their shapes
+        can be (see the module doc).
+        """
+        shapes = tuple(tuple(p.shape) for p in params)
+        ids = tuple(id(p) for p in params)
+        old_ids = self.param_ids.get(key)
+        changed = (old_ids is not None and old_ids != ids) or self.layouts.get(key, shapes) != shapes
+        if changed:
             log.warning("bucket %d changed its parameters; its residual and momentum restart from zero", key)
             self.momentum_buffers.pop(key, None)
             if self.error_feedback is not None:
                 self.error_feedback.reset(key)
                 self.error_feedback.reset(("server", key))
-        self.layouts[key] = layout
+        self.layouts[key] = shapes
+        self.param_ids[key] = ids
 
     def apply_momentum(self, key: int, grad: Tensor) -> None:
         """``m = beta m + g``; ``grad`` is overwritten with ``m``."""
@@ -150,16 +169,19 @@ class CompressionState:
         self.step = int(state["step"])
         self.momentum_buffers = {k: v.clone() for k, v in state["momentum_buffers"].items()}
         self.layouts = dict(state["layouts"])
+        self.param_ids = {}
         if self.error_feedback is not None and state["error_feedback"] is not None:
             self.error_feedback.load_state_dict(state["error_feedback"])
         self.compressor.load_state_dict(state["compressor"])
 
     # -- pickling without the process group ----------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {s: getattr(self, s) for s in self.__slots__ if s not in ("process_group", "sequencer")}
+        skip = ("process_group", "sequencer", "param_ids")
+        return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
         self.process_group = None
+        self.param_ids = {}
         self.sequencer = Sequencer()

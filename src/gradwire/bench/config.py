@@ -1,0 +1,137 @@
+"""What one ``gradwire bench`` run measures: a checked, picklable config.
+
+The flags and their meaning follow nccl-tests (``-b -e -f -n -w -c -d -o -r``),
+so a table from this tool can be read next to one from ``all_reduce_perf``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gradwire.net.units import parse_size
+
+__all__ = ["BACKENDS", "DTYPES", "REDOPS", "BenchConfig", "parse_bench_size", "sweep_sizes"]
+
+#: backends the benchmark can run on
+BACKENDS: tuple[str, ...] = ("gloo", "nccl", "gradwire")
+
+#: dtype names (nccl-tests spelling first) -> torch dtype attribute name
+DTYPES: dict[str, str] = {
+    "float": "float32", "float32": "float32", "half": "float16", "float16": "float16",
+    "bfloat16": "bfloat16", "double": "float64", "float64": "float64",
+    "int8": "int8", "uint8": "uint8", "int32": "int32", "int": "int32", "int64": "int64",
+}
+
+#: reduce operations (nccl-tests names) -> torch.distributed.ReduceOp attribute name
+REDOPS: dict[str, str] = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
+
+_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]?)\s*$")
+
+
+def parse_bench_size(text: str) -> int:
+    """Read a size the nccl-tests way: ``8``, ``64K``, ``16M``, ``1G`` (powers of 1024).
+
+    Anything else goes to :func:`gradwire.net.units.parse_size`, so ``16MiB``
+    (binary) and ``16MB`` (decimal) are accepted too.
+    """
+    match = _NCCL_SIZE.match(str(text))
+    if match:
+        shift = {"": 0, "k": 10, "m": 20, "g": 30}[match.group(2).lower()]
+        return int(match.group(1)) << shift
+    return parse_size(str(text))
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """Sizes from ``min_bytes`` up to ``max_bytes``, each ``factor`` times the last."""
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size = max(int(size * factor), size + 1)
+    return sizes
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run: which collectives, on what, at which sizes."""
+
+    ops: tuple[str, ...] = ("all_reduce",)
+    """collectives to measure, names from :data:`gradwire.bench.collectives.COLLECTIVES`"""
+    backend: str = "gloo"
+    """torch.distributed backend: gloo, nccl or gradwire"""
+    net: str | None = None
+    """network spec: simulated by the gradwire backend; with gloo/nccl only priced (model column)"""
+    world_size: int = 2
+    """ranks to spawn (ignored under torchrun, which fixes its own)"""
+    min_bytes: int = 32 << 20
+    """-b: smallest message in bytes"""
+    max_bytes: int = 32 << 20
+    """-e: largest message in bytes"""
+    factor: float = 2.0
+    """-f: multiply the size by this from one row to the next (> 1)"""
+    iters: int = 20
+    """-n: timed iterations per size and placement"""
+    warmup: int = 5
+    """-w: untimed iterations per size before timing"""
+    check: bool = True
+    """-c: check every result against the expected output and count wrong elements"""
+    dtype: str = "float"
+    """-d: element type"""
+    redop: str = "sum"
+    """-o: reduce operation for reducing collectives"""
+    root: int = 0
+    """-r: root rank of rooted collectives (broadcast, reduce)"""
+    timeout: float = 3600.0
+    """seconds for the whole run before the ranks are killed"""
+    progress: bool = False
+    """show a progress bar on rank 0's stderr"""
+
+    def __post_init__(self) -> None:
+        from gradwire.bench.collectives import COLLECTIVES
+
+        if not self.ops:
+            raise ValueError(f"no collective given; valid: {', '.join(COLLECTIVES)} or all")
+        for op in self.ops:
+            if op not in COLLECTIVES:
+                raise ValueError(f"unknown collective {op!r}; valid: {', '.join(COLLECTIVES)} or all")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        if self.redop not in REDOPS:
+            raise ValueError(f"unknown reduce op {self.redop!r}; valid: {', '.join(REDOPS)}")
+        if self.redop == "avg" and not DTYPES[self.dtype].startswith(("float", "bfloat")):
+            raise ValueError(f"reduce op avg needs a floating point dtype, got {self.dtype}; use sum")
+        if self.min_bytes < 1:
+            raise ValueError(f"-b (min bytes) must be >= 1, got {self.min_bytes}")
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"-b (min bytes {self.min_bytes}) must not exceed -e (max bytes {self.max_bytes})")
+        if not self.factor > 1:
+            raise ValueError(f"-f (size factor) must be > 1, got {self.factor!r}")
+        if self.iters < 1:
+            raise ValueError(f"-n (iterations) must be >= 1, got {self.iters}")
+        if self.warmup < 0:
+            raise ValueError(f"-w (warm-up iterations) must be >= 0, got {self.warmup}")
+        if self.root < 0:
+            raise ValueError(f"-r (root) must be a rank >= 0, got {self.root}")
+        if self.net is not None:
+            from gradwire.net import parse_spec
+
+            parse_spec(self.net)  # a bad spec fails here, before any rank starts
+
+    def check_world(self, world_size: int) -> None:
+        """Raise ValueError if ``world_size`` cannot run every requested collective."""
+        from gradwire.bench.collectives import COLLECTIVES
+
+        if world_size < 1:
+            raise ValueError(f"world size must be >= 1, got {world_size}")
+        for op in self.ops:
+            need = COLLECTIVES[op].min_world
+            if world_size < need:
+                raise ValueError(f"{op} needs a world size >= {need}, got {world_size}")
+        if self.root >= world_size:
+            raise ValueError(f"-r (root {self.root}) must be a rank of the world (0..{world_size - 1})")
+
+    @property
+    def sizes(self) -> list[int]:
+        """Requested message sizes, before each collective rounds them to its layout."""
+        return sweep_sizes(self.min_bytes, self.max_bytes, self.factor)

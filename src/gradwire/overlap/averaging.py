@@ -1,0 +1,165 @@
+"""Model averaging: ``localsgd:H`` (blocking) and ``async-average:H`` (overlapped).
+
+Both let every rank take local optimizer steps on its own gradients and
+average the *parameters* now and then, so they make about H times fewer
+collective calls than gradient averaging. Both average the displacement from
+a shared anchor (the last average, identical on every rank) rather than the
+parameters themselves: ``x = a + mean_i(x_i - a)`` is the plain average, and
+with a compressor the small displacement is what gets compressed, with error
+feedback keeping what compression dropped for the next round
+(Basu et al., 2019, Qsparse-local-SGD). Momentum buffers stay local (as
+PyTorch's ``PostLocalSGDOptimizer``); buffers (none in the shipped models) are
+not averaged.
+
+``localsgd:H[:warmup=W]`` (Lin et al., 2020, "Don't use large mini-batches,
+use local SGD"; W > 0 is post-local SGD):
+1. The first W steps average gradients (plain all_reduce, blocking), so every
+   rank takes the same step: the early, high-curvature phase is synchronous.
+2. After that, local steps; every H-th local step ends with a blocking
+   average of the parameters.
+
+``async-average:H``: every H steps, snapshot this rank's displacement
+``d_i = x_i - a`` and launch its average in the background; keep training.
+At the first step boundary where it has arrived (at the latest before the
+next launch), apply it while keeping the local progress made meanwhile:
+``x_i <- x_i - d_i + mean(d)``, ``a <- a + mean(d)``. Resetting ``x_i`` to the
+average instead would throw away the steps taken while the average travelled.
+
+Both end (``finish``) with an exact, uncompressed average of the parameters,
+so every rank evaluates the same model.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.futures import Future
+
+from .base import FlatReducer, Strategy, flatten, unflatten_into
+
+__all__ = ["AsyncAverageStrategy", "LocalSGDStrategy"]
+
+
+class _Averaging(Strategy):
+    """Shared anchor bookkeeping of the model-averaging strategies."""
+
+    averages_gradients = False
+
+    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+                 group: dist.ProcessGroup | None = None) -> None:
+        if period < 1:
+            raise ValueError(f"{self.name}: the averaging period H must be >= 1, got {period}")
+        super().__init__(compressor, momentum, group)
+        self.period = period
+        self._reducer = FlatReducer(compressor, group)
+        self._anchor = torch.empty(0)
+        #: parameter averages launched so far
+        self.averages = 0
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        module = super().wrap(model)
+        self._anchor = flatten(self.params)
+        return module
+
+    def _displacement(self) -> Tensor:
+        return flatten(self.params).sub_(self._anchor)
+
+    def _launch(self) -> tuple[Tensor, Future]:
+        d = self._displacement()
+        self.averages += 1
+        return d, self._reducer.launch(d.clone(), key="params")
+
+    def _apply(self, own: Tensor, mean: Tensor) -> None:
+        """``x <- x - own + mean`` and ``a <- a + mean``."""
+        self._anchor.add_(mean)
+        with torch.no_grad():
+            x = flatten(self.params).sub_(own).add_(mean)
+            unflatten_into(x, self.params)
+
+    def _exact_average(self) -> None:
+        with torch.no_grad():
+            x = flatten(self.params)
+            with self.waiting():
+                dist.all_reduce(x, group=self.group)
+            x.div_(dist.get_world_size(self.group))
+            unflatten_into(x, self.params)
+            self._anchor = x
+
+
+class LocalSGDStrategy(_Averaging):
+    """Local steps, a blocking parameter average every H steps, optional synchronous warm-up."""
+
+    name = "localsgd"
+
+    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+                 group: dist.ProcessGroup | None = None, warmup: int = 0) -> None:
+        super().__init__(period, compressor, momentum, group)
+        if warmup < 0:
+            raise ValueError(f"localsgd: warmup must be >= 0 steps, got {warmup}")
+        self.warmup = warmup
+        self._local = 0
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.steps < self.warmup:
+            grads = self.grads()
+            flat = flatten(grads)
+            with self.waiting():
+                dist.all_reduce(flat, group=self.group)
+            unflatten_into(flat.div_(dist.get_world_size(self.group)), grads)
+            optimizer.step()
+            self.steps += 1
+            if self.steps == self.warmup:
+                self._anchor = flatten(self.params)
+            return
+        optimizer.step()
+        self.steps += 1
+        self._local += 1
+        if self._local % self.period == 0:
+            own, fut = self._launch()
+            with self.waiting():
+                mean = fut.wait()
+            self._apply(own, mean)
+
+    def finish(self, optimizer: torch.optim.Optimizer) -> None:
+        # Right after an average every rank holds the new anchor already.
+        if self._local % self.period != 0:
+            self._exact_average()
+
+
+class AsyncAverageStrategy(_Averaging):
+    """Launch a parameter average every H steps; apply it when it arrives, keeping local progress."""
+
+    name = "async-average"
+
+    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+                 group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(period, compressor, momentum, group)
+        self._pending: tuple[Tensor, Future] | None = None
+        #: how many steps each applied average spent in flight
+        self.lags: list[int] = []
+        self._launched_at = 0
+
+    def _settle(self) -> None:
+        assert self._pending is not None
+        own, fut = self._pending
+        self._pending = None
+        with self.waiting():
+            mean = fut.wait()
+        self.lags.append(self.steps - self._launched_at)
+        self._apply(own, mean)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+        self.steps += 1
+        if self._pending is not None and self._pending[1].done():
+            self._settle()
+        if self.steps % self.period == 0:
+            if self._pending is not None:
+                self._settle()
+            self._pending = self._launch()
+            self._launched_at = self.steps
+
+    def finish(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._pending is not None:
+            self._settle()
+        self._exact_average()

@@ -1,0 +1,75 @@
+"""Models for the digits workload, by name.
+
+- ``cnn``: two 3x3 convolutions and two linear layers, about 38 K parameters
+  (150 KB of fp32 gradient per step): compute-bound, few bytes.
+- ``mlp``: 64 -> 2048 -> 2048 -> 10, about 4.3 M parameters (17 MB per step):
+  communication-heavy on the same data; what compression and overlap are for.
+- ``tiny``: a linear classifier (650 parameters) for fast tests.
+
+Every model is built from the global torch seed: seed, then build, and every
+rank holds the same initial weights (the strategies still broadcast rank 0's).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["MODELS", "DigitsCNN", "DigitsMLP", "build_model", "num_parameters"]
+
+
+class DigitsCNN(nn.Module):
+    """conv(1->16) relu conv(16->32) relu maxpool(2) -> fc(512->64) relu -> fc(64->10)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class DigitsMLP(nn.Module):
+    """A wide MLP on the flattened 8x8 images: many parameters, little compute per byte."""
+
+    def __init__(self, hidden: int = 2048) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _tiny() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "cnn": DigitsCNN,
+    "mlp": DigitsMLP,
+    "tiny": _tiny,
+}
+
+
+def build_model(name: str, seed: int | None = None) -> nn.Module:
+    """Build model ``name``; with ``seed``, seed torch first so every rank gets the same weights."""
+    factory = MODELS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
+    if seed is not None:
+        torch.manual_seed(seed)
+    return factory()
+
+
+def num_parameters(model: nn.Module) -> int:
+    """Number of trainable parameter elements."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
