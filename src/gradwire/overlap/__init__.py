@@ -1,0 +1,24 @@
+"""Asynchronous and overlapped training strategies, composable with every compressor.
+
+- :func:`parse_strategy` / :func:`build_strategy`: ``"onebit+delayed"``,
+  ``"topk:0.01+localsgd:4:warmup=50"``, ... (see :mod:`.registry`).
+- Strategies: ``sync`` (DDP), ``delayed`` (stale-by-one), ``localsgd:H``,
+  ``async-average:H``, ``handler`` (:class:`AsyncGradientHandler`).
+- :func:`step_comm_seconds`: modelled network seconds per step from the
+  backend's event log.
+"""
+from __future__ import annotations
+
+from .averaging import AsyncAverageStrategy, LocalSGDStrategy
+from .base import FlatReducer, Strategy, broadcast_module
+from .delayed import DelayedStrategy
+from .handler import AsyncGradientHandler, HandlerStrategy
+from .metrics import step_comm_seconds
+from .registry import STRATEGIES, StrategySpec, build_strategy, check_composition, parse_strategy
+from .sync import SyncStrategy
+
+__all__ = [
+    "STRATEGIES", "AsyncAverageStrategy", "AsyncGradientHandler", "DelayedStrategy", "FlatReducer",
+    "HandlerStrategy", "LocalSGDStrategy", "Strategy", "StrategySpec", "SyncStrategy", "broadcast_module",
+    "build_strategy", "check_composition", "parse_strategy", "step_comm_seconds",
+]

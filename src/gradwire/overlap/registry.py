@@ -1,0 +1,183 @@
+"""The strategy registry and the composed-name parser.
+
+Names (``STRATEGIES``; positional parameters after ``:``, options as ``key=value``):
+
+======================  ====================================================
+sync                    DDP, bucketed all_reduce overlapped with backward
+delayed                 stale-by-one gradients, all_reduce hidden behind a step
+localsgd:H[:warmup=W]   local steps, blocking parameter average every H steps,
+                        after W synchronous steps (post-local SGD)
+async-average:H         parameter average every H steps, overlapped, applied
+                        when it arrives
+handler                 AsyncGradientHandler: per-parameter async all_reduce
+                        from autograd hooks, synchronize() before step
+======================  ====================================================
+
+Composition with a compressor uses ``+``: ``onebit+delayed``,
+``topk:0.01+localsgd:4:warmup=50``. A bare compressor name means ``sync`` with
+that compressor; ``none`` means no compressor. Colons, not commas, separate
+parameters so that a comma-separated list of runs stays unambiguous.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch.distributed as dist
+
+from .averaging import AsyncAverageStrategy, LocalSGDStrategy
+from .base import Strategy
+from .delayed import DelayedStrategy
+from .handler import HandlerStrategy
+from .sync import SyncStrategy
+
+__all__ = ["STRATEGIES", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
+
+#: compressors whose exchange is not an average (a majority vote): they cannot average parameters
+_NOT_AN_AVERAGE = frozenset({"signum"})
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """How to build one strategy: its class, parameter grammar and compressor rule."""
+
+    cls: Callable[..., Strategy]
+    positional: tuple[str, ...]
+    options: tuple[str, ...]
+    doc: str
+    #: compressor names this strategy refuses (its exchange would not mean what the strategy needs)
+    refuses: frozenset[str] = frozenset()
+
+    @property
+    def syntax(self) -> str:
+        return "".join(f":{p}" for p in self.positional) + "".join(f"[:{o}=N]" for o in self.options)
+
+
+STRATEGIES: dict[str, StrategyEntry] = {
+    "sync": StrategyEntry(SyncStrategy, (), (), "DDP bucketed all_reduce (baseline)"),
+    "delayed": StrategyEntry(DelayedStrategy, (), (), "stale-by-one gradients"),
+    "localsgd": StrategyEntry(LocalSGDStrategy, ("H",), ("warmup",), "parameter average every H steps",
+                              _NOT_AN_AVERAGE),
+    "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
+                                   _NOT_AN_AVERAGE),
+    "handler": StrategyEntry(HandlerStrategy, (), (), "AsyncGradientHandler, no DDP"),
+}
+
+
+def _valid_strategies() -> str:
+    return ", ".join(f"{n}{e.syntax}" for n, e in STRATEGIES.items())
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """A parsed strategy name: ``name`` and its integer parameters."""
+
+    name: str
+    params: dict[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        entry = STRATEGIES[self.name]
+        parts = [self.name] + [str(self.params[p]) for p in entry.positional]
+        parts += [f"{o}={self.params[o]}" for o in entry.options if o in self.params]
+        return ":".join(parts)
+
+    def build(self, compressor: str | None = None, momentum: float = 0.9,
+              group: dist.ProcessGroup | None = None) -> Strategy:
+        """A fresh runtime strategy (one per training run)."""
+        entry = STRATEGIES[self.name]
+        check_composition(compressor, self)
+        kwargs: dict[str, Any] = {o: self.params[o] for o in entry.options if o in self.params}
+        args = [self.params[p] for p in entry.positional]
+        return entry.cls(*args, compressor=compressor, momentum=momentum, group=group, **kwargs)
+
+
+def _int(name: str, what: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}: {what} must be an integer, got {text!r}") from None
+
+
+def _parse_one(text: str) -> StrategySpec:
+    name, *args = text.split(":")
+    entry = STRATEGIES[name]
+    positional = [a for a in args if "=" not in a]
+    options = [a for a in args if "=" in a]
+    if len(positional) != len(entry.positional):
+        raise ValueError(f"strategy {text!r}: expected {name}{entry.syntax}")
+    params = {p: _int(name, p, a) for p, a in zip(entry.positional, positional)}
+    for opt in options:
+        key, _, value = opt.partition("=")
+        if key not in entry.options:
+            allowed = ", ".join(entry.options) or "none"
+            raise ValueError(f"strategy {text!r}: unknown option {key!r} (options of {name}: {allowed})")
+        params[key] = _int(name, key, value)
+    if "H" in params and params["H"] < 1:
+        raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
+    if params.get("warmup", 0) < 0:
+        raise ValueError(f"strategy {text!r}: warmup must be >= 0 steps, got {params['warmup']}")
+    return StrategySpec(name, params)
+
+
+def check_composition(compressor: str | None, spec: StrategySpec) -> None:
+    """Raise ValueError when ``spec`` cannot run with ``compressor``."""
+    if compressor is None:
+        return
+    entry = STRATEGIES[spec.name]
+    head = compressor.split(":")[0].lower()
+    if head in entry.refuses:
+        from gradwire.compress import COMPRESSORS
+
+        valid = ", ".join(sorted(n for n in COMPRESSORS if n not in entry.refuses))
+        raise ValueError(
+            f"compressor {compressor!r} cannot compose with strategy {spec.name!r}: its exchange is a "
+            f"vote, not an average of parameters; valid compressors for {spec.name}: {valid}"
+        )
+
+
+def parse_strategy(text: str) -> tuple[str | None, StrategySpec]:
+    """Split ``"compressor+strategy"`` into (compressor name or None, :class:`StrategySpec`).
+
+    Examples: ``"delayed"`` -> (None, delayed); ``"onebit+delayed"`` -> ("onebit", delayed);
+    ``"fp16"`` -> ("fp16", sync); ``"topk:0.01+localsgd:4:warmup=50"``.
+
+    Raises:
+        ValueError: an unknown part (naming the valid strategies and compressors),
+            two strategies or two compressors, a bad parameter, or a composition
+            that cannot work.
+    """
+    from gradwire.compress import COMPRESSORS, get_compressor
+
+    parts = [p.strip() for p in str(text).split("+")]
+    if not text or any(not p for p in parts):
+        raise ValueError(f"empty part in strategy name {text!r}; write e.g. 'onebit+delayed'")
+    compressor: str | None = None
+    spec: StrategySpec | None = None
+    seen_compressor = False
+    for part in parts:
+        head = part.split(":")[0].lower()
+        if head in STRATEGIES:
+            if spec is not None:
+                raise ValueError(f"{text!r} names two strategies ({spec.name}, {head}); use one")
+            spec = _parse_one(part.lower())
+        elif head in COMPRESSORS:
+            if seen_compressor:
+                raise ValueError(f"{text!r} names two compressors; compose one compressor with one strategy")
+            seen_compressor = True
+            get_compressor(part)  # validates its parameter with the compressor's own message
+            compressor = None if head == "none" else part
+        else:
+            comps = ", ".join(sorted(COMPRESSORS))
+            raise ValueError(
+                f"unknown part {part!r} in {text!r}; valid strategies: {_valid_strategies()}; "
+                f"valid compressors: {comps}"
+            )
+    spec = spec or StrategySpec("sync")
+    check_composition(compressor, spec)
+    return compressor, spec
+
+
+def build_strategy(text: str, momentum: float = 0.9, group: dist.ProcessGroup | None = None) -> Strategy:
+    """Parse ``text`` and build the runtime strategy in one call."""
+    compressor, spec = parse_strategy(text)
+    return spec.build(compressor, momentum=momentum, group=group)

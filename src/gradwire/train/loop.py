@@ -1,0 +1,172 @@
+"""The training worker: one rank of a run with a strategy (+ compressor) on a simulated network.
+
+``run_training(TrainConfig(...), world_size)`` spawns the ranks and returns
+each rank's :class:`RunResult`; the comparison harness builds on it. Per rank:
+
+1. ``gradwire.configure(net)``, ``init_process_group("gradwire")``.
+2. Seed, build the model, ``strategy.wrap`` (rank 0's weights everywhere),
+   SGD with the momentum the strategy leaves to the optimizer.
+3. Reset the backend's counters (setup traffic is not training traffic),
+   then train: for each step, time the window, ask the strategy how long it
+   waited (exposed), and after training price each window's collectives from
+   the event log (:func:`gradwire.overlap.step_comm_seconds`).
+4. ``strategy.finish`` (drain; every rank ends with the same model), test
+   accuracy, counters, and a checksum of the parameters to show the ranks agree.
+
+Evaluation is outside the step windows and the epoch times.
+The result is returned (it travels to the parent before teardown, see
+:mod:`gradwire.launch`).
+"""
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradwire.train.data import load_digits, shard_batches
+from gradwire.train.models import build_model, num_parameters
+
+__all__ = ["RunResult", "TrainConfig", "evaluate", "run_training", "train_worker"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run; every rank gets the same config."""
+
+    strategy: str = "sync"
+    """composed name, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.overlap.registry`)"""
+    net: str = "loopback"
+    """network spec for the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
+    model: str = "cnn"
+    """model name (:data:`gradwire.train.models.MODELS`)"""
+    seed: int = 0
+    """seeds the initial weights and the data order"""
+    epochs: int = 5
+    batch_size: int = 32
+    """per-rank batch size"""
+    lr: float = 0.05
+    momentum: float = 0.9
+    max_steps: int | None = None
+    """stop after this many steps in total (tests); None: full epochs"""
+
+    def __post_init__(self) -> None:
+        from gradwire.overlap import parse_strategy
+
+        parse_strategy(self.strategy)  # a bad name fails here, in the parent, not in every rank
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+@dataclass
+class RunResult:
+    """What one rank measured. Times in seconds; per-step lists have one entry per step."""
+
+    rank: int
+    world: int
+    config: dict[str, Any]
+    num_parameters: int
+    epoch_seconds: list[float] = field(default_factory=list)
+    epoch_accuracy: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_compute: list[float] = field(default_factory=list)
+    step_comm_model: list[float] = field(default_factory=list)
+    step_exposed: list[float] = field(default_factory=list)
+    collectives: int = 0
+    """collectives issued inside step windows"""
+    finish_seconds: float = 0.0
+    """the final drain (strategy.finish), outside the step windows"""
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``gradwire.stats()`` of the whole training (setup excluded)"""
+    test_accuracy: float = 0.0
+    param_checksum: float = 0.0
+
+    def summary(self) -> dict[str, float]:
+        """Totals: compute, modelled and exposed communication, and the exposed fraction."""
+        comm = sum(self.step_comm_model)
+        exposed = sum(self.step_exposed)
+        return {
+            "steps": len(self.step_seconds), "wall": sum(self.step_seconds), "compute": sum(self.step_compute),
+            "comm_model": comm, "exposed": exposed, "exposed_fraction": exposed / comm if comm > 0 else 0.0,
+            "collectives": self.collectives, "test_accuracy": self.test_accuracy,
+        }
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Top-1 accuracy of ``model`` on (x, y)."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        acc = (model(x).argmax(1) == y).float().mean().item()
+    model.train(was_training)
+    return acc
+
+
+def train_worker(rank: int, world: int, config: TrainConfig) -> RunResult:
+    """Train one rank (module level: :func:`gradwire.launch.spawn` runs it)."""
+    import torch.distributed as dist
+
+    import gradwire
+    from gradwire.overlap import parse_strategy, step_comm_seconds
+
+    torch.set_num_threads(1)
+    gradwire.configure(config.net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    compressor, spec = parse_strategy(config.strategy)
+    strategy = spec.build(compressor, momentum=config.momentum)
+    data = load_digits()
+    model = build_model(config.model, seed=config.seed)
+    module = strategy.wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=strategy.optimizer_momentum)
+    strategy.attach(opt)
+    loss_fn = nn.CrossEntropyLoss()
+    result = RunResult(rank, world, asdict(config), num_parameters(model))
+    windows: list[tuple[float, float]] = []
+    dist.barrier()
+    gradwire.reset_stats()
+    steps = 0
+    for epoch in range(config.epochs):
+        t_epoch = time.perf_counter()
+        for x, y in shard_batches(data, rank, world, config.batch_size, config.seed, epoch):
+            t0, c0 = time.perf_counter(), gradwire.clock()
+            opt.zero_grad(set_to_none=True)
+            loss_fn(module(x), y).backward()
+            strategy.step(opt)
+            wall = time.perf_counter() - t0
+            windows.append((c0, gradwire.clock()))
+            exposed = strategy.pop_exposed()
+            result.step_seconds.append(wall)
+            result.step_exposed.append(exposed)
+            result.step_compute.append(max(0.0, wall - exposed))
+            steps += 1
+            if config.max_steps is not None and steps >= config.max_steps:
+                break
+        result.epoch_seconds.append(time.perf_counter() - t_epoch)
+        result.epoch_accuracy.append(evaluate(model, data.x_test, data.y_test))
+        if config.max_steps is not None and steps >= config.max_steps:
+            break
+    t_finish = time.perf_counter()
+    strategy.finish(opt)
+    result.finish_seconds = time.perf_counter() - t_finish
+    result.step_comm_model, result.collectives = step_comm_seconds(gradwire.events(), windows)
+    result.stats = gradwire.stats().as_dict()
+    result.test_accuracy = evaluate(model, data.x_test, data.y_test)
+    with torch.no_grad():
+        result.param_checksum = float(sum(p.double().sum() for p in model.parameters()))
+    return result
+
+
+def run_training(config: TrainConfig, world_size: int, timeout: float = 600.0) -> list[RunResult]:
+    """Spawn ``world_size`` ranks of :func:`train_worker`; return their results by rank."""
+    from gradwire.launch import spawn
+
+    return spawn(train_worker, world_size, (config,), timeout=timeout)

@@ -1,0 +1,209 @@
+"""Pure, one-process tests of the compressors, packing and error feedback."""
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from gradwire.compress import COMPRESSORS, ErrorFeedback, Pattern, get_compressor, payload_nbytes, roundtrip
+from gradwire.compress import twophase
+from gradwire.compress.onebit import OneBitCompressor
+from gradwire.compress.packing import pack_codes2, pack_signs, unpack_signs
+from gradwire.compress.randomk import RandomKCompressor
+from gradwire.compress.timing import time_roundtrip
+
+ALL = ["none", "fp16", "bf16", "int8", "qsgd:16", "terngrad", "onebit", "onebit:allgather", "signum",
+       "topk:0.01", "randomk:0.1", "powersgd:4"]
+
+
+def rand(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def test_registry_lists_every_name_and_rejects_unknown():
+    assert {"none", "fp16", "bf16", "int8", "qsgd", "terngrad", "onebit", "signum", "topk", "randomk",
+            "powersgd"} <= set(COMPRESSORS)
+    with pytest.raises(ValueError, match="valid names: .*topk:ratio"):
+        get_compressor("zip")
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("topk:0", r"\(0, 1\]"), ("topk:1.5", r"\(0, 1\]"), ("randomk:-1", r"\(0, 1\]"),
+    ("qsgd:0", r"\[1, 127\]"), ("qsgd:300", r"\[1, 127\]"), ("powersgd:0", ">= 1"),
+    ("topk:abc", "float"), ("fp16:3", "no parameter"), ("onebit:allreduce", "two_phase"),
+])
+def test_invalid_parameters_name_the_valid_range(spec, match):
+    with pytest.raises(ValueError, match=match):
+        get_compressor(spec)
+
+
+@pytest.mark.parametrize("name, bound", [
+    ("none", 0.0), ("fp16", 1e-3), ("bf16", 1e-2), ("int8", 0.03), ("powersgd:4", 0.95), ("topk:0.01", 0.99),
+])
+def test_roundtrip_error_bounds(name, bound):
+    x = rand(10_001)
+    y = roundtrip(get_compressor(name), x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert rel_err(y, x) <= bound
+
+
+def test_onebit_is_sign_times_mean_magnitude():
+    x = rand(1001)
+    y = roundtrip(get_compressor("onebit"), x)
+    expected = torch.where(x < 0, -1.0, 1.0) * x.abs().mean()
+    torch.testing.assert_close(y, expected)
+
+
+def test_topk_keeps_the_largest_magnitudes():
+    x = rand(100_000)
+    payload, ctx = get_compressor("topk:0.01").compress(x)
+    idx, vals = payload
+    assert idx.dtype == torch.int32 and idx.numel() == 1000
+    kept = vals[vals != 0].abs()
+    assert kept.numel() >= 950  # the sampled threshold leaves at most a little padding
+    true_kth = x.abs().topk(1000).values[-1]
+    assert float(kept.min()) >= 0.9 * float(true_kth)
+
+
+def test_powersgd_recovers_a_low_rank_matrix():
+    a, b = rand(64 * 2, 1).view(64, 2), rand(2 * 48, 2).view(2, 48)
+    m = a @ b
+    y = roundtrip(get_compressor("powersgd:4"), m)
+    assert rel_err(y, m) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["qsgd:4", "int8", "terngrad", "randomk:0.25"])
+def test_unbiased_compressors_average_to_the_input(name):
+    torch.manual_seed(0)
+    comp = get_compressor(name)
+    assert comp.unbiased
+    x = rand(64)
+    trials = 4000
+    mean = torch.stack([roundtrip(comp, x) for _ in range(trials)]).mean(0)
+    # Per-element standard error is at most ~ sqrt(n/k)*|x|/sqrt(trials) for randomk; 0.15 is > 4 sigma.
+    assert float((mean - x).abs().max()) < 0.15 * float(x.abs().max())
+
+
+@pytest.mark.parametrize("name", ["onebit:allgather", "signum", "topk:0.01", "powersgd:2", "terngrad",
+                                  "qsgd:4", "fp16"])
+def test_error_feedback_invariant(name):
+    comp, ef = get_compressor(name), ErrorFeedback()
+    for step in range(3):
+        g = rand(5001, step)
+        c = ef.compensate(g.clone(), "k")
+        c_copy = c.clone()
+        y = roundtrip(comp, c, "k")
+        r = ef.update("k", c, y)
+        torch.testing.assert_close(y + r, c_copy, rtol=0, atol=1e-6)
+
+
+def test_error_feedback_state_dict_and_nonfinite_reset():
+    ef = ErrorFeedback()
+    ef.update(0, torch.ones(4), torch.zeros(4))
+    ef2 = ErrorFeedback()
+    ef2.load_state_dict(pickle.loads(pickle.dumps(ef.state_dict())))
+    assert torch.equal(ef2.compensate(torch.zeros(4), 0), torch.ones(4))
+    ef.update(0, torch.tensor([1.0, float("nan"), 0, 0]), torch.zeros(4))
+    assert torch.equal(ef.residual(0), torch.zeros(4))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1001])
+def test_sign_packing_odd_lengths(n):
+    x = rand(n)
+    packed = pack_signs(x)
+    assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(n / 8)
+    assert torch.equal(packed, torch.from_numpy(np.packbits(x.numpy() < 0)))
+    torch.testing.assert_close(unpack_signs(packed, n, 2.0), torch.where(x < 0, -2.0, 2.0))
+
+
+def test_two_bit_packing():
+    codes = torch.tensor([1, 2, 0, 1, 2], dtype=torch.uint8)
+    assert pack_codes2(codes).tolist() == [0b01100001, 0b10000000]
+
+
+def test_payload_bytes():
+    n = 100_001
+    x = rand(n)
+    fp32 = 4 * n
+    assert payload_nbytes(get_compressor("onebit").compress(x)[0]) == math.ceil(n / 8) + 4
+    assert payload_nbytes(get_compressor("signum").compress(x)[0]) == math.ceil(n / 8) + 4
+    assert payload_nbytes(get_compressor("int8").compress(x)[0]) == n + 4  # ~4x smaller
+    assert payload_nbytes(get_compressor("fp16").compress(x)[0]) == 2 * n
+    assert payload_nbytes(get_compressor("terngrad").compress(x)[0]) == math.ceil(n / 4) + 4
+    assert fp32 / payload_nbytes(get_compressor("topk:0.01").compress(x)[0]) >= 20
+    assert fp32 / payload_nbytes(get_compressor("randomk:0.01").compress(x)[0]) >= 90
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_empty_integer_and_noncontiguous_tensors(name):
+    comp = get_compressor(name)
+    assert roundtrip(comp, torch.empty(0)).numel() == 0
+    ints = torch.arange(10)
+    assert torch.equal(roundtrip(comp, ints), ints)
+    x = rand(7 * 9).view(7, 9).t()  # not contiguous
+    y = roundtrip(comp, x)
+    assert y.shape == x.shape
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_stays_visible(name, bad):
+    x = rand(4001)
+    x[1234] = bad
+    y = roundtrip(get_compressor(name), x)
+    assert not torch.isfinite(y).all(), f"{name} dropped a {bad}"
+
+
+def test_nonfinite_in_one_tensor_leaves_another_unaffected():
+    comp, ef = get_compressor("onebit:allgather"), ErrorFeedback()
+    bad, good = rand(1000, 1), rand(1000, 2)
+    bad[3] = float("nan")
+    for key, t in (("bad", bad), ("good", good)):
+        ef.update(key, t, roundtrip(comp, t, key))
+    assert torch.isfinite(roundtrip(comp, good, "good")).all()
+    assert torch.isfinite(ef.residual("good")).all()
+
+
+def test_randomk_indices_agree_for_the_same_key_and_step():
+    a, b = RandomKCompressor(0.1, seed=3), RandomKCompressor(0.1, seed=3)
+    _, ca = a.compress(rand(1000, 1), 5)
+    _, cb = b.compress(rand(1000, 2), 5)
+    assert torch.equal(ca.info["idx"], cb.info["idx"])
+    _, ca2 = a.compress(rand(1000, 1), 5)
+    assert not torch.equal(ca.info["idx"], ca2.info["idx"])  # a new step draws new indices
+
+
+def test_powersgd_warm_start_survives_state_dict():
+    a = get_compressor("powersgd:2")
+    x = rand(2000)
+    roundtrip(a, x, 0)
+    b = get_compressor("powersgd:2")
+    b.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
+    torch.testing.assert_close(roundtrip(a, x, 0), roundtrip(b, x, 0))
+
+
+def test_two_phase_single_rank_matches_onebit():
+    x = rand(1003)
+    rows, approx = twophase.split_encode(x, 1)
+    torch.testing.assert_close(approx, roundtrip(OneBitCompressor(Pattern.ALLGATHER), x))
+    row = twophase.server_reduce(rows, x.numel(), 1, 0)
+    torch.testing.assert_close(twophase.gather_decode(row.view(1, -1), x.numel()), approx)
+
+
+def test_two_phase_chunks_cover_odd_lengths():
+    length, counts = twophase.chunk_layout(1001, 4)
+    assert length % 8 == 0 and int(counts.sum()) == 1001 and length * 4 >= 1001
+
+
+def test_time_roundtrip_returns_seconds():
+    assert 0 < time_roundtrip("onebit", numel=10_000, repeats=2) < 5
+    with pytest.raises(ValueError):
+        time_roundtrip("onebit", numel=10, repeats=0)
