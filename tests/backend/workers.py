@@ -175,3 +175,51 @@ def die_mid_collective(rank: int, world: int) -> None:
         os._exit(7)
     dist.all_reduce(torch.ones(1 << 20))
     dist.all_reduce(torch.ones(1 << 20))
+
+
+def accounting(rank: int, world: int, trace_path: str) -> dict:
+    """Stats, reset, event log and trace export on one rank."""
+    _init(rank, world, "gradwire", "1gbe")
+    import json
+
+    import gradwire
+
+    gradwire.reset_stats()
+    t = torch.ones(1 << 18)  # 1 MiB
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    w = dist.all_reduce(t, async_op=True)
+    w.get_future().wait()
+    s = gradwire.stats()
+    path = gradwire.export_trace(f"{trace_path}.{rank}")
+    trace = json.loads(path.read_text())
+    after = gradwire.stats(reset=True)
+    return {"stats": s.as_dict(), "events": len(gradwire.events()), "trace": trace, "after_reset": after.as_dict(),
+            "empty": gradwire.stats().as_dict()}
+
+
+def unsupported_op(rank: int, world: int) -> str:
+    _init(rank, world, "gradwire", "loopback")
+    try:
+        dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0))
+    except NotImplementedError as exc:
+        return str(exc)
+    return "no error"
+
+
+def bad_topology(rank: int, world: int) -> str:
+    try:
+        _init(rank, world, "gradwire", "1gbe,topology=2x4")
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def cuda_allreduce(rank: int, world: int) -> list:
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    _init(rank, world, "gradwire", "10gbe")
+    t = torch.ones(1000, device="cuda") * (rank + 1)
+    dist.all_reduce(t)
+    import gradwire
+
+    return [t.cpu().tolist()[:3], gradwire.stats().as_dict()["all_reduce"]["calls"]]

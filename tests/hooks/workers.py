@@ -182,3 +182,20 @@ def hook_returns_future(rank: int, world: int) -> dict[str, Any]:
         value = fut.wait()
         results.append(bool(value.data_ptr() == t.data_ptr()))
     return {"results": results, "step": state.step}
+
+
+def nonfinite_one_tensor(rank: int, world: int, name: str) -> dict[str, Any]:
+    """A NaN on rank 0 in one tensor: that result shows it, the other tensor is unaffected."""
+    from gradwire.compress import ErrorFeedback
+    from gradwire.hooks import allreduce_compressed
+
+    _init(rank, world)
+    ef = ErrorFeedback()
+    out = []
+    for step in range(2):
+        bad, good = _rank_tensor(rank, 1001, seed=step), _rank_tensor(rank, 1001, seed=10 + step)
+        if rank == 0 and step == 0:
+            bad[17] = float("nan")
+        allreduce_compressed([bad, good], name, error_feedback=ef)
+        out.append((bool(torch.isfinite(bad).all()), bool(torch.isfinite(good).all())))
+    return {"finite": out}

@@ -61,9 +61,11 @@ class _Pending:
     inner future, and the completer thread finishes it at the modelled time.
     """
 
-    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "future", "lock", "finished", "value")
+    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "future", "lock", "finished", "value", "backend")
 
-    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool) -> None:
+    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
+                 backend: str) -> None:
+        self.backend = backend
         self.event = event
         self.sent_bytes = sent_bytes
         self.inner = inner
@@ -91,6 +93,7 @@ class _Pending:
         try:
             value = self._outcome(inner_future.value())
         except BaseException as exc:  # noqa: BLE001 - the caller must see it
+            exc = _translate(exc, self.event.op, self.backend)
             self._fail(exc)
             assert self.future is not None
             self.future.set_exception(exc)
@@ -133,7 +136,10 @@ class _Pending:
                     value = self._outcome(None)
                 except BaseException as exc:
                     self._fail(exc)
-                    raise
+                    new = _translate(exc, self.event.op, self.backend)
+                    if new is exc:
+                        raise
+                    raise new from exc
                 e = self.event
                 e.inner_done = CLOCK.now()
                 if self.virtual:
@@ -275,12 +281,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
         try:
             work = start_inner(inner)
         except RuntimeError as exc:
-            if "not support" in str(exc).lower():
-                raise NotImplementedError(
-                    f"gradwire: op '{op}' is not supported by the inner backend {_backend_name(inner)}: {exc}"
-                ) from exc
-            raise
-        pending = _Pending(event, cost.sent_bytes, work, post, self._virtual)
+            new = _translate(exc, op, _backend_name(inner))
+            if new is exc:
+                raise
+            raise new from exc
+        pending = _Pending(event, cost.sent_bytes, work, post, self._virtual, _backend_name(inner))
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
         return GradwireWork(pending, op)
@@ -384,6 +389,14 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BarrierOptions()
         return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
+
+
+def _translate(exc: BaseException, op: str, backend: str) -> BaseException:
+    """An inner backend's "unsupported" error becomes a NotImplementedError naming op and backend."""
+    msg = str(exc).lower()
+    if isinstance(exc, RuntimeError) and any(k in msg for k in ("not support", "cannot use", "unsupported")):
+        return NotImplementedError(f"gradwire: op '{op}' is not supported by the inner backend {backend}: {exc}")
+    return exc
 
 
 def _backend_name(inner: Any) -> str:

@@ -52,7 +52,8 @@ def decode_table(packed: Tensor, table: np.ndarray, n: int, scale: float = 1.0) 
 
     Returns a float32 tensor of ``n`` elements (contiguous).
     """
-    tab = table if scale == 1.0 else table * np.float32(scale)
+    with np.errstate(invalid="ignore"):  # 0 * inf -> NaN is the wanted, visible result
+        tab = table if scale == 1.0 else table * np.float32(scale)
     out = np.take(tab, packed.numpy(), axis=0).reshape(-1)
     return torch.from_numpy(out[:n])
 

@@ -121,8 +121,8 @@ def exchange(
     """
     gate, token = (sequencer or Sequencer()).start()
     world = dist.get_world_size(group)
-    if flat.numel() == 0:
-        token.set_result(None)
+    if flat.numel() == 0:  # nothing to send, but keep the order: pass the gate on
+        gate.add_done_callback(lambda _: token.set_result(None))
         return completed(flat)
     if not flat.is_floating_point():
         return then_async(gate, lambda _: _allreduce_int(flat, group, world, token))
