@@ -46,9 +46,9 @@ def test_two_phase_equals_all_gather_reference(world):
             assert torch.equal(got, ref)
 
 
-@pytest.mark.parametrize("name", ["onebit", "topk:0.1", "powersgd:2"])
-def test_nonfinite_stays_in_its_tensor(name):
-    res = spawn(workers.nonfinite_one_tensor, 2, args=(name,), timeout=100)
+def test_nonfinite_stays_in_its_tensor():
+    # Every compressor's single-process NaN/inf behaviour is in tests/compress; this runs the exchange.
+    res = spawn(workers.nonfinite_one_tensor, 2, args=("onebit",), timeout=100)
     for r in res:
         assert r["finite"][0] == (False, True)  # NaN visible, other tensor fine
         assert r["finite"][1] == (True, True)  # the next step recovers (residual reset)
@@ -79,9 +79,9 @@ def test_ddp_onebit_momentum_four_ranks_in_sync():
     assert torch.isfinite(res[0]["params"]).all()
 
 
-@pytest.mark.parametrize("name", ["onebit", "powersgd:2"])
-def test_ddp_resume_equals_uninterrupted(name):
-    spec = {"compressor": name, "hook_momentum": 0.9, "model": "wide", "steps": 6}
+def test_ddp_resume_equals_uninterrupted():
+    # onebit two-phase: worker and server residuals, hook momentum and the step all resume.
+    spec = {"compressor": "onebit", "hook_momentum": 0.9, "model": "wide", "steps": 6}
     straight = spawn(workers.ddp_train, 2, args=(spec,), timeout=100)
     resumed = spawn(workers.ddp_train, 2, args=({**spec, "resume_at": 3},), timeout=100)
     assert torch.equal(straight[0]["params"], resumed[0]["params"])

@@ -116,6 +116,11 @@ def run_rank(rank: int, world: int, config: BenchConfig, teardown: bool = False)
 
     if config.backend == "gradwire":
         gradwire.configure(config.net)
+    if not teardown:
+        # Spawned ranks share this machine's cores. torch sized its thread pool
+        # at import, before the launcher's OMP_NUM_THREADS applied; more threads
+        # than cores made the 1 MB copy of an out-of-place call take 10-45 ms.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device(f"cuda:{local}") if config.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":

@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("-w", "--warmup-iters", type=int, default=5, metavar="N", help="warm-up iterations (default 5)")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
     p.add_argument("-d", "--datatype", default="float", metavar="TYPE", help=f"{', '.join(DTYPES)} (default float)")
-    p.add_argument("-o", "--op-reduce", default="sum", metavar="OP", help=f"{', '.join(REDOPS)} (default sum)")
+    p.add_argument("-o", "--redop", default="sum", metavar="OP", help=f"{', '.join(REDOPS)} (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
     p.add_argument("--json", metavar="FILE", help="write every row (and the fit) as JSON")
     p.add_argument("--csv", metavar="FILE", help="write every row as CSV")
@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         ops=tuple(dict.fromkeys(ops)), backend=args.backend, net=args.net, world_size=args.world_size,
         min_bytes=args.minbytes, max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,
-        warmup=args.warmup_iters, check=bool(args.check), dtype=args.datatype, redop=args.op_reduce,
+        warmup=args.warmup_iters, check=bool(args.check), dtype=args.datatype, redop=args.redop,
         root=args.root, timeout=args.timeout, progress=not args.no_progress and sys.stderr.isatty(),
     )
 

@@ -61,20 +61,22 @@ class _Averaging(Strategy):
         self._anchor = flatten(self.params)
         return module
 
-    def _displacement(self) -> Tensor:
-        return flatten(self.params).sub_(self._anchor)
-
     def _launch(self) -> tuple[Tensor, Future]:
-        d = self._displacement()
+        """Snapshot the parameters; launch the average of the displacement ``snapshot - anchor``."""
+        snapshot = flatten(self.params)
         self.averages += 1
-        return d, self._reducer.launch(d.clone(), key="params")
+        return snapshot, self._reducer.launch(snapshot - self._anchor, key="params")
 
-    def _apply(self, own: Tensor, mean: Tensor) -> None:
-        """``x <- x - own + mean`` and ``a <- a + mean``."""
+    def _apply(self, snapshot: Tensor, mean: Tensor) -> None:
+        """``a <- a + mean``, ``x <- a + (x - snapshot)``.
+
+        Written with the snapshot rather than ``x - d_i + mean`` so that with no
+        local progress (localsgd) every rank gets exactly the anchor, bit for bit.
+        """
         self._anchor.add_(mean)
         with torch.no_grad():
-            x = flatten(self.params).sub_(own).add_(mean)
-            unflatten_into(x, self.params)
+            progress = flatten(self.params).sub_(snapshot)
+            unflatten_into(progress.add_(self._anchor), self.params)
 
     def _exact_average(self) -> None:
         with torch.no_grad():

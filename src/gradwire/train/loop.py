@@ -30,7 +30,7 @@ from torch import nn
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
 
-__all__ = ["RunResult", "TrainConfig", "evaluate", "run_training", "train_worker"]
+__all__ = ["RunResult", "TrainConfig", "evaluate", "run_training", "train_rank", "train_worker"]
 
 
 @dataclass(frozen=True)
@@ -112,15 +112,28 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def train_worker(rank: int, world: int, config: TrainConfig) -> RunResult:
-    """Train one rank (module level: :func:`gradwire.launch.spawn` runs it)."""
+    """Initialise the gradwire group on ``config.net`` and train one rank (for :func:`gradwire.launch.spawn`)."""
+    import torch.distributed as dist
+
+    import gradwire
+
+    torch.set_num_threads(1)
+    gradwire.configure(config.net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    return train_rank(config)
+
+
+def train_rank(config: TrainConfig) -> RunResult:
+    """Train on the already initialised default group (several runs may share one group).
+
+    ``config.net`` is not applied here: the group was created on its network already.
+    """
     import torch.distributed as dist
 
     import gradwire
     from gradwire.overlap import parse_strategy, step_comm_seconds
 
-    torch.set_num_threads(1)
-    gradwire.configure(config.net)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
     compressor, spec = parse_strategy(config.strategy)
     strategy = spec.build(compressor, momentum=config.momentum)
     data = load_digits()

@@ -1,0 +1,3 @@
+"""placeholder"""
+def add_parser(subparsers):
+    pass

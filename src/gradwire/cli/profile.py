@@ -1,0 +1,92 @@
+"""`gradwire profile --net SPEC -- CMD ...`: run a job under the simulated network.
+
+The job runs unchanged: every ``init_process_group`` in it uses the
+``gradwire`` backend with ``SPEC`` (see gradwire.profile.bootstrap). Each rank
+writes its counters on exit; this command prints the breakdown and writes a
+merged Chrome trace of all ranks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("profile", help="run a training command under a simulated network and break down its communication",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--net", default="loopback", help="network spec or preset (default: loopback)")
+    p.add_argument("--out", default=None, help="folder for per-rank results and trace.json (default: a temp folder)")
+    p.add_argument("--torch-profiler", action="store_true", help="also record torch.profiler events into the trace")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gradwire.net import parse_spec
+
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        raise ValueError("no command given: use `gradwire profile --net SPEC -- python train.py ...`")
+    spec = parse_spec(args.net)  # reject a bad spec before launching anything
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("rank*.json"):
+        stale.unlink()
+    site = Path(__file__).resolve().parent.parent / "profile" / "_site"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["GRADWIRE_NET"] = spec.to_string()
+    env["GRADWIRE_PROFILE_DIR"] = str(out)
+    if args.torch_profiler:
+        env["GRADWIRE_PROFILE_TORCH"] = "1"
+    code = subprocess.call(cmd, env=env)
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    if not results:
+        print(f"gradwire profile: the command wrote no results (exit code {code}); "
+              "did it call torch.distributed.init_process_group?", file=sys.stderr)
+        return code or 1
+    report(results, spec.to_string())
+    traces = sorted(out.glob("trace.rank*.json"))
+    if traces:
+        events: list = []
+        for t in traces:
+            events += json.loads(t.read_text()).get("traceEvents", [])
+        (out / "trace.json").write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        print(f"trace: {out / 'trace.json'} (open in https://ui.perfetto.dev or chrome://tracing)")
+    (out / "profile.json").write_text(json.dumps({"net": spec.to_string(), "ranks": results}, indent=2))
+    print(f"results: {out / 'profile.json'}")
+    return code
+
+
+def report(results: list[dict], net: str) -> None:
+    """Print the per-op table (rank 0) and compute/exposed shares of every rank."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    r0 = min(results, key=lambda r: r["rank"])
+    table = Table(title=f"communication of rank {r0['rank']} on {net}")
+    for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)"):
+        table.add_column(col, justify="right")
+    for op, s in r0["ops"].items():
+        table.add_row(op, f"{s['calls']:.0f}", _mb(s["payload_bytes"]), _mb(s["wire_bytes"]),
+                      f"{s['model_seconds']:.3f}", f"{s['inner_seconds']:.3f}")
+    console.print(table)
+    shares = Table(title="compute vs exposed communication (wall − thread CPU time)")
+    for col in ("rank", "wall (s)", "compute (s)", "exposed comm (s)", "exposed share"):
+        shares.add_column(col, justify="right")
+    for r in sorted(results, key=lambda r: r["rank"]):
+        share = r["exposed_seconds"] / r["wall_seconds"] if r["wall_seconds"] else 0.0
+        shares.add_row(str(r["rank"]), f"{r['wall_seconds']:.3f}", f"{r['compute_seconds']:.3f}",
+                       f"{r['exposed_seconds']:.3f}", f"{share:.0%}")
+    console.print(shares)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"

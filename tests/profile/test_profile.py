@@ -1,0 +1,44 @@
+"""`gradwire profile` runs an unchanged DDP script and counts its bytes."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradwire.launch import free_port
+
+HERE = Path(__file__).parent
+
+
+def test_profile_plain_ddp_script(tmp_path):
+    out = tmp_path / "prof"
+    facts = tmp_path / "facts.json"
+    env = dict(os.environ, PLAIN_DDP_OUT=str(facts), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe", "--out", str(out), "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           f"--master-port={free_port()}", str(HERE / "plain_ddp.py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(facts.read_text())
+    assert got["backend"] == "gradwire"  # the script asked for gloo and got the simulated network
+    prof = json.loads((out / "profile.json").read_text())
+    assert [r["rank"] for r in prof["ranks"]] == [0, 1]
+    for r in prof["ranks"]:
+        # DDP all_reduces every gradient once per step: the bytes are the model's, exactly
+        assert r["ops"]["all_reduce"]["payload_bytes"] == got["param_bytes"] * got["steps"]
+        assert r["ops"]["all_reduce"]["model_seconds"] > 0
+        assert r["wall_seconds"] >= r["exposed_seconds"] >= 0
+    trace = json.loads((out / "trace.json").read_text())
+    assert any(e.get("name") == "all_reduce" for e in trace["traceEvents"])
+    assert "all_reduce" in proc.stdout and "exposed" in proc.stdout
+
+
+def test_profile_rejects_bad_spec_and_missing_command():
+    bad = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "10gbe,bogus=1", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "bogus" in bad.stderr
+    empty = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe"],
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2 and "no command" in empty.stderr
