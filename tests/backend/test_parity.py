@@ -41,3 +41,11 @@ def test_ddp_matches_gloo(world):
     for rank in range(world):
         _same(got[rank], ref[rank], f"rank {rank}")
         _same(got[rank], got[0], f"rank {rank} vs rank 0")
+
+
+@pytest.mark.parametrize("hook", ["allreduce_hook", "fp16_compress_hook"])
+def test_ddp_with_comm_hook_matches_gloo(hook):
+    ref = spawn(workers.ddp_train, 2, ("gloo", None, 3, hook), timeout=100)
+    got = spawn(workers.ddp_train, 2, ("gradwire", "10gbe", 3, hook), timeout=100)
+    for rank in range(2):
+        _same(got[rank], ref[rank], f"rank {rank}")

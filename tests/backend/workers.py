@@ -150,13 +150,16 @@ def overlap(rank: int, world: int, net: str, n_ops: int, nbytes: int, compute_s:
     return {"issued": issued, "total": total, "model_per_op": per_op}
 
 
-def ddp_train(rank: int, world: int, backend: str, net: str | None, steps: int = 5) -> list:
+def ddp_train(rank: int, world: int, backend: str, net: str | None, steps: int = 5, hook: str | None = None) -> list:
     _init(rank, world, backend, net)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     ddp = DDP(model, bucket_cap_mb=0.001)
+    if hook is not None:
+        ddp.register_comm_hook(None, getattr(default_hooks, hook))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     g = torch.Generator().manual_seed(rank)
     for _ in range(steps):

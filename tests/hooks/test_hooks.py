@@ -81,9 +81,9 @@ def test_ddp_onebit_momentum_four_ranks_in_sync():
 
 def test_ddp_resume_equals_uninterrupted():
     # onebit two-phase: worker and server residuals, hook momentum and the step all resume.
-    spec = {"compressor": "onebit", "hook_momentum": 0.9, "model": "wide", "steps": 6}
+    spec = {"compressor": "onebit", "hook_momentum": 0.9, "model": "wide", "steps": 4}
     straight = spawn(workers.ddp_train, 2, args=(spec,), timeout=100)
-    resumed = spawn(workers.ddp_train, 2, args=({**spec, "resume_at": 3},), timeout=100)
+    resumed = spawn(workers.ddp_train, 2, args=({**spec, "resume_at": 2},), timeout=100)
     assert torch.equal(straight[0]["params"], resumed[0]["params"])
 
 

@@ -88,13 +88,13 @@ class Net(nn.Module):
 def wide() -> nn.Module:
     """One parameter, hence one bucket whose first-iteration layout equals the rebuilt one
     (what an exact resume needs, see gradwire.hooks.state)."""
-    return nn.Linear(64, 4200, bias=False)
+    return nn.Linear(64, 500, bias=False)
 
 
 def _batch(rank: int, step: int, model: str = "cnn") -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(10_000 * step + rank)
     if model == "wide":
-        return torch.randn(16, 64, generator=g), torch.randint(0, 4200, (16,), generator=g)
+        return torch.randn(16, 64, generator=g), torch.randint(0, 500, (16,), generator=g)
     return torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
 
 

@@ -117,10 +117,10 @@ class LocalSGDStrategy(_Averaging):
         self.steps += 1
         self._local += 1
         if self._local % self.period == 0:
-            own, fut = self._launch()
+            snapshot, fut = self._launch()
             with self.waiting():
                 mean = fut.wait()
-            self._apply(own, mean)
+            self._apply(snapshot, mean)
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         # Right after an average every rank holds the new anchor already.
@@ -143,12 +143,12 @@ class AsyncAverageStrategy(_Averaging):
 
     def _settle(self) -> None:
         assert self._pending is not None
-        own, fut = self._pending
+        snapshot, fut = self._pending
         self._pending = None
         with self.waiting():
             mean = fut.wait()
         self.lags.append(self.steps - self._launched_at)
-        self._apply(own, mean)
+        self._apply(snapshot, mean)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()

@@ -6,7 +6,7 @@ no download, which makes it the harness's default workload.
 
 1. A fixed split: a permutation drawn from ``SPLIT_SEED`` (not the run's seed)
    puts 20% of the images in the test set, so every run, strategy and seed is
-   scored on the same 360 images.
+   scored on the same 359 images.
 2. Per epoch, every rank draws the *same* permutation of the training set from
    ``(seed, epoch)`` and keeps every ``world``-th index starting at its rank.
    The remainder is dropped so that every rank runs the same number of steps:

@@ -1,0 +1,79 @@
+"""Pure tests of the collective definitions: nccl-tests byte conventions and bus factors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradwire.bench.collectives import COLLECTIVES, Ctx, fill, reference_reduce
+from gradwire.net import NetworkModel, busbw_factor
+
+NCCL_TESTS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def test_every_collective_has_a_factor_under_test() -> None:
+    assert set(COLLECTIVES) == set(NCCL_TESTS_FACTOR)
+
+
+@pytest.mark.parametrize("op", sorted(NCCL_TESTS_FACTOR))
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16])
+def test_bus_factor_is_nccl_tests(op: str, n: int) -> None:
+    assert COLLECTIVES[op].bus_factor(n) == pytest.approx(NCCL_TESTS_FACTOR[op](n))
+    # and agrees with the network model's own table (sendrecv is priced as send)
+    assert COLLECTIVES[op].bus_factor(n) == pytest.approx(busbw_factor(COLLECTIVES[op].model_op, n))
+
+
+@pytest.mark.parametrize("op,size,send,recv", [
+    ("all_reduce", 4096, 1024, 1024),
+    ("broadcast", 4096, 1024, 1024),
+    ("reduce", 4096, 1024, 1024),
+    ("sendrecv", 4096, 1024, 1024),
+    ("all_gather", 4096, 256, 1024),      # S = the full gathered buffer
+    ("reduce_scatter", 4096, 1024, 256),  # S = the full input buffer
+    ("all_to_all", 4096, 1024, 1024),     # S = one rank's whole buffer
+])
+def test_layout_follows_nccl_tests(op: str, size: int, send: int, recv: int) -> None:
+    lay = COLLECTIVES[op].layout(size, 4, 4)
+    assert (lay.size, lay.count, lay.send, lay.recv) == (size, size // 4, send, recv)
+
+
+def test_layout_rounds_down_to_a_multiple_of_ranks() -> None:
+    lay = COLLECTIVES["all_gather"].layout(40, 4, 3)  # 10 floats -> 3 per rank
+    assert (lay.size, lay.send, lay.recv) == (36, 3, 9)
+
+
+def test_algbw_and_busbw_from_time() -> None:
+    from gradwire.bench.collectives import Layout
+    from gradwire.bench.config import BenchConfig
+    from gradwire.bench.driver import _row
+
+    ctx = Ctx(0, 4, torch.float32, "sum", 0, torch.device("cpu"))
+    lay = Layout(8_000_000, 2_000_000, 2_000_000, 2_000_000)
+    row = _row(COLLECTIVES["all_reduce"], lay, BenchConfig(), ctx, "in-place", 0.01, 0, None)
+    assert row.algbw == pytest.approx(0.8)  # 8 MB / 10 ms = 0.8 GB/s
+    assert row.busbw == pytest.approx(0.8 * 2 * 3 / 4)
+    assert row.time_us == pytest.approx(10_000)
+
+
+@pytest.mark.parametrize("redop", ["sum", "prod", "max", "min", "avg"])
+def test_fill_is_exact_in_half_precision(redop: str) -> None:
+    ctx = Ctx(0, 8, torch.float16, redop, 0, torch.device("cpu"))
+    ref = reference_reduce(ctx, 1000)
+    if redop != "avg":
+        assert torch.equal(ref.to(torch.float16).double(), ref)
+    assert torch.isfinite(ref.to(torch.float16)).all()
+    assert not torch.equal(fill(ctx, 0, 64), fill(ctx, 1, 64))  # ranks differ
+
+
+def test_sendrecv_model_charges_send_and_recv() -> None:
+    model = NetworkModel("bandwidth=1gbit,latency=1ms,protocol=none", 2)
+    one = model.cost("send", 1 << 20, src=0, dst=1).seconds
+    assert COLLECTIVES["sendrecv"].model_seconds(model, 1 << 20) == pytest.approx(2 * one)
+    assert COLLECTIVES["all_reduce"].model_seconds(model, 1 << 20) == model.cost("all_reduce", 1 << 20).seconds
