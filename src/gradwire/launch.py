@@ -23,6 +23,7 @@ import os
 import pickle
 import queue as queue_mod
 import socket
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ def _entry(
     results: Any,
 ) -> None:
     os.environ.update(env)
+    if "torch" in sys.modules and env.get("OMP_NUM_THREADS"):
+        # torch was imported while unpickling ``fn`` and sized its pool from
+        # the parent's environment: apply the ranks' thread count now.
+        sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
     os.environ["RANK"] = str(rank)
     os.environ["LOCAL_RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)

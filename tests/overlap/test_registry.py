@@ -22,7 +22,7 @@ def test_parse(text: str, compressor: str | None, spec: StrategySpec) -> None:
 
 
 def test_spec_round_trips_through_str() -> None:
-    for text in ("sync", "localsgd:4:warmup=50", "async-average:8"):
+    for text in ("sync", "localsgd:4:warmup=50", "async-average:8", "delayed:local=1"):
         assert str(parse_strategy(text)[1]) == text
 
 
@@ -36,7 +36,9 @@ def test_spec_round_trips_through_str() -> None:
     ("delayed+sync", "two strategies"),
     ("onebit+fp16", "two compressors"),
     ("localsgd:4:bar=1", "unknown option 'bar'"),
-    ("signum+localsgd:4", "valid compressors for localsgd"),
+    ("signum+localsgd:4", "valid compressors for localsgd:4"),
+    ("onebit+delayed:local=1", "valid compressors for delayed:local=1: bf16, fp16"),
+    ("delayed:local=2", "local must be 0 or 1"),
     ("onebit++delayed", "empty part"),
 ])
 def test_bad_names_say_what_is_valid(text: str, fragment: str) -> None:

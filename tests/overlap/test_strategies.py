@@ -32,7 +32,7 @@ def _configs(strategies: list[str], steps: int = 12) -> list[TrainConfig]:
 
 
 def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
-    names = ["sync", "delayed", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler"]
+    names = ["sync", "delayed", "delayed:local=1", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler"]
     results = spawn(workers.train_many, 2, ("loopback", _configs(names)), timeout=100)
     by_name = {name: [results[r][i] for r in range(2)] for i, name in enumerate(names)}
     for name, (r0, r1) in by_name.items():
@@ -49,7 +49,7 @@ def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
 
 
 def test_every_strategy_composes_with_compressors() -> None:
-    names = ["fp16+sync", "onebit+delayed", "topk:0.05+localsgd:2", "int8+async-average:2", "fp16+handler"]
+    names = ["fp16+sync", "onebit+delayed", "fp16+delayed:local=1", "topk:0.05+localsgd:2", "int8+async-average:2", "fp16+handler"]
     results = spawn(workers.train_many, 2, ("loopback", _configs(names, steps=6)), timeout=100)
     for i, name in enumerate(names):
         r0, r1 = results[0][i], results[1][i]

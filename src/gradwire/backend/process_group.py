@@ -6,7 +6,8 @@ backend computes. What the simulation adds is *when* the op completes:
 
 1. At issue, the network model prices the op (seconds, bytes on the wire) for
    this group's ranks, and the op queues on the group's link: it starts at
-   ``max(now, busy_until)`` and the link is busy until ``start + seconds``.
+   ``max(now, busy_until)`` and the link is busy until ``start + seconds``
+   (full duplex: sends hold the transmit side, recvs the receive side).
 2. The inner collective is launched at once; the caller gets a
    :class:`GradwireWork` whose future is not yet complete.
 3. When the inner collective finishes, its callback completes our future at
@@ -223,7 +224,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._nccl: Any = None
         self._lock = threading.Lock()
         self._seq = 0
-        self._busy_until = 0.0
+        self._tx_busy = 0.0
+        self._rx_busy = 0.0
         self._priced = lru_cache(maxsize=4096)(self._price_uncached)
         self._deterministic = model.is_zero or not _has_randomness(model.spec)
 
@@ -268,14 +270,21 @@ class GradwireProcessGroup(dist.ProcessGroup):
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend."""
         inner = self._inner(tensors)
+        me = self._ranks[self.rank()]
+        sends, receives = (src == me, dst == me) if op == "send" else (True, True)
         with self._lock:
             seq = self._seq
             self._seq += 1
             cost = self._price(op, nbytes, seq, src, dst)
             now = CLOCK.now()
-            start = now if now > self._busy_until else self._busy_until
+            # a full-duplex NIC: a send holds the transmit side, a recv the
+            # receive side, a collective both
+            start = max(now, self._tx_busy if sends else now, self._rx_busy if receives else now)
             done = start + cost.seconds
-            self._busy_until = done
+            if sends:
+                self._tx_busy = done
+            if receives:
+                self._rx_busy = done
         event = Event(op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       cost.seconds, now, start, done)
         try:

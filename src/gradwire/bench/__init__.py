@@ -12,12 +12,21 @@ Modules: :mod:`~gradwire.bench.collectives` (one definition per collective),
 """
 from __future__ import annotations
 
-from gradwire.bench.config import BenchConfig, parse_bench_size
-from gradwire.bench.driver import BenchResult, Row, run
-from gradwire.bench.fit import Fit, fit_result
-from gradwire.bench.report import format_table, plot, write_csv, write_json
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "BenchConfig", "BenchResult", "Fit", "Row", "fit_result", "format_table", "parse_bench_size",
-    "plot", "run", "write_csv", "write_json",
-]
+# Lazy exports: `gradwire --help` imports gradwire.bench.config, which must not pull in torch.
+_EXPORTS = {
+    "BenchConfig": "config", "parse_bench_size": "config",
+    "BenchResult": "driver", "Row": "driver", "run": "driver",
+    "Fit": "fit", "fit_result": "fit",
+    "format_table": "report", "plot": "report", "write_csv": "report", "write_json": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"gradwire.bench.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'gradwire.bench' has no attribute {name!r}")

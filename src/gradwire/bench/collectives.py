@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gradwire.bench.config import COLLECTIVE_NAMES
 from gradwire.net import NetworkModel
 
 __all__ = ["COLLECTIVES", "Collective", "Ctx", "Layout", "fill", "reference_reduce"]
@@ -243,7 +244,7 @@ class SendRecv(Collective):
     model_op = "send"
     min_world = 2
     has_in_place = False
-    p2p_calls = 2
+    p2p_calls = 1  # send and recv overlap on a full-duplex link
 
     def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
         return fill(ctx, (ctx.rank - 1) % ctx.world, lay.recv)
@@ -254,13 +255,13 @@ class SendRecv(Collective):
         req.wait()
 
     def model_seconds(self, model: NetworkModel, size: int) -> float:
-        # The gradwire backend queues a rank's send and its recv on that rank's
-        # one link, one after the other, so it charges both; the slowest rank
-        # sets the row's time.
+        # The gradwire backend models a full-duplex NIC: a rank's send holds
+        # its transmit side and its recv the receive side, so the two overlap;
+        # the slowest rank sets the row's time.
         p = model.world_size
         return max(
-            model.cost("send", size, src=r, dst=(r + 1) % p).seconds
-            + model.cost("send", size, src=(r - 1) % p, dst=r).seconds
+            max(model.cost("send", size, src=r, dst=(r + 1) % p).seconds,
+                model.cost("send", size, src=(r - 1) % p, dst=r).seconds)
             for r in range(p)
         )
 
@@ -269,3 +270,4 @@ class SendRecv(Collective):
 COLLECTIVES: dict[str, Collective] = {
     c.name: c for c in (AllReduce(), AllGather(), ReduceScatter(), Broadcast(), Reduce(), AllToAll(), SendRecv())
 }
+assert tuple(COLLECTIVES) == COLLECTIVE_NAMES, "keep gradwire.bench.config.COLLECTIVE_NAMES in step"

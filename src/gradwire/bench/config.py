@@ -10,7 +10,12 @@ from dataclasses import dataclass
 
 from gradwire.net.units import parse_size
 
-__all__ = ["BACKENDS", "DTYPES", "REDOPS", "BenchConfig", "parse_bench_size", "sweep_sizes"]
+__all__ = ["BACKENDS", "COLLECTIVE_NAMES", "DTYPES", "REDOPS", "BenchConfig", "parse_bench_size", "sweep_sizes"]
+
+#: collectives by CLI name, in the order ``--op all`` runs them (definitions: gradwire.bench.collectives)
+COLLECTIVE_NAMES: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv",
+)
 
 #: backends the benchmark can run on
 BACKENDS: tuple[str, ...] = ("gloo", "nccl", "gradwire")
@@ -86,13 +91,11 @@ class BenchConfig:
     """show a progress bar on rank 0's stderr"""
 
     def __post_init__(self) -> None:
-        from gradwire.bench.collectives import COLLECTIVES
-
         if not self.ops:
-            raise ValueError(f"no collective given; valid: {', '.join(COLLECTIVES)} or all")
+            raise ValueError(f"no collective given; valid: {', '.join(COLLECTIVE_NAMES)} or all")
         for op in self.ops:
-            if op not in COLLECTIVES:
-                raise ValueError(f"unknown collective {op!r}; valid: {', '.join(COLLECTIVES)} or all")
+            if op not in COLLECTIVE_NAMES:
+                raise ValueError(f"unknown collective {op!r}; valid: {', '.join(COLLECTIVE_NAMES)} or all")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
         if self.dtype not in DTYPES:

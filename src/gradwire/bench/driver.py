@@ -23,7 +23,7 @@ from typing import Callable
 from gradwire.bench.collectives import COLLECTIVES, Collective, Ctx, Layout
 from gradwire.bench.config import DTYPES, BenchConfig
 
-__all__ = ["BenchResult", "CORRUPT_ENV", "Row", "run", "run_rank", "under_torchrun"]
+__all__ = ["BenchResult", "CORRUPT_ENV", "Row", "run", "run_in_group", "run_rank", "under_torchrun"]
 
 #: test-only: a collective name whose checked output each rank corrupts before comparing
 CORRUPT_ENV = "GRADWIRE_BENCH_CORRUPT"
@@ -99,52 +99,71 @@ def run(config: BenchConfig) -> BenchResult:
     if under_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         config.check_world(world)
-        return run_rank(rank, world, config, teardown=True)
+        return run_rank(rank, world, config, external=True)
     from gradwire.launch import spawn
 
     config.check_world(config.world_size)
     return spawn(run_rank, config.world_size, (config,), timeout=config.timeout)[0]
 
 
-def run_rank(rank: int, world: int, config: BenchConfig, teardown: bool = False) -> BenchResult:
-    """One rank's whole benchmark (every rank returns the same rows)."""
+def run_rank(rank: int, world: int, config: BenchConfig, external: bool = False) -> BenchResult:
+    """One rank's whole benchmark: join the group, measure, (under torchrun) leave.
+
+    ``external`` is True when an outside launcher (torchrun) started this
+    process; otherwise the launcher owns teardown (see :mod:`gradwire.launch`).
+    """
+    import torch
+    import torch.distributed as dist
+
+    import gradwire
+
+    if config.backend == "gradwire":
+        gradwire.configure(config.net)
+    if not external:
+        # Spawned ranks share this machine's cores. torch sized its thread pool
+        # at import, before the launcher's OMP_NUM_THREADS applied; more threads
+        # than cores made the 1 MB copy of an out-of-place call take 10-45 ms.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    if config.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dist.init_process_group(config.backend, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=config.timeout))
+    try:
+        return run_in_group(config)
+    finally:
+        if external:
+            dist.destroy_process_group()
+
+
+def run_in_group(config: BenchConfig) -> BenchResult:
+    """Measure on the already initialised default group (every rank calls this; all get the same rows).
+
+    ``config.backend`` must name the group's backend: it picks the clock and
+    whether the network model is the group's own.
+    """
     import torch
     import torch.distributed as dist
 
     import gradwire
     from gradwire.net import NetworkModel
 
-    if config.backend == "gradwire":
-        gradwire.configure(config.net)
-    if not teardown:
-        # Spawned ranks share this machine's cores. torch sized its thread pool
-        # at import, before the launcher's OMP_NUM_THREADS applied; more threads
-        # than cores made the 1 MB copy of an out-of-place call take 10-45 ms.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    device = torch.device(f"cuda:{local}") if config.backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(config.backend, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=config.timeout))
-    try:
-        model = gradwire.network() if config.backend == "gradwire" else None
-        if model is not None and model.is_zero:
-            model = None
-        if model is None and config.net and config.backend != "gradwire":
-            model = NetworkModel(config.net, world)
-        result = BenchResult(config, world, config.backend, model.spec.to_string() if model else None,
-                             simulated=model is not None and config.backend == "gradwire")
-        me = f"Rank {rank:2d} Group 0 Pid {os.getpid():6d} on {socket.gethostname():>10} device {device}"
-        names: list[str | None] = [None] * world
-        dist.all_gather_object(names, me)
-        result.ranks = [str(n) for n in names]
-        ctx = Ctx(rank, world, getattr(torch, DTYPES[config.dtype]), config.redop, config.root, device)
-        result.rows = _sweep(config, ctx, _clock(config, device), model)
-        return result
-    finally:
-        if teardown:
-            dist.destroy_process_group()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    config.check_world(world)
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if config.backend == "nccl" else torch.device("cpu")
+    model = gradwire.network() if config.backend == "gradwire" else None
+    if model is not None and model.is_zero:
+        model = None
+    if model is None and config.net and config.backend != "gradwire":
+        model = NetworkModel(config.net, world)
+    result = BenchResult(config, world, config.backend, model.spec.to_string() if model else None,
+                         simulated=model is not None and config.backend == "gradwire")
+    me = f"Rank {rank:2d} Group 0 Pid {os.getpid():6d} on {socket.gethostname():>10} device {device}"
+    names: list[str | None] = [None] * world
+    dist.all_gather_object(names, me)
+    result.ranks = [str(n) for n in names]
+    ctx = Ctx(rank, world, getattr(torch, DTYPES[config.dtype]), config.redop, config.root, device)
+    result.rows = _sweep(config, ctx, _clock(config, device), model)
+    return result
 
 
 def _clock(config: BenchConfig, device: "object") -> Callable[[], float]:

@@ -15,20 +15,18 @@ import argparse
 import sys
 from typing import Any
 
-from gradwire.bench.config import BACKENDS, DTYPES, REDOPS, BenchConfig, parse_bench_size
+from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig, parse_bench_size
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``gradwire bench``."""
-    from gradwire.bench.collectives import COLLECTIVES
-
     p = subparsers.add_parser(
         "bench", help="benchmark collectives (nccl-tests table) on gloo, nccl or a simulated network",
         description="Benchmark torch.distributed collectives with nccl-tests' flags and table. "
         "Spawns --world-size ranks, or runs as one rank under torchrun.",
     )
     p.add_argument("--op", action="append", metavar="OP",
-                   help=f"collective, repeatable: {', '.join(COLLECTIVES)} or all (default all_reduce)")
+                   help=f"collective, repeatable: {', '.join(COLLECTIVE_NAMES)} or all (default all_reduce)")
     p.add_argument("--backend", default="gloo", help=f"{', '.join(BACKENDS)} (default gloo)")
     p.add_argument("--net", metavar="SPEC",
                    help="network spec: simulated with --backend gradwire; with gloo/nccl only priced in model(us)")
@@ -64,11 +62,9 @@ def _size(text: str) -> int:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build the checked :class:`BenchConfig` of a parsed command line."""
-    from gradwire.bench.collectives import COLLECTIVES
-
     ops = args.op or ["all_reduce"]
     if "all" in ops:
-        ops = list(COLLECTIVES)
+        ops = list(COLLECTIVE_NAMES)
     return BenchConfig(
         ops=tuple(dict.fromkeys(ops)), backend=args.backend, net=args.net, world_size=args.world_size,
         min_bytes=args.minbytes, max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,

@@ -4,7 +4,9 @@ Names (``STRATEGIES``; positional parameters after ``:``, options as ``key=value
 
 ======================  ====================================================
 sync                    DDP, bucketed all_reduce overlapped with backward
-delayed                 stale-by-one gradients, all_reduce hidden behind a step
+delayed[:local=1]       stale-by-one gradients, all_reduce hidden behind a step;
+                        local=1 applies the fresh local gradient at once and
+                        swaps in the average one step later (sync's stability)
 localsgd:H[:warmup=W]   local steps, blocking parameter average every H steps,
                         after W synchronous steps (post-local SGD)
 async-average:H         parameter average every H steps, overlapped, applied
@@ -27,7 +29,7 @@ import torch.distributed as dist
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
 from .base import Strategy
-from .delayed import DelayedStrategy
+from .delayed import LOCAL_REFUSES, DelayedStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
 
@@ -55,7 +57,7 @@ class StrategyEntry:
 
 STRATEGIES: dict[str, StrategyEntry] = {
     "sync": StrategyEntry(SyncStrategy, (), (), "DDP bucketed all_reduce (baseline)"),
-    "delayed": StrategyEntry(DelayedStrategy, (), (), "stale-by-one gradients"),
+    "delayed": StrategyEntry(DelayedStrategy, (), ("local",), "stale-by-one gradients"),
     "localsgd": StrategyEntry(LocalSGDStrategy, ("H",), ("warmup",), "parameter average every H steps",
                               _NOT_AN_AVERAGE),
     "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
@@ -114,6 +116,8 @@ def _parse_one(text: str) -> StrategySpec:
         params[key] = _int(name, key, value)
     if "H" in params and params["H"] < 1:
         raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
+    if params.get("local", 0) not in (0, 1):
+        raise ValueError(f"strategy {text!r}: local must be 0 or 1, got {params['local']}")
     if params.get("warmup", 0) < 0:
         raise ValueError(f"strategy {text!r}: warmup must be >= 0 steps, got {params['warmup']}")
     return StrategySpec(name, params)
@@ -125,13 +129,16 @@ def check_composition(compressor: str | None, spec: StrategySpec) -> None:
         return
     entry = STRATEGIES[spec.name]
     head = compressor.split(":")[0].lower()
-    if head in entry.refuses:
+    refuses, why = entry.refuses, "its exchange is a vote, not an average of parameters"
+    if spec.name == "delayed" and spec.params.get("local"):
+        refuses, why = LOCAL_REFUSES, "it needs error feedback, which fails with the optimizer's momentum"
+    if head in refuses:
         from gradwire.compress import COMPRESSORS
 
-        valid = ", ".join(sorted(n for n in COMPRESSORS if n not in entry.refuses))
+        valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses))
         raise ValueError(
-            f"compressor {compressor!r} cannot compose with strategy {spec.name!r}: its exchange is a "
-            f"vote, not an average of parameters; valid compressors for {spec.name}: {valid}"
+            f"compressor {compressor!r} cannot compose with strategy {spec}: {why}; "
+            f"valid compressors for {spec}: {valid}"
         )
 
 

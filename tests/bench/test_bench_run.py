@@ -1,0 +1,86 @@
+"""2-rank runs of the whole command: every collective checks out, wrong data fails the command."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from gradwire.bench.driver import CORRUPT_ENV
+from gradwire.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_all_collectives_on_gloo_are_correct_and_written(tmp_path, capsys) -> None:
+    files = {k: tmp_path / f"out.{k}" for k in ("json", "csv", "png")}
+    rc = main(["bench", "--op", "all", "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-w", "1",
+               "--json", str(files["json"]), "--csv", str(files["csv"]), "--plot", str(files["png"])])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv"):
+        assert f"# Collective test: {op}" in out
+    assert "# Out of bounds values : 0 OK" in out and "# Avg bus bandwidth" in out
+    assert "model" not in out.splitlines()[10]  # no network modelled: no model column
+    data = json.loads(files["json"].read_text())
+    rows = data["rows"]
+    assert data["wrong"] == 0 and data["world_size"] == 2
+    # 7 ops x 3 sizes x 2 placements; sendrecv and all_to_all have no in-place form
+    assert len(rows) == 42
+    assert all(r["wrong"] == 0 for r in rows if r["time_us"] is not None)
+    assert {r["placement"] for r in rows} == {"out-of-place", "in-place"}
+    assert sum(1 for r in rows if r["time_us"] is None) == 6
+    ag = next(r for r in rows if r["op"] == "all_gather" and r["size"] == 512)
+    assert ag["busbw"] == pytest.approx(ag["algbw"] * 0.5)
+    with files["csv"].open() as fh:
+        assert len(list(csv.DictReader(fh))) == 42
+    assert files["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reducing_collectives_in_other_types() -> None:
+    from gradwire.bench.config import BenchConfig
+    from gradwire.bench.report import format_table
+    from gradwire.launch import spawn
+    from tests.bench.workers import several_configs_on_gloo
+
+    cases = [("int8", "max"), ("bfloat16", "avg"), ("half", "prod"), ("int32", "min"), ("double", "sum")]
+    configs = [BenchConfig(ops=("all_reduce", "reduce_scatter", "reduce"), root=1, min_bytes=1024, max_bytes=1024,
+                           iters=1, warmup=0, dtype=d, redop=o) for d, o in cases]
+    results = spawn(several_configs_on_gloo, 2, (configs,), timeout=100)[0]
+    for (dtype, redop), result in zip(cases, results):
+        assert result.wrong == 0, format_table(result)
+        assert {(r.dtype, r.redop) for r in result.rows} == {(dtype, redop)}
+        assert {r.root for r in result.rows if r.op == "reduce"} == {1}
+
+
+def test_wrong_data_shows_in_wrong_and_fails_the_command(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(CORRUPT_ENV, "all_gather")  # inherited by the spawned ranks
+    rc = main(["bench", "--op", "all_gather", "--op", "all_reduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+               "--net", "1gbe"])
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert "priced by the model only" in captured.out and "model" in captured.out  # gloo + --net: what-if column
+    assert "# Out of bounds values : 4 FAILED" in captured.out  # 2 ranks x 2 placements, one element each
+    assert "# Out of bounds values : 0 OK" in captured.out  # all_reduce untouched
+    assert "wrong values" in captured.err
+
+
+def test_simulated_network_adds_model_column(capsys) -> None:
+    spec = "bandwidth=1gbit,latency=5ms,protocol=none,clock=virtual"
+    assert main(["bench", "--backend", "gradwire", "--net", spec, "--op", "sendrecv", "--op", "broadcast",
+                 "-b", "1M", "-e", "1M", "-n", "2", "-w", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "model" in out and "simulated by the gradwire backend" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("     1048576")]
+    assert len(rows) == 2
+    for r in rows:
+        measured, model = float(r[5]), float(r[-1])
+        assert measured == pytest.approx(model, rel=0.2)  # virtual clock: the model sets the time
+    sendrecv = rows[0]
+    assert float(sendrecv[-1]) == pytest.approx(5000 + 1048576 * 8 / 1e9 * 1e6, rel=1e-3)  # full duplex
+
+
+def test_doctor_passes_on_two_healthy_ranks(capsys) -> None:
+    assert main(["doctor", "--probe-bytes", "65536", "--timeout", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "all checks passed" in out and "probe 0<->1" in out
