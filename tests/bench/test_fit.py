@@ -15,7 +15,7 @@ def test_terms_are_the_algorithm_coefficients() -> None:
     assert terms("all_reduce", "ring", 4, n) == pytest.approx((6, 1.5 * n))
     assert terms("all_gather", "ring", 4, n) == pytest.approx((3, 0.75 * n))
     assert terms("all_to_all", "ring", 4, n) == pytest.approx((3, 0.75 * n))  # ring has none: pairwise
-    assert terms("sendrecv", "ring", 2, n) == pytest.approx((2, 2 * n))  # a send and a recv per rank
+    assert terms("sendrecv", "ring", 2, n) == pytest.approx((1, n))  # send and recv overlap (full duplex)
     model = NetworkModel("1gbe", 2)  # auto picks recursive doubling at p = 2: one step
     assert terms("all_reduce", "auto", 2, n, model) == pytest.approx((1, n))
     with pytest.raises(ValueError, match="unknown algorithm"):
