@@ -15,6 +15,7 @@ from typing import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "gradwire.cli.net",
     "gradwire.cli.demo",
+    "gradwire.cli.compare",
     "gradwire.cli.profile",
     "gradwire.cli.bench",
     "gradwire.cli.doctor",

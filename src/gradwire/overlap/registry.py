@@ -32,11 +32,22 @@ from .base import Strategy
 from .delayed import LOCAL_REFUSES, DelayedStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
+from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
 
 __all__ = ["STRATEGIES", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
 
 #: compressors whose exchange is not an average (a majority vote): they cannot average parameters
 _NOT_AN_AVERAGE = frozenset({"signum"})
+
+
+class _Everything(frozenset):
+    """A refusal set that holds every name (for strategies that are their own compression)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_ANY_COMPRESSOR = _Everything()
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,10 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
                                    _NOT_AN_AVERAGE),
     "handler": StrategyEntry(HandlerStrategy, (), (), "AsyncGradientHandler, no DDP"),
+    # PyTorch's own hooks, as peers; they are the compression, so they take no compressor
+    "torch-fp16": StrategyEntry(TorchFP16Strategy, (), (), "DDP + PyTorch's fp16_compress_hook", _ANY_COMPRESSOR),
+    "torch-powersgd": StrategyEntry(TorchPowerSGDStrategy, ("R",), ("start",), "DDP + PyTorch's powerSGD_hook, rank R",
+                                    _ANY_COMPRESSOR),
 }
 
 
@@ -114,6 +129,8 @@ def _parse_one(text: str) -> StrategySpec:
             allowed = ", ".join(entry.options) or "none"
             raise ValueError(f"strategy {text!r}: unknown option {key!r} (options of {name}: {allowed})")
         params[key] = _int(name, key, value)
+    if "R" in params and params["R"] < 1:
+        raise ValueError(f"strategy {text!r}: R (PowerSGD rank) must be >= 1, got {params['R']}")
     if "H" in params and params["H"] < 1:
         raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
     if params.get("local", 0) not in (0, 1):
@@ -135,7 +152,9 @@ def check_composition(compressor: str | None, spec: StrategySpec) -> None:
     if head in refuses:
         from gradwire.compress import COMPRESSORS
 
-        valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses))
+        if refuses is _ANY_COMPRESSOR:
+            why = "it is its own compression"
+        valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses)) or "none"
         raise ValueError(
             f"compressor {compressor!r} cannot compose with strategy {spec}: {why}; "
             f"valid compressors for {spec}: {valid}"

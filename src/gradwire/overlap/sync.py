@@ -65,17 +65,19 @@ class SyncStrategy(Strategy):
     def wrap(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
         ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb)
+        self._timed = _TimedHook(*self.comm_hook())
+        ddp.register_comm_hook(self._timed, _timed_hook)
+        return ddp
+
+    def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
+        """The DDP comm hook and its state: plain all_reduce, or gradwire's compression hook."""
         if self.compressor is None:
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-            self._timed = _TimedHook(allreduce_hook, self.group)
-        else:
-            from gradwire.hooks import CompressionState, compression_hook
+            return allreduce_hook, self.group
+        from gradwire.hooks import CompressionState, compression_hook
 
-            state = CompressionState(self.compressor, process_group=self.group, momentum=self.momentum)
-            self._timed = _TimedHook(compression_hook, state)
-        ddp.register_comm_hook(self._timed, _timed_hook)
-        return ddp
+        return compression_hook, CompressionState(self.compressor, process_group=self.group, momentum=self.momentum)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         now = time.perf_counter()

@@ -2,6 +2,8 @@
 
 - ``cnn``: two 3x3 convolutions and two linear layers, about 38 K parameters
   (150 KB of fp32 gradient per step): compute-bound, few bytes.
+- ``cnn-wide``: the same CNN 4x wider, about 600 K parameters (2.4 MB per
+  step): the default of ``gradwire compare``.
 - ``mlp``: 64 -> 2048 -> 2048 -> 10, about 4.3 M parameters (17 MB per step):
   communication-heavy on the same data; what compression and overlap are for.
 - ``tiny``: a linear classifier (650 parameters) for fast tests.
@@ -16,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "DigitsCNN", "DigitsMLP", "build_model", "num_parameters"]
+__all__ = ["MODELS", "DigitsCNN", "DigitsMLP", "DigitsWideCNN", "build_model", "num_parameters"]
 
 
 class DigitsCNN(nn.Module):
@@ -33,6 +35,23 @@ class DigitsCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
+
+
+class DigitsWideCNN(DigitsCNN):
+    """The digits CNN, 4x wider: conv(1->64) conv(64->128) fc(2048->256) fc(256->10), about 600 K parameters.
+
+    Enough compute per step that fixed per-step costs (Python, hook plumbing)
+    do not hide what the network and the strategies do; 2.4 MB of gradient.
+    """
+
+    def __init__(self) -> None:
+        nn.Module.__init__(self)
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 64, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
 class DigitsMLP(nn.Module):
@@ -55,6 +74,7 @@ def _tiny() -> nn.Module:
 
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "cnn": DigitsCNN,
+    "cnn-wide": DigitsWideCNN,
     "mlp": DigitsMLP,
     "tiny": _tiny,
 }

@@ -1,0 +1,77 @@
+"""`gradwire compare`: train a real model under every strategy and network; table, JSON, plots.
+
+With no arguments it runs the default experiment: the digits CNN (wide) on 4
+workers on the default network, baseline vs onebit, delayed, onebit+delayed and
+PyTorch's fp16 and PowerSGD hooks, 3 seeds each, plus a compute-only run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    from gradwire.compare.config import DEFAULT_NET, DEFAULT_STRATEGIES, CompareConfig
+
+    d = CompareConfig.__dataclass_fields__
+    p = sub.add_parser("compare", help="measure every strategy on real training (the main job)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--net", action="append", default=None,
+                   help=f"network spec or preset; repeat for a sweep (default: {DEFAULT_NET})")
+    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
+                   help="comma-separated composed names; the first is the baseline (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=d["workers"].default, help="ranks per run (default: %(default)s)")
+    p.add_argument("--model", default=d["model"].default, help="model name (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=d["epochs"].default, help="(default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=len(d["seeds"].default), help="number of seeds, 0..N-1 (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d["batch_size"].default, help="per worker (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=d["lr"].default, help="(default: %(default)s)")
+    p.add_argument("--target", type=float, default=d["target_accuracy"].default,
+                   help="test accuracy for time-to-accuracy (default: %(default)s)")
+    p.add_argument("--out", default="gradwire-compare", help="output folder (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gradwire.compare import CompareConfig, print_table, rows_of, run_compare, to_markdown
+    from gradwire.compare.config import DEFAULT_NET
+    from gradwire.compare.plots import plot_accuracy, plot_breakdown
+
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    cfg = CompareConfig(
+        nets=tuple(args.net or [DEFAULT_NET]),
+        strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
+        workers=args.workers, model=args.model, epochs=args.epochs, seeds=tuple(range(args.seeds)),
+        batch_size=args.batch_size, lr=args.lr, target_accuracy=args.target, out=Path(args.out),
+    )
+    console = Console(stderr=True)
+    total = 1 + len(cfg.nets) * len(cfg.strategies)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("compare", total=total)
+
+        def done(run: dict) -> None:
+            status = "ok" if run["ok"] else "FAILED"
+            progress.console.print(f"  {run['strategy']:<22} {run['net']:<36} {status} ({run['seconds']:.0f} s)")
+            progress.advance(task)
+
+        results = run_compare(cfg, on_run=done)
+    rows = rows_of(results)
+    print_table(rows, cfg.target_accuracy)
+    out = Path(cfg.out)
+    results["rows"] = [r.as_dict() for r in rows]
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "table.md").write_text(to_markdown(rows, cfg.target_accuracy))
+    plot_accuracy(results, out / "accuracy.png")
+    plot_breakdown(rows, out / "breakdown.png")
+    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, {out / 'accuracy.png'}, {out / 'breakdown.png'}")
+    failed = [r for r in results["runs"] if not r["ok"]]
+    for r in failed:
+        console.print(f"[red]{r['strategy']} on {r['net']} failed:[/]\n{r['error']}")
+    return 1 if failed else 0

@@ -1,0 +1,51 @@
+"""PyTorch's own DDP comm hooks as strategies, so they run as peers in every comparison.
+
+- ``torch-fp16``: ``default_hooks.fp16_compress_hook`` (cast to fp16, all_reduce, cast back).
+- ``torch-powersgd:R``: ``powerSGD_hook.powerSGD_hook`` with rank ``R``; PyTorch's
+  defaults otherwise (error feedback and warm start on, uncompressed all_reduce
+  for the first ``start`` iterations — 10 unless ``:start=N`` is given).
+
+They are the compression, so they compose with no gradwire compressor, and the
+optimizer keeps its momentum (PyTorch's hooks feed back the error of the
+gradient, not of the momentum).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from .sync import SyncStrategy
+
+__all__ = ["TorchFP16Strategy", "TorchPowerSGDStrategy"]
+
+
+class TorchFP16Strategy(SyncStrategy):
+    """DDP with ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``."""
+
+    name = "torch-fp16"
+
+    def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+        return fp16_compress_hook, self.group
+
+
+class TorchPowerSGDStrategy(SyncStrategy):
+    """DDP with PyTorch's ``powerSGD_hook`` at matrix approximation rank ``R``."""
+
+    name = "torch-powersgd"
+
+    def __init__(self, R: int, compressor: Optional[str] = None, momentum: float = 0.9,  # noqa: N803
+                 group: Optional[dist.ProcessGroup] = None, start: int = 10) -> None:
+        super().__init__(compressor, momentum, group)
+        self.rank = R
+        self.start = start
+
+    def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+        state = ps.PowerSGDState(process_group=self.group, matrix_approximation_rank=self.rank,
+                                 start_powerSGD_iter=self.start)
+        return ps.powerSGD_hook, state
