@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gradwire.cli.net",
     "gradwire.cli.demo",
     "gradwire.cli.compare",
+    "gradwire.cli.predict",
     "gradwire.cli.profile",
     "gradwire.cli.bench",
     "gradwire.cli.doctor",
