@@ -9,7 +9,7 @@ from gradwire.compare import CompareConfig
 
 def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     out = tmp_path / "cmp"
-    rc = main(["compare", "--workers", "2", "--model", "tiny", "--epochs", "2", "--seeds", "2",
+    rc = main(["compare", "--workers", "2", "--model", "cnn", "--epochs", "1", "--seeds", "2",
                "--strategies", "sync,fp16,localsgd:2", "--net", "bandwidth=100mbit,latency=1ms", "--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())

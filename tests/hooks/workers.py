@@ -39,12 +39,13 @@ def allreduce_names(rank: int, world: int, names: list[str], numel: int) -> dict
     return out
 
 
-def two_phase_vs_gather(rank: int, world: int, numel: int) -> dict[str, Any]:
-    """Two-phase onebit result and the reference built from an all_gather of the raw tensors."""
-    from gradwire.compress import ErrorFeedback, twophase
+def two_phase_vs_gather(rank: int, world: int, numel: int, name: str = "onebit") -> dict[str, Any]:
+    """Two-phase result and the reference built from an all_gather of the raw tensors."""
+    from gradwire.compress import ErrorFeedback, get_compressor, twophase
     from gradwire.hooks import allreduce_compressed
 
     _init(rank, world)
+    comp = get_compressor(name)
     ef = ErrorFeedback()
     results, refs = [], []
     ref_worker = [ErrorFeedback() for _ in range(world)]
@@ -53,22 +54,56 @@ def two_phase_vs_gather(rank: int, world: int, numel: int) -> dict[str, Any]:
         t = _rank_tensor(rank, numel, seed=step)
         gathered = [torch.empty(numel) for _ in range(world)]
         dist.all_gather(gathered, t)
-        allreduce_compressed([t], "onebit", error_feedback=ef)
+        allreduce_compressed([t], comp, error_feedback=ef)
         results.append(t.clone())
         # Reference: every rank's phase 1 and every server step, computed locally.
         sends = []
         for r in range(world):
             c = ref_worker[r].compensate(gathered[r].clone(), 0)
-            send, approx = twophase.split_encode(c, world)
+            send, approx, plan = twophase.split_encode(c, world, comp)
             ref_worker[r].update(0, c, approx)
             sends.append(send)
         rows = torch.stack([
-            twophase.server_reduce(torch.stack([sends[src][dst] for src in range(world)]), numel, world, dst,
+            twophase.server_reduce(torch.stack([sends[src][dst] for src in range(world)]), plan, dst, comp,
                                    ref_server[dst], 0)
             for dst in range(world)
         ])
-        refs.append(twophase.gather_decode(rows, numel))
+        refs.append(twophase.gather_decode(rows, plan, comp))
     return {"results": results, "refs": refs}
+
+
+def warmup_hook(rank: int, world: int, spec: str) -> dict[str, Any]:
+    """The hook on a fake bucket for a few steps: which steps were exact averages, which ops ran."""
+    from gradwire.hooks import CompressionState, compression_hook
+
+    _init(rank, world)
+    state = CompressionState(spec, min_compress_numel=0)
+    exact = []
+    for step in range(5):
+        t = _rank_tensor(rank, 4096, seed=step)
+        mean = torch.stack([_rank_tensor(r, 4096, seed=step) for r in range(world)]).mean(0)
+        out = compression_hook(state, _FakeBucket(t)).wait()
+        exact.append(bool(torch.allclose(out, mean, atol=1e-6)))
+    return {"exact": exact, "warmup_iters": state.warmup_iters}
+
+
+class _FakeBucket:
+    """The part of dist.GradBucket the hook uses: one tensor, index 0, always the last bucket."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def buffer(self) -> torch.Tensor:
+        return self.t
+
+    def index(self) -> int:
+        return 0
+
+    def is_last(self) -> bool:
+        return True
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [self.t]
 
 
 class Net(nn.Module):
@@ -157,27 +192,11 @@ def hook_returns_future(rank: int, world: int) -> dict[str, Any]:
 
     _init(rank, world)
 
-    class Bucket:
-        def __init__(self, t: torch.Tensor) -> None:
-            self.t = t
-
-        def buffer(self) -> torch.Tensor:
-            return self.t
-
-        def index(self) -> int:
-            return 0
-
-        def is_last(self) -> bool:
-            return True
-
-        def parameters(self) -> list[torch.Tensor]:
-            return [self.t]
-
     state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0)
     results = []
     for step in range(2):
         t = _rank_tensor(rank, 4097, seed=step)
-        fut = compression_hook(state, Bucket(t))
+        fut = compression_hook(state, _FakeBucket(t))
         results.append(type(fut).__name__)
         value = fut.wait()
         results.append(bool(value.data_ptr() == t.data_ptr()))

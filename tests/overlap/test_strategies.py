@@ -32,7 +32,7 @@ def _configs(strategies: list[str], steps: int = 12) -> list[TrainConfig]:
 
 
 def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
-    names = ["sync", "delayed", "delayed:local=1", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler"]
+    names = ["sync", "delayed", "delayed:naive", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler"]
     results = spawn(workers.train_many, 2, ("loopback", _configs(names)), timeout=100)
     by_name = {name: [results[r][i] for r in range(2)] for i, name in enumerate(names)}
     for name, (r0, r1) in by_name.items():
@@ -43,15 +43,70 @@ def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
     assert by_name["localsgd:4"][0].collectives == 3
     assert by_name["localsgd:3:warmup=4"][0].collectives == 4 + 8 // 3
     assert by_name["async-average:4"][0].collectives == 3
-    assert by_name["delayed"][0].collectives == 12
     assert by_name["sync"][0].collectives >= 12
+    # tiny: one bucket, one average per step, plus DDP's own (bucket rebuild) exactly as in sync
+    assert by_name["delayed"][0].collectives == by_name["sync"][0].collectives
+    assert by_name["delayed:naive"][0].collectives == by_name["sync"][0].collectives
     assert by_name["handler"][0].collectives == 2 * 12  # weight and bias, each its own all_reduce
 
 
 def test_every_strategy_composes_with_compressors() -> None:
-    names = ["fp16+sync", "onebit+delayed", "fp16+delayed:local=1", "topk:0.05+localsgd:2", "int8+async-average:2", "fp16+handler"]
+    names = ["fp16+sync", "onebit+delayed", "topk:0.05+delayed", "topk:0.05+localsgd:2", "int8+async-average:2",
+             "fp16+handler"]
     results = spawn(workers.train_many, 2, ("loopback", _configs(names, steps=6)), timeout=100)
     for i, name in enumerate(names):
         r0, r1 = results[0][i], results[1][i]
         assert r0.param_checksum == r1.param_checksum, name
         assert r0.stats["total"]["calls"] > 0, name
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_delayed_applies_local_gradient_plus_previous_average_correction() -> None:
+    names = ["delayed", "delayed:naive", "fp16+delayed", "onebit+delayed"]
+    steps = 5
+    results = spawn(workers.delayed_updates, 2, (names, steps), timeout=90)
+    for out in results:
+        # delayed: u_0 = g_0; u_t = g_t + mean_{t-1} - g_{t-1}; finish applies mean_T - g_T
+        r = out["delayed"]
+        g, mean, applied = r["local"], r["mean"], r["applied"]
+        assert len(applied) == steps + 1
+        _close(applied[0], g[0])
+        for t in range(1, steps):
+            _close(applied[t], mean[t - 1] + g[t] - g[t - 1])
+        _close(applied[steps], mean[steps - 1] - g[steps - 1])
+        # naive: step 0 skipped, then the stale average alone
+        r = out["delayed:naive"]
+        assert r["skipped"] == 1 and len(r["applied"]) == steps
+        for t in range(steps):
+            _close(r["applied"][t], r["mean"][t])
+        # with a compressor the strategy owns the momentum: v = m = 0.9 m + g, the average is of m
+        r = out["fp16+delayed"]
+        m = [r["local"][0]]
+        for t in range(1, steps):
+            m.append(0.9 * m[-1] + r["local"][t])
+        m_mean = [r["mean"][0]]  # the average of the momenta is the momentum of the average
+        for t in range(1, steps):
+            m_mean.append(0.9 * m_mean[-1] + r["mean"][t])
+        _close(r["applied"][0], m[0])
+        for t in range(1, steps):
+            _close(r["applied"][t], m_mean[t - 1] + m[t] - m[t - 1], tol=2e-3)
+        # onebit: the first step is local; in total every rank applied the same sum of averages
+        _close(out["onebit+delayed"]["applied"][0], out["onebit+delayed"]["local"][0])
+    for name in names:
+        totals = [torch.stack(out[name]["applied"]).sum(0) for out in results]
+        _close(totals[0], totals[1], tol=1e-4)
+
+
+def test_exposure_counts_only_network_waiting() -> None:
+    # a few ms of modelled all_reduce per step; 30 ms of compute after each step hides it for delayed
+    names = ["sync", "delayed"]
+    for out in spawn(workers.exposure, 2, (names, 8, 0.03), timeout=90):
+        for comm, waited, network in out.values():
+            assert comm > 0 and 0 <= network <= waited + 1e-9
+        sync_comm, _, sync_network = out["sync"]
+        delayed_comm, _, delayed_network = out["delayed"]
+        assert sync_network > 0.5 * sync_comm  # sync waits for every all_reduce after backward
+        assert delayed_network < 0.1 * delayed_comm  # delayed's average had a whole step to arrive

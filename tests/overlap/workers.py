@@ -88,3 +88,77 @@ def train_many(rank: int, world: int, net: str, configs: list) -> list:
 
     _init(rank, world, net)
     return [train_rank(c) for c in configs]
+
+
+class _Recorder:
+    """Stands in for the optimizer: records the gradient each step would apply, changes nothing."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = params
+        self.applied: list[torch.Tensor] = []
+
+    def step(self) -> None:
+        self.applied.append(torch.cat([p.grad.reshape(-1) for p in self.params]).clone())
+
+
+def delayed_updates(rank: int, world: int, names: list[str], steps: int) -> dict[str, dict]:
+    """Per strategy: this rank's local gradients, what ``step``/``finish`` applied, every rank's mean gradient."""
+    from gradwire.overlap import parse_strategy
+    from gradwire.train import build_model
+
+    _init(rank, world)
+    loss_fn, out = nn.CrossEntropyLoss(), {}
+    for name in names:
+        compressor, spec = parse_strategy(name)
+        strategy = spec.build(compressor, momentum=0.9)
+        model = build_model("cnn", seed=rank)  # different per rank: the start must come from rank 0
+        module = strategy.wrap(model)
+        recorder = _Recorder(list(model.parameters()))
+        local = []
+        for x, y in _batches(rank, steps):
+            for p in model.parameters():
+                p.grad = None
+            loss_fn(module(x), y).backward()
+            local.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+            strategy.step(recorder)
+        strategy.finish(recorder)
+        stacked = torch.stack(local)
+        gathered = [torch.empty_like(stacked) for _ in range(world)]
+        dist.all_gather(gathered, stacked)
+        out[name] = {"local": stacked, "applied": recorder.applied, "mean": torch.stack(gathered).mean(0),
+                     "skipped": getattr(strategy, "skipped", 0)}
+    return out
+
+
+def exposure(rank: int, world: int, names: list[str], steps: int, compute_s: float) -> dict[str, tuple]:
+    """Per strategy: (modelled seconds, waited seconds, network-waited seconds) with ``compute_s`` of fake compute."""
+    import time
+
+    import gradwire
+    from gradwire.overlap import parse_strategy, split_exposed, step_comm_seconds
+
+    _init(rank, world, "bandwidth=10mbit,latency=100us")  # Linear(64, 10): 2.6 KB, about 4 ms per all_reduce
+    out = {}
+    for name in names:
+        compressor, spec = parse_strategy(name)
+        strategy = spec.build(compressor, momentum=0.9)
+        model = nn.Linear(64, 10)
+        module = strategy.wrap(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=strategy.optimizer_momentum)
+        windows, waits = [], []
+        x = torch.ones(8, 64)
+        dist.barrier()
+        for _ in range(steps):
+            t0 = gradwire.clock()
+            opt.zero_grad()
+            module(x).sum().backward()
+            strategy.step(opt)
+            time.sleep(compute_s)  # the rest of the step's compute, after the exchange was launched
+            windows.append((t0, gradwire.clock()))
+            waits.append(strategy.pop_waits())
+        strategy.finish(opt)
+        events = gradwire.events()
+        comm, _ = step_comm_seconds(events, windows)
+        network = split_exposed(events, waits)
+        out[name] = (sum(comm), sum(b - a for w in waits for a, b in w), sum(network))
+    return out

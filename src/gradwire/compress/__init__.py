@@ -1,10 +1,16 @@
 """Gradient compressors, error feedback and bit packing: pure tensor code.
 
-Pick a compressor by name, parameters after a colon::
+Pick a compressor by name; a positional parameter and ``key=value`` options
+follow, each after a colon::
 
     >>> from gradwire.compress import get_compressor
     >>> get_compressor("topk:0.01")
     <compressor topk pattern=allgather>
+    >>> get_compressor("onebit:block=1024:warmup=50")
+    <compressor onebit pattern=two_phase block=1024>
+
+Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
+(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``).
 
 Names (``COMPRESSORS`` lists them with their parameter):
 
@@ -13,15 +19,19 @@ name                pattern    payload per n fp32 elements
 ==================  =========  ==========================================
 none                allreduce  4n bytes
 fp16, bf16          allreduce  2n bytes
-int8                allgather  n bytes + scale (max-norm, 127 levels)
+int8[:pattern]      two_phase  n bytes + a max scale per block of 512
 qsgd:s              allgather  n bytes + norm (s in [1, 127], default 16)
 terngrad            allgather  ceil(n/4) bytes + scale
-onebit[:pattern]    two_phase  ceil(n/8) bytes + scale (or ``:allgather``)
-signum              allgather  ceil(n/8) bytes + scale, majority vote
+onebit[:pattern]    two_phase  ceil(n/8) bytes + an RMS scale per block of 512
+signum              allgather  ceil(n/8) bytes + scales, majority vote
 topk:ratio          allgather  k int32 indices + k values (default 0.01)
 randomk:ratio       allreduce  k values, indices from a shared seed
 powersgd:r          allreduce  r (rows + cols) floats in two rounds
 ==================  =========  ==========================================
+
+Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
+for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
+``warmup=N`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.hooks`.
@@ -36,7 +46,7 @@ from .bf16 import BF16Compressor
 from .errorfeedback import ErrorFeedback
 from .fp16 import FP16Compressor
 from .none import NoneCompressor
-from .onebit import OneBitCompressor
+from .onebit import DEFAULT_BLOCK, OneBitCompressor
 from .powersgd import PowerSGDCompressor
 from .qsgd import QSGDCompressor
 from .randomk import RandomKCompressor
@@ -51,6 +61,7 @@ __all__ = [
     "ErrorFeedback",
     "Pattern",
     "get_compressor",
+    "parse_compressor",
     "payload_nbytes",
     "register_compressor",
     "roundtrip",
@@ -59,40 +70,85 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Entry:
-    """A registry entry: ``factory(arg)`` builds the compressor; ``arg`` is None without a colon."""
+    """A registry entry: ``factory(arg, **options)`` builds the compressor.
 
-    factory: Callable[[str | None], Compressor]
+    ``arg`` is the positional parameter (None when absent); ``options`` names the
+    integer ``key=value`` options the factory accepts besides ``warmup``.
+    """
+
+    factory: Callable[..., Compressor]
     param: str
     doc: str
+    options: tuple[str, ...] = ()
 
 
 COMPRESSORS: dict[str, Entry] = {}
 
+#: options every compressor accepts (handled here, not by the factories)
+COMMON_OPTIONS = ("warmup",)
 
-def register_compressor(name: str, factory: Callable[[str | None], Compressor], param: str = "", doc: str = "") -> None:
-    """Add ``name`` to the registry; ``factory`` receives the text after ``name:`` (or None)."""
+
+def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
+                        options: tuple[str, ...] = ()) -> None:
+    """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters."""
     if ":" in name or not name:
         raise ValueError(f"compressor names must be non-empty and contain no ':', got {name!r}")
-    COMPRESSORS[name] = Entry(factory, param, doc)
+    COMPRESSORS[name] = Entry(factory, param, doc, tuple(options))
+
+
+def _syntax(name: str, entry: Entry) -> str:
+    return name + (f":{entry.param}" if entry.param else "") + "".join(f"[:{o}=N]" for o in entry.options)
 
 
 def _valid_names() -> str:
-    return ", ".join(f"{n}:{e.param}" if e.param else n for n, e in sorted(COMPRESSORS.items()))
+    return ", ".join(_syntax(n, e) for n, e in sorted(COMPRESSORS.items()))
+
+
+def parse_compressor(spec: str) -> tuple[str, str | None, dict[str, int]]:
+    """Split ``"name[:param][:key=value]..."`` into (name, param or None, options).
+
+    Raises:
+        ValueError: an unknown name or option, two positional parameters, or a non-integer option.
+    """
+    name, *parts = str(spec).strip().split(":")
+    name = name.lower()
+    entry = COMPRESSORS.get(name)
+    if entry is None:
+        raise ValueError(f"unknown compressor {spec!r}; valid names: {_valid_names()}")
+    positional = [p for p in parts if "=" not in p]
+    if len(positional) > 1:
+        raise ValueError(f"compressor {spec!r}: at most one positional parameter; write {_syntax(name, entry)}")
+    options: dict[str, int] = {}
+    for part in parts:
+        if "=" not in part:
+            continue
+        key, _, value = part.partition("=")
+        key = key.strip().lower()
+        if key not in entry.options + COMMON_OPTIONS:
+            allowed = ", ".join(entry.options + COMMON_OPTIONS)
+            raise ValueError(f"compressor {spec!r}: unknown option {key!r} (options of {name}: {allowed})")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise ValueError(f"compressor {spec!r}: option {key} must be an integer, got {value!r}") from None
+    return name, (positional[0] if positional and positional[0] else None), options
 
 
 def get_compressor(spec: str | Compressor) -> Compressor:
-    """Build a compressor from ``"name"`` or ``"name:param"`` (a Compressor passes through).
+    """Build a compressor from ``"name"``, ``"name:param"``, ``"name:key=N"``... (a Compressor passes through).
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones) or a bad parameter.
+        ValueError: unknown name or option (the message lists the valid ones) or a bad parameter.
     """
     if isinstance(spec, Compressor):
         return spec
-    name, _, arg = str(spec).strip().partition(":")
-    entry = COMPRESSORS.get(name.lower())
-    if entry is None:
-        raise ValueError(f"unknown compressor {spec!r}; valid names: {_valid_names()}")
-    return entry.factory(arg if arg else None)
+    name, arg, options = parse_compressor(spec)
+    warmup = options.pop("warmup", 0)
+    if warmup < 0:
+        raise ValueError(f"compressor {spec!r}: warmup must be >= 0 steps, got {warmup}")
+    compressor = COMPRESSORS[name].factory(arg, **options)
+    compressor.warmup = warmup
+    return compressor
 
 
 def _number(kind: type, default: float | int, what: str) -> Callable[[str | None], float | int]:
@@ -107,13 +163,19 @@ def _number(kind: type, default: float | int, what: str) -> Callable[[str | None
     return parse
 
 
-def _no_arg(cls: Callable[[], Compressor], name: str) -> Callable[[str | None], Compressor]:
-    def make(arg: str | None) -> Compressor:
+def _no_arg(cls: Callable[..., Compressor], name: str) -> Callable[..., Compressor]:
+    def make(arg: str | None, **options: int) -> Compressor:
         if arg is not None:
             raise ValueError(f"compressor {name!r} takes no parameter, got {arg!r}")
-        return cls()
+        return cls(**options)
 
     return make
+
+
+def _int8(arg: str | None, block: int = DEFAULT_BLOCK) -> Compressor:
+    compressor = QSGDCompressor(127, norm="max", block=block, pattern=arg or Pattern.TWO_PHASE)
+    compressor.name = "int8"
+    return compressor
 
 
 _ratio = _number(float, 0.01, "ratio")
@@ -123,11 +185,12 @@ _rank = _number(int, 4, "powersgd rank")
 register_compressor("none", _no_arg(NoneCompressor, "none"), doc="no compression (reference)")
 register_compressor("fp16", _no_arg(FP16Compressor, "fp16"), doc="half precision cast")
 register_compressor("bf16", _no_arg(BF16Compressor, "bf16"), doc="bfloat16 cast")
-register_compressor("int8", _no_arg(lambda: QSGDCompressor(127, norm="max"), "int8"), doc="stochastic int8, max scale")
+register_compressor("int8", _int8, "two_phase|allgather", "stochastic int8, max scale per block", ("block",))
 register_compressor("qsgd", lambda a: QSGDCompressor(_levels(a)), "s", "QSGD with s levels (1..127)")
 register_compressor("terngrad", _no_arg(TernGradCompressor, "terngrad"), doc="stochastic ternary, 2 bits")
-register_compressor("onebit", lambda a: OneBitCompressor(a or Pattern.TWO_PHASE), "two_phase|allgather", "sign + scale")
-register_compressor("signum", _no_arg(SignumCompressor, "signum"), doc="majority vote of signs")
+register_compressor("onebit", lambda a, **o: OneBitCompressor(a or Pattern.TWO_PHASE, **o), "two_phase|allgather",
+                    "sign + RMS scale per block", ("block", "rms"))
+register_compressor("signum", _no_arg(SignumCompressor, "signum"), doc="majority vote of signs", options=("block",))
 register_compressor("topk", lambda a: TopKCompressor(_ratio(a)), "ratio", "largest magnitudes, sampled threshold")
 register_compressor("randomk", lambda a: RandomKCompressor(_ratio(a)), "ratio", "shared random coordinates")
 register_compressor("powersgd", lambda a: PowerSGDCompressor(_rank(a)), "r", "rank-r power iteration")

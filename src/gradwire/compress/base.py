@@ -30,7 +30,10 @@ from typing import Any, Hashable
 import torch
 from torch import Tensor
 
-__all__ = ["Compressor", "Ctx", "Pattern", "payload_nbytes", "roundtrip"]
+__all__ = ["Compressor", "Ctx", "Layout", "Pattern", "deserialize", "payload_nbytes", "roundtrip", "serialize"]
+
+#: where each payload tensor lies in a serialised buffer: (dtype, shape, byte offset, byte count)
+Layout = list[tuple[torch.dtype, torch.Size, int, int]]
 
 
 class Pattern(enum.Enum):
@@ -71,6 +74,8 @@ class Compressor:
     pattern: Pattern = Pattern.ALLREDUCE
     rounds: int = 1
     unbiased: bool = False
+    #: steps the hooks reduce uncompressed before compressing (``name:warmup=N``; 0: the hook's default)
+    warmup: int = 0
 
     # -- what subclasses implement -------------------------------------------
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
@@ -145,3 +150,26 @@ def roundtrip(compressor: Compressor, tensor: Tensor, key: Hashable = 0) -> Tens
 def payload_nbytes(payload: list[Tensor]) -> int:
     """Bytes the payload puts on the wire."""
     return sum(p.numel() * p.element_size() for p in payload)
+
+
+def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor, Layout]:
+    """One uint8 buffer holding every payload tensor at an 8-byte aligned offset.
+
+    ``nbytes`` pads the buffer to that size (rows of one all_gather must be equal).
+    """
+    layout, offset = [], 0
+    for p in payload:
+        size = p.numel() * p.element_size()
+        layout.append((p.dtype, p.shape, offset, size))
+        offset += -(-size // 8) * 8
+    if nbytes is not None and nbytes < offset:
+        raise ValueError(f"payload needs {offset} bytes, the buffer holds {nbytes}")
+    buf = torch.zeros(offset if nbytes is None else nbytes, dtype=torch.uint8)
+    for p, (_, _, start, size) in zip(payload, layout):
+        buf[start : start + size] = p.contiguous().view(-1).view(torch.uint8)
+    return buf, layout
+
+
+def deserialize(buf: Tensor, layout: Layout) -> list[Tensor]:
+    """Views of the payload tensors in ``buf`` (inverse of :func:`serialize`)."""
+    return [buf[start : start + size].view(dtype).view(shape) for dtype, shape, start, size in layout]

@@ -56,6 +56,10 @@ class ErrorFeedback:
         """The current residual of ``key`` (None before the first update)."""
         return self._residuals.get(key)
 
+    def set_residual(self, key: Hashable, residual: Tensor) -> None:
+        """Install ``residual`` as the residual of ``key`` (e.g. carried over from another layout)."""
+        self._residuals[key] = residual
+
     def reset(self, key: Hashable | None = None) -> None:
         """Forget one key's residual, or all of them."""
         if key is None:

@@ -1,29 +1,31 @@
-"""``onebit``: sign with a mean-magnitude scale, 8 signs per byte.
+"""``onebit``: signs with one mean-magnitude scale per block, 8 signs per byte.
 
 1-bit SGD (Seide et al., 2014) / DeepSpeed 1-bit Adam (Tang et al., 2021):
 
-1. ``scale = mean |x|`` (the scale that minimises ``||x - scale * sign(x)||``).
+1. ``scale_b = sqrt(mean x^2)`` over each block ``b`` of ``block`` elements
+   (512 by default, see :mod:`gradwire.compress.blocks`): the decoded block
+   keeps the l2 norm of the input. ``rms=0`` uses ``mean |x|`` instead, which
+   minimises ``||x - scale * sign(x)||`` and keeps the l1 norm. With error
+   feedback the RMS scale trained better here (digits CNN, 4 ranks, 8 epochs,
+   seed 0: 0.89 vs 0.81 test accuracy): the larger scale drains the residual
+   of the dominant coordinates faster, so the update lags less (see
+   :mod:`gradwire.hooks.state`).
 2. Pack ``x < 0`` eight per byte (``numpy.packbits``): ``ceil(n/8)`` bytes.
-3. Payload: packed bytes + ``scale`` (fp32) -> about 32x fewer bytes than fp32.
-4. Decode: one table lookup per byte gives 8 values ``±scale``.
+3. Payload: packed bytes + the fp32 scales: ``n/8 + 4 n/block`` bytes, about
+   30x fewer than fp32 at ``block=512`` (32x with ``block=0``, one scale).
+4. Decode: one table lookup per byte gives 8 signs, then one multiply per block.
 
-Patterns: ``two_phase`` (default; DeepSpeed's compressed all_reduce, see
-:mod:`gradwire.compress.twophase`) or ``allgather`` (``onebit:allgather``;
-bytes grow with the world size).
+Patterns: ``two_phase`` (default; a compressed all_reduce, see
+:mod:`gradwire.compress.twophase`) or ``allgather`` (bytes grow with the world
+size). Names: ``onebit``, ``onebit:allgather``, ``onebit:block=1024``,
+``onebit:rms=0``.
 
-It is biased: use it with :class:`~gradwire.compress.errorfeedback.ErrorFeedback`.
+It is biased: use it with :class:`~gradwire.compress.errorfeedback.ErrorFeedback`,
+and with a momentum optimiser compress the momentum, not the gradient (why:
+:mod:`gradwire.hooks.state`).
 
-Momentum trap: do not combine gradient error feedback with an optimiser that
-keeps momentum. The sign error of step t is fed back at step t+1, and the
-momentum buffer integrates every injected error with gain 1/(1-beta) (10x at
-0.9) while the error itself is as large as the gradient; the update lags and
-oscillates (measured here: 0.49 test accuracy vs 0.95 on the digits CNN).
-Compress the *update* instead: ``CompressionState(..., momentum=0.9)`` keeps a
-local momentum buffer in the hook, compresses ``m`` with error feedback, and
-the optimiser runs without momentum (see :mod:`gradwire.hooks.state`).
-
-NaN/inf: the scale becomes NaN/inf, so every decoded value of that tensor (or
-chunk, in two-phase) is non-finite: visible, never silently dropped.
+NaN/inf: the scale of that block becomes NaN/inf, so every decoded value of
+that block is non-finite: visible, never silently dropped.
 """
 from __future__ import annotations
 
@@ -31,51 +33,47 @@ import torch
 from torch import Tensor
 
 from .base import Compressor, Ctx, Pattern
+from .blocks import block_scales, mul_blocks_
 from .packing import pack_signs, unpack_signs
 
-__all__ = ["OneBitCompressor", "decode_rows", "encode_rows"]
+__all__ = ["DEFAULT_BLOCK", "OneBitCompressor"]
+
+#: elements per scale; 4 bytes of scale per 64 bytes of signs
+DEFAULT_BLOCK = 512
 
 
-def encode_rows(x: Tensor, counts: Tensor) -> Tensor:
-    """Encode each row of a 2-D tensor (row length a multiple of 8) as packed signs + scale.
-
-    Args:
-        x: ``[rows, length]`` floating tensor; entries past ``counts[r]`` must be zero.
-        counts: ``[rows]`` number of real elements per row (the scale's divisor).
-
-    Returns:
-        uint8 ``[rows, length / 8 + 4]``: packed signs, then the fp32 scale's bytes.
-    """
-    scales = torch.linalg.vector_norm(x.float(), 1, dim=1) / counts.clamp(min=1)
-    return torch.cat([pack_signs(x), scales.float().view(torch.uint8).view(-1, 4)], dim=1)
-
-
-def decode_rows(buf: Tensor, length: int, out: Tensor | None = None) -> Tensor:
-    """Inverse of :func:`encode_rows`: float32 ``[rows, length]`` (into ``out`` if given)."""
-    rows = buf.shape[0]
-    scales = buf[:, -4:].reshape(-1).clone().view(torch.float32).tolist()
-    if out is None:
-        out = torch.empty(rows, length)
-    for r in range(rows):
-        out[r] = unpack_signs(buf[r, :-4].contiguous(), length, scales[r])
-    return out
+def check_block(block: int | None) -> int:
+    """Validate a block size: 0 (one scale per tensor) or a positive multiple of 8."""
+    block = int(block or 0)
+    if block < 0 or block % 8:
+        raise ValueError(f"block must be 0 (one scale per tensor) or a positive multiple of 8, got {block}")
+    return block
 
 
 class OneBitCompressor(Compressor):
-    """Sign compression with a per-tensor (or per-chunk, two-phase) mean-|x| scale."""
+    """Sign compression with an RMS (or mean-|x|) scale per block of ``block`` elements."""
 
     name = "onebit"
 
-    def __init__(self, pattern: Pattern | str = Pattern.TWO_PHASE) -> None:
+    def __init__(self, pattern: Pattern | str = Pattern.TWO_PHASE, block: int | None = DEFAULT_BLOCK,
+                 rms: bool | int = True) -> None:
         pattern = Pattern(pattern)
         if pattern is Pattern.ALLREDUCE:
             raise ValueError("onebit payloads are not summable; pattern must be 'two_phase' or 'allgather'")
         self.pattern = pattern
+        self.block = check_block(block)
+        if int(rms) not in (0, 1):
+            raise ValueError(f"rms must be 1 (RMS scale) or 0 (mean |x|), got {rms}")
+        self.scale = "rms" if int(rms) else "mean"
 
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
-        scale = torch.linalg.vector_norm(flat, 1).float().div_(flat.numel())
-        return [pack_signs(flat), scale.reshape(1)]
+        return [pack_signs(flat), block_scales(flat, self.block, self.scale)]
 
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
-        packed, scale = payload
-        return unpack_signs(packed, ctx.numel, float(scale))
+        packed, scales = payload
+        if scales.numel() == 1:
+            return unpack_signs(packed, ctx.numel, float(scales))
+        return mul_blocks_(unpack_signs(packed, ctx.numel), scales, self.block)
+
+    def __repr__(self) -> str:
+        return f"<compressor {self.name} pattern={self.pattern.value} block={self.block} scale={self.scale}>"

@@ -2,10 +2,11 @@
 
 Bernstein et al., 2018 (https://arxiv.org/abs/1810.05291):
 
-1. Each rank sends its packed signs (``ceil(n/8)`` bytes) and ``mean |x|``.
+1. Each rank sends its packed signs (``ceil(n/8)`` bytes) and ``mean |x|``
+   per block (as ``onebit``).
 2. After the all_gather every rank counts the votes per element: ``v = sum_i
    sign_i``.
-3. The result is ``sign(v) * mean_i(scale_i)``; a tie gives 0.
+3. The result is ``sign(v) * mean_i(scale_i)`` per block; a tie gives 0.
 
 Used with the hook's own momentum (``CompressionState(momentum=0.9)``) this is
 Signum: the sign of the momentum, voted.
@@ -21,7 +22,8 @@ import torch
 from torch import Tensor
 
 from .base import Ctx, Pattern
-from .onebit import OneBitCompressor
+from .blocks import mul_blocks_
+from .onebit import DEFAULT_BLOCK, OneBitCompressor
 
 
 class SignumCompressor(OneBitCompressor):
@@ -29,8 +31,8 @@ class SignumCompressor(OneBitCompressor):
 
     name = "signum"
 
-    def __init__(self) -> None:
-        super().__init__(Pattern.ALLGATHER)
+    def __init__(self, block: int | None = DEFAULT_BLOCK) -> None:
+        super().__init__(Pattern.ALLGATHER, block, rms=False)
 
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
         if ctx.passthrough:
@@ -39,6 +41,6 @@ class SignumCompressor(OneBitCompressor):
         negatives = np.zeros(ctx.numel, dtype=np.int16)
         for packed, _ in payloads:
             negatives += np.unpackbits(packed.numpy(), count=ctx.numel)
-        scale = float(torch.cat([s for _, s in payloads]).mean())
+        scales = torch.stack([s for _, s in payloads]).mean(0)
         votes = torch.from_numpy(world - 2 * negatives).float()  # sum of ±1
-        return votes.sign_().mul_(scale).to(ctx.dtype).view(ctx.shape)
+        return mul_blocks_(votes.sign_(), scales, self.block).to(ctx.dtype).view(ctx.shape)

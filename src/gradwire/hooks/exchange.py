@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.futures import Future
 
 from gradwire.compress import Compressor, ErrorFeedback, Pattern
+from gradwire.compress.base import deserialize, serialize
 from gradwire.compress import twophase
 
 __all__ = ["Sequencer", "completed", "exchange", "then_async"]
@@ -80,23 +81,6 @@ def _write(flat: Tensor, result: Tensor) -> Tensor:
     return flat
 
 
-def _serialize(payload: list[Tensor]) -> tuple[Tensor, list[tuple[torch.dtype, torch.Size, int, int]]]:
-    """One uint8 buffer holding every payload tensor at an 8-byte aligned offset."""
-    layout, offset = [], 0
-    for p in payload:
-        nbytes = p.numel() * p.element_size()
-        layout.append((p.dtype, p.shape, offset, nbytes))
-        offset += -(-nbytes // 8) * 8
-    buf = torch.empty(offset, dtype=torch.uint8)
-    for p, (_, _, start, nbytes) in zip(payload, layout):
-        buf[start : start + nbytes] = p.contiguous().view(-1).view(torch.uint8)
-    return buf, layout
-
-
-def _deserialize(buf: Tensor, layout: list[tuple[torch.dtype, torch.Size, int, int]]) -> list[Tensor]:
-    return [buf[start : start + nbytes].view(dtype).view(shape) for dtype, shape, start, nbytes in layout]
-
-
 def exchange(
     flat: Tensor,
     key: Hashable,
@@ -129,10 +113,10 @@ def exchange(
     if error_feedback is not None:
         error_feedback.compensate(flat, key)
     if compressor.pattern is Pattern.TWO_PHASE:
-        send, approx = twophase.split_encode(flat, world)
+        send, approx, plan = twophase.split_encode(flat, world, compressor, key)
         if error_feedback is not None:
             error_feedback.update(key, flat, approx)
-        return then_async(gate, lambda _: _two_phase(flat, key, send, group, world, error_feedback, token))
+        return then_async(gate, lambda _: _two_phase(flat, key, compressor, send, plan, group, error_feedback, token))
     payload, ctx = compressor.compress(flat, key)
     if compressor.pattern is Pattern.ALLGATHER:
         if error_feedback is not None:
@@ -182,23 +166,22 @@ def _allreduce_int(flat: Tensor, group: Any, world: int, token: Future) -> Futur
 def _allgather(flat: Tensor, compressor: Compressor, payload: list[Tensor], ctx: Any, group: Any, world: int,
                token: Future) -> Future:
     try:
-        buf, layout = _serialize(payload)
+        buf, layout = serialize(payload)
         gathered = torch.empty(world, buf.numel(), dtype=torch.uint8)
         fut = dist.all_gather(list(gathered.unbind(0)), buf, group=group, async_op=True).get_future()
     finally:
         token.set_result(None)
 
     def decompress(_: Any) -> Tensor:
-        payloads = [_deserialize(row, layout) for row in gathered.unbind(0)]
+        payloads = [deserialize(row, layout) for row in gathered.unbind(0)]
         return _write(flat, compressor.combine(payloads, ctx))
 
     return fut.then(decompress)
 
 
-def _two_phase(flat: Tensor, key: Hashable, send: Tensor, group: Any, world: int,
+def _two_phase(flat: Tensor, key: Hashable, compressor: Compressor, send: Tensor, plan: twophase.Plan, group: Any,
                error_feedback: ErrorFeedback | None, token: Future) -> Future:
-    rank = dist.get_rank(group)
-    n = flat.numel()
+    rank, world = dist.get_rank(group), send.shape[0]
     recv = torch.empty_like(send)
     try:
         fut = dist.all_to_all_single(recv, send, group=group, async_op=True).get_future()
@@ -208,11 +191,11 @@ def _two_phase(flat: Tensor, key: Hashable, send: Tensor, group: Any, world: int
 
     def server(_: Any) -> Future:
         try:
-            row = twophase.server_reduce(recv, n, world, rank, error_feedback, key)
+            row = twophase.server_reduce(recv, plan, rank, compressor, error_feedback, key)
             rows = torch.empty(world, row.numel(), dtype=torch.uint8)
             gathered = dist.all_gather(list(rows.unbind(0)), row, group=group, async_op=True).get_future()
         finally:
             token.set_result(None)
-        return gathered.then(lambda _: twophase.gather_decode(rows, n, out=flat))
+        return gathered.then(lambda _: twophase.gather_decode(rows, plan, compressor, out=flat))
 
     return then_async(fut, server)

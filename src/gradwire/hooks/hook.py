@@ -1,7 +1,7 @@
 """``compression_hook``: a DDP comm hook that sends compressed buckets.
 
-1. Key the bucket by ``bucket.index()``; if DDP rebuilt it (other
-   parameters), its residual and momentum restart.
+1. Key the bucket by ``bucket.index()``; if DDP rebuilt its buckets, each
+   parameter's momentum and residual move to its new place.
 2. With ``state.momentum``: ``m = beta m + g`` in the bucket buffer.
 3. During warm-up, or for a small bucket: plain average (all_reduce).
    Otherwise :func:`~gradwire.hooks.exchange.exchange` with the compressor and
@@ -21,7 +21,9 @@ Example::
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)  # no momentum: the hook owns it
 
 Trap: the bucket layout of the first iteration differs from later ones when
-DDP rebuilds buckets; keep ``warmup_iters >= 1``.
+DDP rebuilds buckets; the state follows the parameters (see
+:mod:`gradwire.hooks.state`), and the default warm-up keeps the first
+iteration uncompressed.
 """
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook checks
 # the hook's annotations against the real dist.GradBucket and Future[Tensor].
@@ -58,5 +60,5 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
     else:
         fut = exchange(buf, key, _PLAIN, state.process_group, None, state.sequencer)
     if bucket.is_last():
-        state.step += 1
+        state.end_step()
     return fut

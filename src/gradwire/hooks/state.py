@@ -17,19 +17,29 @@ Over time the sum of applied updates equals the sum of the momentum updates up
 to one residual, which is what momentum SGD applies. Weight decay in the
 optimiser then acts without momentum (a small, documented difference).
 
-Checkpoints: ``state_dict`` holds the per-bucket residuals and momentum. A new
-DDP object builds its first-iteration buckets in reverse parameter order and
-rebuilds them in gradient-ready order. Within a process the hook detects the
-rebuild by parameter identity and restarts that bucket's state (a warning).
-After a resume only shapes can be compared: when the resumed DDP's first
-buckets differ from the saved ones, their state restarts, and a reordering of
-equally shaped parameters goes unnoticed for that one iteration. A resume is
-exact when the first-iteration buckets equal the rebuilt ones (e.g. one
-parameter per bucket), as the tests check.
+Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the hook's
+momentum still runs, so this is exactly momentum SGD), as 1-bit Adam's
+full-precision warm-up stage: sign compression of the first, large and fast
+changing updates costs the most accuracy. ``"onebit:warmup=50"`` sets it from
+the name.
+
+Bucket rebuilds: a new DDP object builds its first-iteration buckets in
+reverse parameter order and rebuilds them in gradient-ready order after the
+first iteration. Within a process the hook detects the rebuild by parameter
+identity and carries each parameter's momentum and worker residual over to
+its place in the new buckets (the server residuals, which each rank holds
+for one chunk of a bucket, restart from zero). Checkpoints: ``state_dict``
+holds the per-bucket residuals and momentum. After a resume only shapes can
+be compared: when the resumed DDP's first buckets differ from the saved ones,
+their state restarts (a warning), and a reordering of equally shaped
+parameters goes unnoticed for that one iteration. A resume is exact when the
+first-iteration buckets equal the rebuilt ones (e.g. one parameter per
+bucket), as the tests check.
 """
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
@@ -55,8 +65,8 @@ class CompressionState:
             "on when the compressor is biased".
         momentum: 0 to compress gradients; ``beta`` in (0, 1) to let the hook own
             momentum and compress the update (use the optimiser WITHOUT momentum).
-        warmup_iters: iterations reduced uncompressed first; DDP rebuilds its
-            buckets after the first iteration, so keep it >= 1.
+        warmup_iters: iterations reduced uncompressed first; None takes the
+            compressor's ``warmup`` (``"onebit:warmup=50"``), or 1 when that is 0.
         min_compress_numel: buckets smaller than this are reduced uncompressed.
 
     Example::
@@ -81,6 +91,7 @@ class CompressionState:
         "layouts",
         "param_ids",
         "sequencer",
+        "_orphans",
     )
 
     def __init__(
@@ -89,16 +100,18 @@ class CompressionState:
         process_group: dist.ProcessGroup | None = None,
         error_feedback: bool | ErrorFeedback | None = None,
         momentum: float = 0.0,
-        warmup_iters: int = 1,
+        warmup_iters: int | None = None,
         min_compress_numel: int = 1024,
     ) -> None:
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1) (0 disables the hook's momentum), got {momentum}")
-        if warmup_iters < 0:
+        if warmup_iters is not None and warmup_iters < 0:
             raise ValueError(f"warmup_iters must be >= 0, got {warmup_iters}")
         if min_compress_numel < 0:
             raise ValueError(f"min_compress_numel must be >= 0, got {min_compress_numel}")
         self.compressor = get_compressor(compressor)
+        if warmup_iters is None:
+            warmup_iters = self.compressor.warmup or 1
         if error_feedback is None:
             error_feedback = not self.compressor.unbiased
         if isinstance(error_feedback, bool):
@@ -113,6 +126,8 @@ class CompressionState:
         self.layouts: dict[int, tuple] = {}
         self.param_ids: dict[int, tuple] = {}
         self.sequencer = Sequencer()
+        #: per-parameter (momentum, residual) pieces between a bucket rebuild and their new bucket
+        self._orphans: dict[int, tuple[Tensor | None, Tensor | None]] = {}
         log.info(
             "compression hook: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d",
             self.compressor.name, self.error_feedback is not None, self.momentum, self.warmup_iters,
@@ -121,24 +136,66 @@ class CompressionState:
 
     # -- per-bucket helpers used by the hook ---------------------------------
     def check_layout(self, key: int, params: list[Tensor]) -> None:
-        """Forget a bucket's state when its parameters changed (DDP rebuilt its buckets).
+        """Follow DDP's bucket rebuild: carry per-parameter state into the new buckets.
 
         In one process the parameters' identities are compared (a reordering
-        of equal shapes is caught); after ``load_state_dict`` only their shapes
-        can be (see the module doc).
+        of equal shapes is caught) and the state moves with its parameters;
+        after ``load_state_dict`` only shapes can be compared and a changed
+        bucket restarts (see the module doc).
         """
         shapes = tuple(tuple(p.shape) for p in params)
         ids = tuple(id(p) for p in params)
         old_ids = self.param_ids.get(key)
-        changed = (old_ids is not None and old_ids != ids) or self.layouts.get(key, shapes) != shapes
-        if changed:
-            log.warning("bucket %d changed its parameters; its residual and momentum restart from zero", key)
-            self.momentum_buffers.pop(key, None)
-            if self.error_feedback is not None:
-                self.error_feedback.reset(key)
-                self.error_feedback.reset(("server", key))
+        if old_ids is not None and old_ids != ids:
+            self._release_all()  # the first rebuilt bucket: every old bucket is gone
+        elif old_ids is None and self.layouts.get(key, shapes) != shapes:
+            log.warning("bucket %d changed its parameters after a resume; its residual and momentum restart", key)
+            self._forget(key)
+        if key not in self.param_ids and self._orphans:
+            self._adopt(key, params)
         self.layouts[key] = shapes
         self.param_ids[key] = ids
+
+    def _forget(self, key: int) -> None:
+        self.momentum_buffers.pop(key, None)
+        if self.error_feedback is not None:
+            self.error_feedback.reset(key)
+            self.error_feedback.reset(("server", key))
+
+    def _release_all(self) -> None:
+        """Cut every bucket's momentum and worker residual into per-parameter pieces."""
+        ef = self.error_feedback
+        for key, ids in self.param_ids.items():
+            sizes = [math.prod(shape) for shape in self.layouts[key]]
+            m = self.momentum_buffers.get(key)
+            r = ef.residual(key) if ef is not None else None
+            offset = 0
+            for pid, n in zip(ids, sizes):
+                piece = (None if m is None or m.numel() != sum(sizes) else m[offset:offset + n].clone(),
+                         None if r is None or r.numel() != sum(sizes) else r[offset:offset + n].clone())
+                self._orphans[pid] = piece
+                offset += n
+            self._forget(key)
+        self.param_ids.clear()
+        self.layouts.clear()
+
+    def _adopt(self, key: int, params: list[Tensor]) -> None:
+        """Assemble bucket ``key``'s state from the pieces of its parameters (zeros where none)."""
+        pieces = [self._orphans.pop(id(p), (None, None)) for p in params]
+        for slot, store in ((0, "momentum"), (1, "residual")):
+            if all(piece[slot] is None for piece in pieces):
+                continue
+            flat = torch.cat([piece[slot] if piece[slot] is not None else torch.zeros(p.numel(), dtype=p.dtype)
+                              for piece, p in zip(pieces, params)])
+            if store == "momentum":
+                self.momentum_buffers[key] = flat
+            elif self.error_feedback is not None:
+                self.error_feedback.set_residual(key, flat)
+
+    def end_step(self) -> None:
+        """Advance the step (the hook calls it on the last bucket); pieces nobody adopted are dropped."""
+        self.step += 1
+        self._orphans.clear()
 
     def apply_momentum(self, key: int, grad: Tensor) -> None:
         """``m = beta m + g``; ``grad`` is overwritten with ``m``."""
@@ -170,13 +227,14 @@ class CompressionState:
         self.momentum_buffers = {k: v.clone() for k, v in state["momentum_buffers"].items()}
         self.layouts = dict(state["layouts"])
         self.param_ids = {}
+        self._orphans = {}
         if self.error_feedback is not None and state["error_feedback"] is not None:
             self.error_feedback.load_state_dict(state["error_feedback"])
         self.compressor.load_state_dict(state["compressor"])
 
     # -- pickling without the process group ----------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "sequencer", "param_ids")
+        skip = ("process_group", "sequencer", "param_ids", "_orphans")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -184,4 +242,5 @@ class CompressionState:
             setattr(self, name, value)
         self.process_group = None
         self.param_ids = {}
+        self._orphans = {}
         self.sequencer = Sequencer()

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
-from .base import FlatReducer, Strategy, flatten, unflatten_into
+from .base import FlatReducer, Strategy, average_parameters, flatten, unflatten_into
 
 __all__ = ["AsyncAverageStrategy", "LocalSGDStrategy"]
 
@@ -79,13 +79,7 @@ class _Averaging(Strategy):
             unflatten_into(progress.add_(self._anchor), self.params)
 
     def _exact_average(self) -> None:
-        with torch.no_grad():
-            x = flatten(self.params)
-            with self.waiting():
-                dist.all_reduce(x, group=self.group)
-            x.div_(dist.get_world_size(self.group))
-            unflatten_into(x, self.params)
-            self._anchor = x
+        self._anchor = average_parameters(self.params, self.group)
 
 
 class LocalSGDStrategy(_Averaging):

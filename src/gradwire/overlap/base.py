@@ -10,13 +10,18 @@ The contract a training loop follows (``gradwire.train.loop`` does exactly this)
         opt.zero_grad()
         loss_fn(module(x), y).backward()
         strategy.step(opt)                   # communicates, then opt.step() (or not)
-        exposed = strategy.pop_exposed()     # seconds this step waited for the network
+        waits = strategy.pop_waits()         # (start, end) of every wait of this step
     strategy.finish(opt)                     # drain: every rank ends with the same model
 
 Exposed communication is the time the training thread spent *waiting* for a
-collective: everything a strategy waits on goes through :meth:`Strategy.waiting`.
-DDP waits inside ``backward()`` in C++, so ``sync`` measures it differently
-(see :mod:`gradwire.overlap.sync`).
+collective: everything a strategy waits on goes through :meth:`Strategy.waiting`,
+which keeps each wait as a ``(start, end)`` window (``time.perf_counter()``
+seconds, the backend's realtime clock). DDP waits inside ``backward()`` in
+C++, so ``sync`` records its window differently (see
+:mod:`gradwire.overlap.sync`). A wait is not all network: the other rank may
+reach the collective late (CPU contention) and compression callbacks take CPU
+time; :func:`gradwire.overlap.metrics.split_exposed` splits the windows by
+the backend's event log.
 
 Momentum and compression: error feedback feeding a momentum optimizer
 collapses training (DESIGN.md; :mod:`gradwire.hooks.state`). With a compressor,
@@ -34,7 +39,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
-__all__ = ["FlatReducer", "LocalMomentum", "Strategy", "broadcast_module", "flatten", "unflatten_into"]
+__all__ = [
+    "FlatReducer", "LocalMomentum", "Strategy", "average_parameters", "broadcast_module", "flatten",
+    "unflatten_into",
+]
 
 #: tensors smaller than this are averaged uncompressed (as the DDP hook does)
 MIN_COMPRESS_NUMEL = 1024
@@ -52,6 +60,16 @@ def unflatten_into(flat: Tensor, tensors: Sequence[Tensor]) -> None:
         n = t.numel()
         t.copy_(flat[offset:offset + n].view_as(t))
         offset += n
+
+
+def average_parameters(params: Sequence[Tensor], group: dist.ProcessGroup | None = None) -> Tensor:
+    """Replace ``params`` by their exact (uncompressed, blocking) average over ``group``; return it flat."""
+    with torch.no_grad():
+        x = flatten(params)
+        dist.all_reduce(x, group=group)
+        x.div_(dist.get_world_size(group))
+        unflatten_into(x, params)
+    return x
 
 
 def broadcast_module(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
@@ -145,7 +163,7 @@ class Strategy:
         self.momentum = momentum
         self.group = group
         self.steps = 0
-        self._exposed = 0.0
+        self._waits: list[tuple[float, float]] = []
         self.params: list[nn.Parameter] = []
 
     @property
@@ -173,17 +191,26 @@ class Strategy:
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
-        """Count the enclosed time as exposed communication."""
+        """Count the enclosed time as exposed communication (one wait window)."""
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self._exposed += time.perf_counter() - t0
+            self._waits.append((t0, time.perf_counter()))
+
+    def add_wait(self, start: float, end: float) -> None:
+        """Record a wait measured elsewhere (``time.perf_counter()`` seconds)."""
+        if end > start:
+            self._waits.append((start, end))
+
+    def pop_waits(self) -> list[tuple[float, float]]:
+        """The wait windows since the last call (the loop calls it once per step)."""
+        out, self._waits = self._waits, []
+        return out
 
     def pop_exposed(self) -> float:
-        """Exposed seconds since the last call (the loop calls it once per step)."""
-        out, self._exposed = self._exposed, 0.0
-        return out
+        """Seconds waited since the last call (consumes the same windows as :meth:`pop_waits`)."""
+        return sum(end - start for start, end in self.pop_waits())
 
     def grads(self) -> list[Tensor]:
         """This rank's gradients, zeros for parameters that got none (every rank sends the same layout)."""

@@ -1,113 +1,193 @@
-"""``delayed`` (stale-by-one gradients) and ``delayed:local=1`` (fresh local, stale average).
+"""``delayed``: apply the fresh local gradient now, swap in its average one step later.
 
-``delayed``, step t, after ``backward()``:
+The exchange of step t's gradients overlaps all of step t+1's compute:
 
-1. Copy this rank's gradients into a fresh flat buffer and launch its
-   (optionally compressed) all_reduce in the background.
-2. Wait for step t-1's average (launched one forward+backward ago, so it has
-   normally arrived), write it into ``p.grad`` and step the optimizer.
-3. :meth:`DelayedStrategy.finish` waits for the last launch and applies it,
-   so no computed gradient is lost.
+1. ``wrap`` puts the model in DDP with :func:`_delayed_hook`. For each bucket,
+   as soon as backward produces it, the hook copies it (``v``: the local
+   gradient; with a compressor, the local momentum ``m = beta m + g``),
+   launches the (compressed) average of the copy in the background and
+   returns the bucket itself as an already completed future: DDP's
+   ``backward()`` never waits.
+2. ``step`` at step t (after backward) waits for step t-1's averages, which
+   had a whole forward+backward to arrive, and applies
 
-Step 0 applies nothing (the optimizer does not step): there is no averaged
-gradient yet. Applying step 0's *local* gradient instead, as a background
-thread that lets ``optimizer.step()`` run before its all_reduce finished does,
-would make the ranks' parameters differ from then on; nothing ever brings them
-back together, so the ranks train different models. Waiting for step 0's own
-average would leave step 1 with nothing to apply. Every rank therefore applies
-the same averaged gradients in the same order; the parameters stay identical
-on every rank, one step behind their gradients.
+       u_t = v_t + (avg_{t-1} - v_{t-1})
 
-Trap (stability): one step of delay shrinks the stable learning rates. On a
-quadratic with curvature h, heavy-ball momentum b and delay 1 is stable only
-while ``b + lr*h < 1`` (the product of the roots of ``z^2 - (1+b) z + b + lr*h``),
-against ``lr*h < 2 (1 + b)`` without delay: with b = 0.9 that is 38 times
-smaller. Measured on the digits CNN (lr 0.05, b 0.9): accuracy oscillates.
+   i.e. this rank's fresh vector at once, and one step later its replacement
+   by the average. Step 0 applies ``v_0``.
+3. ``finish`` applies the last correction ``avg_T - v_T`` and averages the
+   parameters exactly, so every rank ends with the same model.
 
-``delayed:local=1`` keeps sync's stability: step t applies
-``g_t(local) + avg_{t-1} - g_{t-1}(local)``: this rank's fresh gradient at once,
-and one step later its replacement by the average. The sum of what a rank
-applied up to step t is the sum of the averages up to t-1 plus its own latest
-gradient, so ranks differ by one local gradient (filtered by momentum) at any
-time; ``finish`` applies the last correction and averages the parameters
-exactly. On a quadratic where every rank sees the same data this is exactly
-synchronous SGD. Momentum stays in the optimizer, so it composes only with
-compressors that need no error feedback.
+Why this form (stability). Applying the stale average alone (``delayed:naive``:
+``u_t = avg_{t-1}``, step 0 skipped) delays the curvature feedback by a step.
+On a quadratic with curvature h, heavy-ball momentum b with delay 1 gives
+``x_{t+1} = (1+b) x_t - (b + lr*h) x_{t-1}``, stable only while
+``b + lr*h < 1`` against ``lr*h < 2 (1 + b)`` without delay: with b = 0.9 the
+stable learning rates shrink 38 times (measured on the digits CNN at lr 0.05:
+12 points of accuracy lost). In ``u_t`` the gradient at the current
+parameters enters undelayed, so the curvature feedback is sync's; the stale
+part ``avg_{t-1} - v_{t-1}`` is only the difference between the ranks (zero
+when every rank sees the same data, which makes this exactly synchronous
+momentum SGD). What a rank has applied telescopes:
 
-Trap: the buffer is a copy; the next ``backward()`` writes ``p.grad`` while
-the all_reduce still reads (and overwrites) the buffer.
+    sum_{s<=t} u_s = sum_{s<t} avg_s + v_t
+
+every rank has applied the same sum of averages plus its own latest vector,
+so the ranks differ by ``lr * (v_t^i - mean_j v_t^j)`` (through the
+optimizer's momentum when it has one): bounded, never accumulating.
+
+With a compressor (``onebit+delayed``). Error feedback in front of the
+optimizer's momentum fails (DESIGN.md), so, as in ``sync``, the strategy keeps
+the momentum itself (``v = m``), the exchange compresses ``m`` with error
+feedback, and the optimizer runs without momentum. The telescoping sum still
+holds with ``avg_s`` the decompressed average: the model follows the
+error-compensated compressed momentum SGD of ``sync`` plus the local ``m_t``,
+and the compression error of the average reaches each update once, as the
+residual difference ``e_{t-2} - e_{t-1}`` (exactly as in ``sync``, one step
+later). A vote (``signum``) is not an average of ``v`` and is refused, except
+by ``delayed:naive``.
+
+Exposure. The exchange runs on a process group of its own (same ranks, same
+network spec): a two-phase compressor issues its second collective from a
+callback, and on DDP's group that could interleave with DDP's own collectives
+(the bucket rebuild's broadcast in the second forward) in a different order on
+each rank. Waiting for ``avg_{t-1}`` happens in :meth:`DelayedStrategy.step`,
+through :meth:`Strategy.waiting`.
 """
-from __future__ import annotations
+# No ``from __future__ import annotations``: register_comm_hook checks the
+# hook's annotations against the real dist.GradBucket and Future[Tensor].
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 from torch.futures import Future
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .base import FlatReducer, Strategy, flatten, unflatten_into
+from .base import FlatReducer, Strategy, average_parameters, unflatten_into
 
-__all__ = ["DelayedStrategy", "LOCAL_REFUSES"]
+__all__ = ["DelayedStrategy"]
 
-#: compressors that need error feedback with the optimizer's momentum: ``local=1`` refuses them
-LOCAL_REFUSES = frozenset({"onebit", "signum", "topk", "powersgd"})
+#: bucket size of ``delayed``: small enough that the digits CNN's classifier
+#: (most of its bytes) starts travelling before the convolutions' backward
+DEFAULT_BUCKET_CAP_MB = 0.05
+
+_Launches = List[Tuple[Tensor, Future]]
+
+
+def _delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Launch the bucket's average in the background; hand DDP the local gradient at once."""
+    buf = bucket.buffer()
+    strategy.launch_bucket(buf, bucket.parameters())
+    fut: Future = Future()
+    fut.set_result(buf)
+    return fut
 
 
 class DelayedStrategy(Strategy):
-    """Apply step t-1's averaged gradient at step t while step t's is in flight."""
+    """Apply ``v_t + avg_{t-1} - v_{t-1}``; each bucket's average overlaps the next step.
+
+    Args:
+        compressor: None, or a compressor name (the strategy then owns the momentum).
+        momentum: heavy-ball momentum (the optimizer's, or the strategy's with a compressor).
+        group: process group (None: default); the exchange runs on a new group of its ranks.
+        naive: apply the stale average alone (``u_t = avg_{t-1}``), for comparison.
+        bucket_cap_mb: DDP's bucket size.
+    """
 
     name = "delayed"
 
-    def __init__(self, compressor: str | None = None, momentum: float = 0.9,
-                 group: dist.ProcessGroup | None = None, local: int = 0) -> None:
+    def __init__(self, compressor: Optional[str] = None, momentum: float = 0.9,
+                 group: Optional[dist.ProcessGroup] = None, naive: int = 0,
+                 bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB) -> None:
         super().__init__(compressor, momentum, group)
-        self.local = bool(local)
-        owns_momentum = compressor is not None and not self.local
-        self._reducer = FlatReducer(compressor, group, momentum=momentum if owns_momentum else 0.0,
-                                    error_feedback=False if self.local else None)
-        self._pending: Future | None = None
-        self._previous_local: Tensor | None = None
-        #: optimizer steps skipped (``delayed``: 1, step 0 has nothing to apply)
+        self.naive = bool(naive)
+        self.bucket_cap_mb = bucket_cap_mb
+        #: the process group the averages travel on (created by ``wrap``)
+        self.comm_group: Optional[dist.ProcessGroup] = None
+        self._reducer: Optional[FlatReducer] = None
+        self._offsets: Dict[int, int] = {}
+        self._indices: Dict[Tuple[int, ...], Tensor] = {}
+        self._momentum: Optional[Tensor] = None
+        self._local = torch.empty(0)
+        self._launches: _Launches = []
+        self._previous: Optional[Tuple[Tensor, _Launches]] = None
+        #: optimizer steps skipped (``naive``: step 0 has nothing to apply)
         self.skipped = 0
 
-    @property
-    def optimizer_momentum(self) -> float:
-        return self.momentum if self.local else super().optimizer_momentum
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        numel = 0
+        for p in self.params:
+            self._offsets[id(p)] = numel
+            numel += p.numel()
+        self._local = torch.zeros(numel)
+        if self.compressor is not None:
+            self._momentum = torch.zeros(numel)
+        ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb)  # rank 0's weights
+        ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
+        self.comm_group = dist.new_group(ranks)
+        self._reducer = FlatReducer(self.compressor, self.comm_group)
+        ddp.register_comm_hook(self, _delayed_hook)
+        return ddp
 
-    def _wait(self, fut: Future) -> Tensor:
+    def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
+        """Record the bucket's local vector and launch its average (called by the hook)."""
+        assert self._reducer is not None, "call wrap() first"
+        key = tuple(self._offsets[id(p)] for p in params)  # survives DDP's bucket rebuild
+        index = self._indices.get(key)
+        if index is None:
+            index = torch.cat([torch.arange(self._offsets[id(p)], self._offsets[id(p)] + p.numel())
+                               for p in params])
+            if index.numel() != grad.numel():
+                raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of "
+                                   f"{index.numel()}; DDP's bucket layout is not what the strategy expects")
+            self._indices[key] = index
+        if self._momentum is None:
+            local = grad.detach().clone()
+        else:
+            local = self._momentum.index_select(0, index).mul_(self.momentum).add_(grad)
+            self._momentum.index_copy_(0, index, local)
+        self._local.index_copy_(0, index, local)
+        self._launches.append((index, self._reducer.launch(local.clone(), key=key)))
+
+    def _collect(self, launches: _Launches) -> Tensor:
+        """Wait for a step's averages and assemble them in parameter order."""
         with self.waiting():
-            return fut.wait()
+            values = [fut.wait() for _, fut in launches]
+        out = torch.empty_like(self._local)
+        for (index, _), value in zip(launches, values):
+            out.index_copy_(0, index, value)
+        return out
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
-        grads = self.grads()
-        mine = flatten(grads)
-        previous, self._pending = self._pending, self._reducer.launch(mine.clone() if self.local else mine)
+        if not self._launches:
+            raise RuntimeError("delayed: backward() launched no bucket; call forward on the module wrap() returned")
+        local, launches = self._local, self._launches
+        self._local, self._launches = torch.zeros_like(local), []
+        previous, self._previous = self._previous, (local, launches)
         self.steps += 1
-        if self.local:
-            update = mine.clone()
-            if previous is not None:
-                assert self._previous_local is not None
-                update.add_(self._wait(previous)).sub_(self._previous_local)
-            self._previous_local = mine
-            unflatten_into(update, grads)
-            optimizer.step()
-        elif previous is None:
-            self.skipped += 1
+        if previous is None:
+            if self.naive:
+                self.skipped += 1
+                return
+            update = local
         else:
-            unflatten_into(self._wait(previous), grads)
-            optimizer.step()
+            update = self._collect(previous[1])
+            if not self.naive:
+                update.add_(local).sub_(previous[0])
+        unflatten_into(update, self.grads())
+        optimizer.step()
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._pending is None:
+        if self._previous is None:
             return
-        fut, self._pending = self._pending, None
-        mean = self._wait(fut)
-        if self.local:
-            assert self._previous_local is not None
-            mean = mean - self._previous_local
-        unflatten_into(mean, self.grads())
+        (local, launches), self._previous = self._previous, None
+        update = self._collect(launches)
+        if not self.naive:
+            update.sub_(local)
+        unflatten_into(update, self.grads())
         optimizer.step()
-        if self.local:
-            with torch.no_grad():
-                x = flatten(self.params)
-                dist.all_reduce(x, group=self.group)
-                unflatten_into(x.div_(dist.get_world_size(self.group)), self.params)
+        # Every rank has now applied the same sum of averages; the optimizer's
+        # momentum (and rounding) still leave them a little apart.
+        average_parameters(self.params, self.group)

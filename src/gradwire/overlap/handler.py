@@ -143,6 +143,7 @@ class HandlerStrategy(Strategy):
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.handler is not None, "call wrap() first"
-        self._exposed += self.handler.synchronize()
+        with self.waiting():
+            self.handler.synchronize()
         optimizer.step()
         self.steps += 1

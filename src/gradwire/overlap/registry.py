@@ -1,12 +1,13 @@
 """The strategy registry and the composed-name parser.
 
-Names (``STRATEGIES``; positional parameters after ``:``, options as ``key=value``):
+Names (``STRATEGIES``; positional parameters after ``:``, options as ``key=value``, flags as bare words):
 
 ======================  ====================================================
 sync                    DDP, bucketed all_reduce overlapped with backward
-delayed[:local=1]       stale-by-one gradients, all_reduce hidden behind a step;
-                        local=1 applies the fresh local gradient at once and
-                        swaps in the average one step later (sync's stability)
+delayed[:naive]         each bucket's average overlaps the whole next step;
+                        applies the fresh local gradient at once and swaps in
+                        the average one step later (sync's stability); naive:
+                        the stale average alone (unstable with momentum)
 localsgd:H[:warmup=W]   local steps, blocking parameter average every H steps,
                         after W synchronous steps (post-local SGD)
 async-average:H         parameter average every H steps, overlapped, applied
@@ -29,7 +30,7 @@ import torch.distributed as dist
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
 from .base import Strategy
-from .delayed import LOCAL_REFUSES, DelayedStrategy
+from .delayed import DelayedStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
 from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
@@ -60,15 +61,19 @@ class StrategyEntry:
     doc: str
     #: compressor names this strategy refuses (its exchange would not mean what the strategy needs)
     refuses: frozenset[str] = frozenset()
+    #: options written as a bare word (``delayed:naive``), passed as ``name=1``
+    flags: tuple[str, ...] = ()
 
     @property
     def syntax(self) -> str:
-        return "".join(f":{p}" for p in self.positional) + "".join(f"[:{o}=N]" for o in self.options)
+        return ("".join(f":{p}" for p in self.positional) + "".join(f"[:{o}=N]" for o in self.options)
+                + "".join(f"[:{f}]" for f in self.flags))
 
 
 STRATEGIES: dict[str, StrategyEntry] = {
     "sync": StrategyEntry(SyncStrategy, (), (), "DDP bucketed all_reduce (baseline)"),
-    "delayed": StrategyEntry(DelayedStrategy, (), ("local",), "stale-by-one gradients"),
+    "delayed": StrategyEntry(DelayedStrategy, (), (), "local gradient now, its average one step later",
+                             _NOT_AN_AVERAGE, flags=("naive",)),
     "localsgd": StrategyEntry(LocalSGDStrategy, ("H",), ("warmup",), "parameter average every H steps",
                               _NOT_AN_AVERAGE),
     "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
@@ -96,6 +101,7 @@ class StrategySpec:
         entry = STRATEGIES[self.name]
         parts = [self.name] + [str(self.params[p]) for p in entry.positional]
         parts += [f"{o}={self.params[o]}" for o in entry.options if o in self.params]
+        parts += [f for f in entry.flags if self.params.get(f)]
         return ":".join(parts)
 
     def build(self, compressor: str | None = None, momentum: float = 0.9,
@@ -103,7 +109,7 @@ class StrategySpec:
         """A fresh runtime strategy (one per training run)."""
         entry = STRATEGIES[self.name]
         check_composition(compressor, self)
-        kwargs: dict[str, Any] = {o: self.params[o] for o in entry.options if o in self.params}
+        kwargs: dict[str, Any] = {o: self.params[o] for o in entry.options + entry.flags if o in self.params}
         args = [self.params[p] for p in entry.positional]
         return entry.cls(*args, compressor=compressor, momentum=momentum, group=group, **kwargs)
 
@@ -118,7 +124,8 @@ def _int(name: str, what: str, text: str) -> int:
 def _parse_one(text: str) -> StrategySpec:
     name, *args = text.split(":")
     entry = STRATEGIES[name]
-    positional = [a for a in args if "=" not in a]
+    flags = [a for a in args if a in entry.flags]
+    positional = [a for a in args if "=" not in a and a not in entry.flags]
     options = [a for a in args if "=" in a]
     if len(positional) != len(entry.positional):
         raise ValueError(f"strategy {text!r}: expected {name}{entry.syntax}")
@@ -126,15 +133,14 @@ def _parse_one(text: str) -> StrategySpec:
     for opt in options:
         key, _, value = opt.partition("=")
         if key not in entry.options:
-            allowed = ", ".join(entry.options) or "none"
+            allowed = ", ".join(entry.options + entry.flags) or "none"
             raise ValueError(f"strategy {text!r}: unknown option {key!r} (options of {name}: {allowed})")
         params[key] = _int(name, key, value)
+    params.update({f: 1 for f in flags})
     if "R" in params and params["R"] < 1:
         raise ValueError(f"strategy {text!r}: R (PowerSGD rank) must be >= 1, got {params['R']}")
     if "H" in params and params["H"] < 1:
         raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
-    if params.get("local", 0) not in (0, 1):
-        raise ValueError(f"strategy {text!r}: local must be 0 or 1, got {params['local']}")
     if params.get("warmup", 0) < 0:
         raise ValueError(f"strategy {text!r}: warmup must be >= 0 steps, got {params['warmup']}")
     return StrategySpec(name, params)
@@ -146,9 +152,9 @@ def check_composition(compressor: str | None, spec: StrategySpec) -> None:
         return
     entry = STRATEGIES[spec.name]
     head = compressor.split(":")[0].lower()
-    refuses, why = entry.refuses, "its exchange is a vote, not an average of parameters"
-    if spec.name == "delayed" and spec.params.get("local"):
-        refuses, why = LOCAL_REFUSES, "it needs error feedback, which fails with the optimizer's momentum"
+    refuses, why = entry.refuses, "its exchange is a vote, not an average"
+    if spec.name == "delayed" and spec.params.get("naive"):
+        refuses = frozenset()  # applies whatever the exchange returns
     if head in refuses:
         from gradwire.compress import COMPRESSORS
 

@@ -10,8 +10,10 @@ Exposed time (how it is measured): DDP's wait happens in C++, out of reach of
 ``Work.wait()`` accounting. A timing hook wraps the comm hook and stamps the
 moment the *last* bucket's hook returned, i.e. backward's compute (including
 any compression) is over; :meth:`SyncStrategy.step` runs right after
-``backward()`` returned, when every bucket future completed. The difference is
-the communication that was not hidden behind backward.
+``backward()`` returned, when every bucket future completed. That interval is
+recorded as the step's wait window (:meth:`Strategy.add_wait`): the
+communication that was not hidden behind backward, split into network and
+late-peer time like every other wait (:func:`gradwire.overlap.split_exposed`).
 """
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
@@ -84,7 +86,7 @@ class SyncStrategy(Strategy):
         assert self._timed is not None, "call wrap() first"
         last = self._timed.last_bucket_done
         if last is not None:
-            self._exposed += max(0.0, now - last)
+            self.add_wait(last, now)
         self._timed.last_bucket_done = None
         optimizer.step()
         self.steps += 1

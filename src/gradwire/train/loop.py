@@ -7,9 +7,10 @@ each rank's :class:`RunResult`; the comparison harness builds on it. Per rank:
 2. Seed, build the model, ``strategy.wrap`` (rank 0's weights everywhere),
    SGD with the momentum the strategy leaves to the optimizer.
 3. Reset the backend's counters (setup traffic is not training traffic),
-   then train: for each step, time the window, ask the strategy how long it
-   waited (exposed), and after training price each window's collectives from
-   the event log (:func:`gradwire.overlap.step_comm_seconds`).
+   then train: for each step, time the window, ask the strategy for its wait
+   windows (exposed), and after training price each window's collectives from
+   the event log (:func:`gradwire.overlap.step_comm_seconds`) and split each
+   step's waiting into network and peer/CPU (:func:`gradwire.overlap.split_exposed`).
 4. ``strategy.finish`` (drain; every rank ends with the same model), test
    accuracy, counters, and a checksum of the parameters to show the ranks agree.
 
@@ -81,6 +82,9 @@ class RunResult:
     step_compute: list[float] = field(default_factory=list)
     step_comm_model: list[float] = field(default_factory=list)
     step_exposed: list[float] = field(default_factory=list)
+    """seconds the training thread waited on communication (network, late peer or callback CPU work)"""
+    step_exposed_network: list[float] = field(default_factory=list)
+    """the part of ``step_exposed`` spent waiting for the modelled network (realtime clock)"""
     collectives: int = 0
     """collectives issued inside step windows"""
     finish_seconds: float = 0.0
@@ -91,12 +95,20 @@ class RunResult:
     param_checksum: float = 0.0
 
     def summary(self) -> dict[str, float]:
-        """Totals: compute, modelled and exposed communication, and the exposed fraction."""
+        """Totals: compute, modelled and exposed communication, and the exposed fractions.
+
+        ``exposed_network_fraction`` (network-exposed / modelled) is the share
+        of the communication the strategy failed to hide; ``exposed_fraction``
+        counts every wait, including waiting for a late peer.
+        """
         comm = sum(self.step_comm_model)
         exposed = sum(self.step_exposed)
+        network = sum(self.step_exposed_network)
         return {
             "steps": len(self.step_seconds), "wall": sum(self.step_seconds), "compute": sum(self.step_compute),
             "comm_model": comm, "exposed": exposed, "exposed_fraction": exposed / comm if comm > 0 else 0.0,
+            "exposed_network": network, "exposed_other": exposed - network,
+            "exposed_network_fraction": network / comm if comm > 0 else 0.0,
             "collectives": self.collectives, "test_accuracy": self.test_accuracy,
         }
 
@@ -131,7 +143,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.overlap import parse_strategy, step_comm_seconds
+    from gradwire.overlap import parse_strategy, split_exposed, step_comm_seconds
 
     rank, world = dist.get_rank(), dist.get_world_size()
     compressor, spec = parse_strategy(config.strategy)
@@ -144,6 +156,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     loss_fn = nn.CrossEntropyLoss()
     result = RunResult(rank, world, asdict(config), num_parameters(model))
     windows: list[tuple[float, float]] = []
+    waits: list[list[tuple[float, float]]] = []
     dist.barrier()
     gradwire.reset_stats()
     steps = 0
@@ -156,7 +169,8 @@ def train_rank(config: TrainConfig) -> RunResult:
             strategy.step(opt)
             wall = time.perf_counter() - t0
             windows.append((c0, gradwire.clock()))
-            exposed = strategy.pop_exposed()
+            waits.append(strategy.pop_waits())
+            exposed = sum(end - start for start, end in waits[-1])
             result.step_seconds.append(wall)
             result.step_exposed.append(exposed)
             result.step_compute.append(max(0.0, wall - exposed))
@@ -170,7 +184,9 @@ def train_rank(config: TrainConfig) -> RunResult:
     t_finish = time.perf_counter()
     strategy.finish(opt)
     result.finish_seconds = time.perf_counter() - t_finish
-    result.step_comm_model, result.collectives = step_comm_seconds(gradwire.events(), windows)
+    events = gradwire.events()
+    result.step_comm_model, result.collectives = step_comm_seconds(events, windows)
+    result.step_exposed_network = split_exposed(events, waits)
     result.stats = gradwire.stats().as_dict()
     result.test_accuracy = evaluate(model, data.x_test, data.y_test)
     with torch.no_grad():

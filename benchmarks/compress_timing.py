@@ -1,0 +1,76 @@
+"""Encode + decode time of every compressor on one large fp32 gradient, in one process, one run.
+
+1. A 25 M-element fp32 tensor (100 MB, a ResNet-50-sized gradient), fixed seed.
+2. Per compressor: one warm-up round trip, then the median of ``--repeats``
+   (:func:`gradwire.compress.timing.time_roundtrip`: compress + every round +
+   decompress, no network). Compressors are measured interleaved, round by
+   round, so that the machine's changing load hits all of them alike.
+3. Ratio to ``fp16`` (the cheapest real compressor) from the same run.
+
+Writes benchmarks/results/compress_timing.json and .md. Example::
+
+    python benchmarks/compress_timing.py --repeats 5 --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from gradwire.compress import get_compressor, roundtrip
+
+OUT = Path(__file__).parent / "results" / "compress_timing.json"
+NAMES = ["none", "fp16", "bf16", "int8", "qsgd", "terngrad", "onebit", "signum", "topk:0.01", "randomk:0.01",
+         "powersgd:4"]
+#: acceptance: largest ratio to fp16
+TARGETS = {"onebit": 1.0, "topk:0.01": 2.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--names", nargs="+", default=NAMES)
+    ap.add_argument("--numel", type=int, default=25_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: what a training rank uses)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    x = torch.randn(args.numel, generator=torch.Generator().manual_seed(0))
+    comps = {name: get_compressor(name) for name in args.names}
+    times: dict[str, list[float]] = {name: [] for name in args.names}
+    for name, comp in comps.items():
+        roundtrip(comp, x)  # warm-up
+    for _ in range(args.repeats):
+        for name, comp in comps.items():
+            t0 = time.perf_counter()
+            roundtrip(comp, x)
+            times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    rows = []
+    for name in args.names:
+        ratio = med[name] / med["fp16"] if "fp16" in med else float("nan")
+        rows.append({"name": name, "median_ms": 1e3 * med[name], "min_ms": 1e3 * min(times[name]),
+                     "ratio_to_fp16": ratio, "target": TARGETS.get(name),
+                     "meets_target": None if name not in TARGETS else ratio <= TARGETS[name]})
+    meta = {"numel": args.numel, "repeats": args.repeats, "threads": args.threads}
+    lines = [f"# Encode + decode of {args.numel:,} fp32 elements ({args.threads} thread(s), median of "
+             f"{args.repeats}, interleaved)", "", "| compressor | median ms | min ms | / fp16 | target |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        t = r["target"]
+        target = "" if t is None else f"<= {t} ({'met' if r['meets_target'] else 'NOT met'})"
+        lines.append(f"| {r['name']} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | {r['ratio_to_fp16']:.2f}x | {target} |")
+    md = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    args.out.with_suffix(".md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
