@@ -10,7 +10,7 @@ __all__ = ["CompareConfig", "DEFAULT_NET", "DEFAULT_STRATEGIES", "COMPUTE_ONLY"]
 #: step of the default model in exposed communication on 4 workers (measured
 #: by ``benchmarks/compare_default.py``), the regime the reference articles
 #: describe.
-DEFAULT_NET = "bandwidth=300mbit,latency=100us"
+DEFAULT_NET = "bandwidth=1.5gbit,latency=100us"
 
 #: baseline, ours, and PyTorch's own DDP hooks as peers
 DEFAULT_STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-fp16", "torch-powersgd:4")

@@ -71,6 +71,9 @@ __all__ = ["DelayedStrategy"]
 #: bucket size of ``delayed``: small enough that the digits CNN's classifier
 #: (most of its bytes) starts travelling before the convolutions' backward
 DEFAULT_BUCKET_CAP_MB = 0.05
+#: with a compressor the bytes are few and every bucket pays a compression
+#: round's fixed cost (chunking, packing, two collectives): DDP's own default
+COMPRESSED_BUCKET_CAP_MB = 25.0
 
 _Launches = List[Tuple[Tensor, Future]]
 
@@ -92,16 +95,19 @@ class DelayedStrategy(Strategy):
         momentum: heavy-ball momentum (the optimizer's, or the strategy's with a compressor).
         group: process group (None: default); the exchange runs on a new group of its ranks.
         naive: apply the stale average alone (``u_t = avg_{t-1}``), for comparison.
-        bucket_cap_mb: DDP's bucket size.
+        bucket_cap_mb: DDP's bucket size (default: :data:`DEFAULT_BUCKET_CAP_MB`,
+            or :data:`COMPRESSED_BUCKET_CAP_MB` with a compressor).
     """
 
     name = "delayed"
 
     def __init__(self, compressor: Optional[str] = None, momentum: float = 0.9,
                  group: Optional[dist.ProcessGroup] = None, naive: int = 0,
-                 bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB) -> None:
+                 bucket_cap_mb: Optional[float] = None) -> None:
         super().__init__(compressor, momentum, group)
         self.naive = bool(naive)
+        if bucket_cap_mb is None:
+            bucket_cap_mb = DEFAULT_BUCKET_CAP_MB if compressor is None else COMPRESSED_BUCKET_CAP_MB
         self.bucket_cap_mb = bucket_cap_mb
         #: the process group the averages travel on (created by ``wrap``)
         self.comm_group: Optional[dist.ProcessGroup] = None
