@@ -108,13 +108,49 @@ def test_ddp_fp16_hook_close_to_plain_ddp(plain_ddp):
     torch.testing.assert_close(hooked[0]["params"], plain_ddp[0]["params"], rtol=0, atol=1e-4)
 
 
-def test_ddp_onebit_momentum_four_ranks_in_sync():
-    spec = {"compressor": "onebit", "hook_momentum": 0.9, "steps": 3}
-    res = spawn(workers.ddp_train, 4, args=(spec,), timeout=100)
-    assert res[0]["buckets"] >= 2  # several buckets: the launch order across buckets is exercised
-    for r in res[1:]:
-        assert torch.equal(r["params"], res[0]["params"])
-    assert torch.isfinite(res[0]["params"]).all()
+def test_ddp_onebit_momentum_four_ranks():
+    # Without local correction every rank applies the same average; with it (the default) the
+    # ranks differ by lr * their residuals, and the mean model is the uncorrected one's plus
+    # lr * the mean residual change (checked exactly in test_local_correction_*).
+    base = {"compressor": "onebit", "hook_momentum": 0.9, "steps": 3}
+    plain = spawn(workers.ddp_train, 4, args=({**base, "local_correction": False},), timeout=100)
+    assert plain[0]["buckets"] >= 2  # several buckets: the launch order across buckets is exercised
+    for r in plain[1:]:
+        assert torch.equal(r["params"], plain[0]["params"])
+    corrected = spawn(workers.ddp_train, 4, args=(base,), timeout=100)
+    params = torch.stack([r["params"] for r in corrected])
+    assert torch.isfinite(params).all()
+    spread = float((params - params.mean(0)).abs().max())
+    assert 0 < spread < float(params.abs().max())  # bounded: lr * residual differences
+
+
+@pytest.mark.parametrize("name", ["onebit", "onebit:allgather", "topk:0.1", "powersgd:2"])
+def test_local_correction_mean_is_the_uncompressed_mean(name):
+    # The defining invariant: the mean over ranks of what they apply is the exact mean of their inputs,
+    # at every step (the residuals carry the rest, per rank).
+    res = spawn(workers.local_correction_steps, 4, args=(name, 4, True), timeout=100)
+    for step in range(4):
+        applied = torch.stack([r["outs"][step] for r in res]).double().mean(0)
+        torch.testing.assert_close(applied, res[0]["ins"][step].double().mean(0), rtol=0, atol=2e-5)
+    # Each rank applied its own residuals: the ranks differ, by a bounded amount.
+    assert not torch.equal(res[0]["outs"][-1], res[1]["outs"][-1])
+
+
+def test_local_correction_off_applies_the_compressed_average_on_every_rank():
+    res = spawn(workers.local_correction_steps, 2, args=("onebit", 2, False), timeout=100)
+    for step in range(2):
+        assert torch.equal(res[0]["outs"][step], res[1]["outs"][step])
+        assert not torch.allclose(res[0]["outs"][step], res[0]["ins"][step].mean(0), atol=1e-3)
+
+
+def test_local_correction_defaults_and_validation():
+    assert CompressionState("onebit").local_correction and CompressionState("topk:0.01").local_correction
+    assert not CompressionState("signum").local_correction  # a vote is not an average
+    assert not CompressionState("int8").local_correction  # unbiased: no error feedback, nothing to correct
+    assert not CompressionState("onebit", local_correction=False).local_correction
+    for name, kwargs in (("signum", {}), ("onebit", {"error_feedback": False})):
+        with pytest.raises(ValueError, match="local_correction"):
+            CompressionState(name, local_correction=True, **kwargs)
 
 
 def test_ddp_resume_equals_uninterrupted():

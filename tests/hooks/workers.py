@@ -144,7 +144,7 @@ def _make(spec: dict[str, Any]):
     if spec.get("compressor") is not None:
         state = CompressionState(
             spec["compressor"], momentum=spec.get("hook_momentum", 0.0), warmup_iters=spec.get("warmup", 1),
-            min_compress_numel=0,
+            min_compress_numel=0, local_correction=spec.get("local_correction"),
         )
         ddp.register_comm_hook(state, compression_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=spec.get("momentum", 0.0))
@@ -218,3 +218,20 @@ def nonfinite_one_tensor(rank: int, world: int, name: str) -> dict[str, Any]:
         allreduce_compressed([bad, good], name, error_feedback=ef)
         out.append((bool(torch.isfinite(bad).all()), bool(torch.isfinite(good).all())))
     return {"finite": out}
+
+
+def local_correction_steps(rank: int, world: int, name: str, steps: int, correct: bool) -> dict[str, Any]:
+    """The hook (no momentum) on one fixed bucket for a few steps: every rank's inputs and outputs."""
+    from gradwire.hooks import CompressionState, compression_hook
+
+    _init(rank, world)
+    state = CompressionState(name, warmup_iters=0, min_compress_numel=0, local_correction=correct)
+    param = torch.zeros(4099)  # one identity for the bucket's parameters: the residuals persist
+    outs = []
+    for step in range(steps):
+        t = _rank_tensor(rank, 4099, seed=step)
+        bucket = _FakeBucket(t)
+        bucket.parameters = lambda: [param]  # type: ignore[method-assign]
+        outs.append(compression_hook(state, bucket).wait().clone())
+    ins = [torch.stack([_rank_tensor(r, 4099, seed=step) for r in range(world)]) for step in range(steps)]
+    return {"ins": ins, "outs": outs, "residual": state.error_feedback.residual(0).clone()}

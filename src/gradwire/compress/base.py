@@ -68,12 +68,15 @@ class Compressor:
         pattern: how the payload is exchanged.
         rounds: number of all_reduce rounds (only ``Pattern.ALLREDUCE``).
         unbiased: E[decompress(compress(x))] == x.
+        averages: the exchange returns the mean of the ranks' decoded payloads
+            (False for a vote); EF21 (:mod:`gradwire.compress.ef21`) needs it.
     """
 
     name: str = "base"
     pattern: Pattern = Pattern.ALLREDUCE
     rounds: int = 1
     unbiased: bool = False
+    averages: bool = True
     #: steps the hooks reduce uncompressed before compressing (``name:warmup=N``; 0: the hook's default)
     warmup: int = 0
 

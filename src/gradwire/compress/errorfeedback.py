@@ -12,7 +12,8 @@ two-phase all_reduce here (as ``("server", key)``).
 
 Traps:
 - With a momentum optimiser this feeds the error into the momentum's input and
-  fails (see :mod:`gradwire.compress.onebit`); compress the update instead.
+  fails (see :mod:`gradwire.hooks.state`): compress the momentum and apply
+  each rank's own residual change locally, as the DDP hook does.
 - A residual that became NaN/inf (a bad step) is reset to zero, so one bad
   step does not poison every later one. The bad step itself stays visible in
   that step's result.

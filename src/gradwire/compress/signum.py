@@ -30,6 +30,7 @@ class SignumCompressor(OneBitCompressor):
     """Packed signs on the wire, element-wise majority vote after the all_gather."""
 
     name = "signum"
+    averages = False  # a majority vote: EF21's g == mean g_i would not hold
 
     def __init__(self, block: int | None = DEFAULT_BLOCK) -> None:
         super().__init__(Pattern.ALLGATHER, block, rms=False)

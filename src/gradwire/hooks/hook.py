@@ -6,7 +6,8 @@
 3. During warm-up, or for a small bucket: plain average (all_reduce).
    Otherwise :func:`~gradwire.hooks.exchange.exchange` with the compressor and
    error feedback: compress now, exchange asynchronously, decompress in place
-   into the bucket buffer in the last callback.
+   into the bucket buffer in the last callback; with ``state.local_correction``
+   add this rank's own change of residuals (see :mod:`gradwire.hooks.state`).
 4. ``bucket.is_last()`` advances ``state.step``.
 
 The hook never waits: it returns the chained future at once, so DDP keeps
@@ -56,7 +57,10 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
     if state.momentum:
         state.apply_momentum(key, buf)
     if state.compressing(buf.numel()):
+        correct = state.corrector(key, buf.numel()) if state.local_correction else None
         fut = exchange(buf, key, state.compressor, state.process_group, state.error_feedback, state.sequencer)
+        if correct is not None:
+            fut = fut.then(lambda f: correct(f.value()))
     else:
         fut = exchange(buf, key, _PLAIN, state.process_group, None, state.sequencer)
     if bucket.is_last():

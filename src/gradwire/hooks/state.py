@@ -1,33 +1,44 @@
 """``CompressionState``: the state object of :func:`gradwire.hooks.compression_hook`.
 
-Momentum (why ``momentum=`` exists): gradient error feedback in front of a
-momentum optimiser fails. The residual of step t is re-sent at step t+1 and
-the momentum buffer integrates every injected error with gain 1/(1-beta), so
-with 1-bit compression (errors as large as the gradient) the update lags and
-oscillates: 0.49 test accuracy vs 0.95 on the digits CNN, measured here. The
-scheme that works compresses the *update*, as 1-bit Adam and Signum do
-(Zheng et al., 2019, https://arxiv.org/abs/1911.09030; Tang et al., 2021):
+Why plain gradient error feedback fails with momentum: EF (``C(g + e)``, the
+dropped part re-sent later) repays every coordinate's compression error one or
+more steps late. Seen from the "virtual" model ``x~ = x - lr * mean_i e_i``
+(which follows exact momentum SGD), every rank evaluates its gradient at a
+point displaced by ``lr * mean_i e_i``: a delayed gradient. Heavy-ball
+momentum with a delayed gradient is stable only for much smaller steps (the
+quadratic analysis in :mod:`gradwire.overlap.delayed`), so accuracy swings:
+0.49 on the digits CNN with the optimiser's momentum; 0.87 (onebit) and 0.87
+(topk:0.01) with the momentum in the hook and EF on it, vs 0.956 uncompressed.
 
-1. The hook keeps a local momentum buffer per bucket: ``m = beta m + g``.
-2. ``c = m + e`` (error feedback on the update), ``Δ = C(c)``, ``e = c - Δ``.
-3. The exchanged average of ``Δ`` is written into the bucket: the optimiser
-   must run WITHOUT momentum (``SGD(momentum=0)``), it applies ``lr * Δ``.
+The scheme (momentum in the hook, EF on the momentum, local correction):
 
-Over time the sum of applied updates equals the sum of the momentum updates up
-to one residual, which is what momentum SGD applies. Weight decay in the
-optimiser then acts without momentum (a small, documented difference).
+1. The hook keeps a momentum buffer per bucket: ``m = beta m + g``.
+2. ``c = m + e`` (error feedback), ``Δ = C(c)``, ``e' = c - Δ``; the exchange
+   returns ``avg = mean_i Δ_i`` (two-phase: re-compressed by the chunk's
+   server with its residual ``s``).
+3. Local correction: rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` and, on
+   the chunk it serves, ``+ world * (s' - s)``. Then ``mean_i u_i == mean_i
+   m_i`` exactly: the mean model is uncompressed momentum SGD, and rank ``i``
+   sits at ``lr * (mean_j e_j - e_i)`` from it (bounded, never accumulating:
+   ``sum_t u_i = sum_t avg + e_i``). The displacements average to zero over
+   the ranks, so their first-order effect on the mean gradient cancels, where
+   plain EF displaces every rank by the same ``lr * mean e``. This is the
+   synchronous analogue of ``delayed``'s ``v_t + avg_{t-1} - v_{t-1}``: a
+   rank's own fresh vector enters at once, the compressed consensus carries
+   the rest. The optimiser runs WITHOUT momentum (``SGD(momentum=0)``).
+   ``local_correction=False`` applies ``avg`` on every rank (identical
+   models, the old behaviour); ``signum`` (a vote, not an average) and
+   unbiased compressors (no EF) never correct.
 
-What limits 1-bit compression here (digits CNN, 4 ranks, lr 0.05, 8 epochs =
-96 steps; none reaches 0.967 on seed 0): with sign compression a block's
-scale caps how much of a coordinate is sent per step, so the residual of the
-largest coordinates grows, inflates the block's scale and the update lags
-the momentum; a lagging update inside a momentum loop oscillates (test
-accuracy drops for an epoch and recovers). Measured on seed 0: one scale per
-bucket 0.59; per-block mean-|x| scales 0.81; per-block RMS scales (the
-default) 0.89; plus a 24-step uncompressed warm-up 0.91. Gradient error
-feedback with the optimiser's momentum instead: 0.59. Finer blocks alone do
-not close the gap (block=8: 0.80), so the lag, not the scale resolution, is
-what remains; see benchmarks/results/compress_accuracy.md for all seeds.
+Measured (digits CNN, 4 ranks, lr 0.05, 8 epochs, seeds 0-2; details in
+benchmarks/results/compress_accuracy.md): onebit 0.875 -> 0.938, topk:0.01
+0.871 -> 0.936, powersgd:4 0.375 -> 0.929 (none 0.956). Tried and worse here:
+EF21 (Richtárik et al., 2021) on the hook's momentum, seed 0: onebit 0.49,
+topk 0.83 -- the tracked estimate lags the momentum and oscillates as well.
+
+Trap: with local correction the ranks' parameters differ (by ``lr`` times
+their residual differences); average the parameters once at the end (or use
+``local_correction=False``) when identical replicas matter.
 
 Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the hook's
 momentum still runs, so this is exactly momentum SGD), as 1-bit Adam's
@@ -52,13 +63,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gradwire.compress import Compressor, ErrorFeedback, get_compressor
+from gradwire.compress import Compressor, ErrorFeedback, Pattern, get_compressor
+from gradwire.compress.twophase import chunk_bounds
 
 from .exchange import Sequencer
 
@@ -75,6 +87,9 @@ class CompressionState:
         process_group: group to reduce on; None for the default group.
         error_feedback: True/False, an ``ErrorFeedback`` to use, or None for
             "on when the compressor is biased".
+        local_correction: apply this rank's own compression error at once
+            (``avg + e_new - e_old``, see the module doc); None: on where error
+            feedback is on and the exchange averages (all but ``signum``).
         momentum: 0 to compress gradients; ``beta`` in (0, 1) to let the hook own
             momentum and compress the update (use the optimiser WITHOUT momentum).
         warmup_iters: iterations reduced uncompressed first; None takes the
@@ -93,6 +108,7 @@ class CompressionState:
         "compressor",
         "error_feedback",
         "momentum",
+        "local_correction",
         # seldom tuned
         "warmup_iters",
         "min_compress_numel",
@@ -114,6 +130,7 @@ class CompressionState:
         momentum: float = 0.0,
         warmup_iters: int | None = None,
         min_compress_numel: int = 1024,
+        local_correction: bool | None = None,
     ) -> None:
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1) (0 disables the hook's momentum), got {momentum}")
@@ -128,6 +145,13 @@ class CompressionState:
             error_feedback = not self.compressor.unbiased
         if isinstance(error_feedback, bool):
             error_feedback = ErrorFeedback() if error_feedback else None
+        if local_correction is None:
+            local_correction = error_feedback is not None and self.compressor.averages
+        if local_correction and (error_feedback is None or not self.compressor.averages):
+            raise ValueError("local_correction needs error feedback and an exchange that averages "
+                             f"({self.compressor.name}: error_feedback={error_feedback is not None}, "
+                             f"averages={self.compressor.averages})")
+        self.local_correction = bool(local_correction)
         self.error_feedback: ErrorFeedback | None = error_feedback
         self.momentum = float(momentum)
         self.warmup_iters = int(warmup_iters)
@@ -138,11 +162,11 @@ class CompressionState:
         self.layouts: dict[int, tuple] = {}
         self.param_ids: dict[int, tuple] = {}
         self.sequencer = Sequencer()
-        #: per-parameter (momentum, residual) pieces between a bucket rebuild and their new bucket
-        self._orphans: dict[int, tuple[Tensor | None, Tensor | None]] = {}
+        #: per-parameter pieces of state (by store name) between a bucket rebuild and their new bucket
+        self._orphans: dict[int, dict[str, Tensor]] = {}
         log.info(
             "compression hook: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d",
-            self.compressor.name, self.error_feedback is not None, self.momentum, self.warmup_iters,
+            self.compressor.name, type(self.error_feedback).__name__ if self.error_feedback else None, self.momentum, self.warmup_iters,
             self.min_compress_numel,
         )
 
@@ -174,18 +198,24 @@ class CompressionState:
             self.error_feedback.reset(key)
             self.error_feedback.reset(("server", key))
 
-    def _release_all(self) -> None:
-        """Cut every bucket's momentum and worker residual into per-parameter pieces."""
+    def _stores(self) -> list[tuple[str, Any, Any]]:
+        """(name, get(key), set(key, tensor)) of every per-bucket, per-element state."""
+        stores: list[tuple[str, Any, Any]] = [("momentum", self.momentum_buffers.get, self.momentum_buffers.__setitem__)]
         ef = self.error_feedback
+        if ef is not None:
+            stores.append(("residual", ef.residual, ef.set_residual))
+        return stores
+
+    def _release_all(self) -> None:
+        """Cut every bucket's per-element state into per-parameter pieces."""
+        stores = self._stores()
         for key, ids in self.param_ids.items():
             sizes = [math.prod(shape) for shape in self.layouts[key]]
-            m = self.momentum_buffers.get(key)
-            r = ef.residual(key) if ef is not None else None
+            flats = {name: get(key) for name, get, _ in stores}
             offset = 0
             for pid, n in zip(ids, sizes):
-                piece = (None if m is None or m.numel() != sum(sizes) else m[offset:offset + n].clone(),
-                         None if r is None or r.numel() != sum(sizes) else r[offset:offset + n].clone())
-                self._orphans[pid] = piece
+                self._orphans[pid] = {name: flat[offset:offset + n].clone() for name, flat in flats.items()
+                                      if flat is not None and flat.numel() == sum(sizes)}
                 offset += n
             self._forget(key)
         self.param_ids.clear()
@@ -193,16 +223,12 @@ class CompressionState:
 
     def _adopt(self, key: int, params: list[Tensor]) -> None:
         """Assemble bucket ``key``'s state from the pieces of its parameters (zeros where none)."""
-        pieces = [self._orphans.pop(id(p), (None, None)) for p in params]
-        for slot, store in ((0, "momentum"), (1, "residual")):
-            if all(piece[slot] is None for piece in pieces):
+        pieces = [self._orphans.pop(id(p), {}) for p in params]
+        for name, _, put in self._stores():
+            if all(name not in piece for piece in pieces):
                 continue
-            flat = torch.cat([piece[slot] if piece[slot] is not None else torch.zeros(p.numel(), dtype=p.dtype)
-                              for piece, p in zip(pieces, params)])
-            if store == "momentum":
-                self.momentum_buffers[key] = flat
-            elif self.error_feedback is not None:
-                self.error_feedback.set_residual(key, flat)
+            put(key, torch.cat([piece[name] if name in piece else torch.zeros(p.numel(), dtype=p.dtype)
+                                for piece, p in zip(pieces, params)]))
 
     def end_step(self) -> None:
         """Advance the step (the hook calls it on the last bucket); pieces nobody adopted are dropped."""
@@ -217,6 +243,36 @@ class CompressionState:
             return
         m.mul_(self.momentum).add_(grad)
         grad.copy_(m)
+
+    def rank_world(self) -> tuple[int, int]:
+        """(rank, world size) in the state's group; (0, 1) without a process group."""
+        if not dist.is_available() or not dist.is_initialized():
+            return 0, 1
+        return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
+
+    def corrector(self, key: int, numel: int) -> Callable[[Tensor], Tensor]:
+        """Call before the exchange: the returned function adds this rank's change of residuals to the average.
+
+        ``avg + (e_new - e_old)`` for the worker residual, and, on the chunk
+        this rank serves in the two-phase exchange, ``world * (s_new - s_old)``
+        for the server residual: the mean over ranks of what they apply is
+        then exactly the mean of the uncompressed momenta (module doc).
+        """
+        ef = self.error_feedback
+        assert ef is not None, "local correction needs error feedback"
+        rank, world = self.rank_world()
+        start, count = chunk_bounds(numel, world)[rank]
+        two_phase = self.compressor.pattern is Pattern.TWO_PHASE and count > 0
+        worker_old = _snapshot(ef.residual(key), numel)
+        server_old = _snapshot(ef.residual(("server", key)), count) if two_phase else None
+
+        def correct(average: Tensor) -> Tensor:
+            _add_change(average, ef.residual(key), worker_old, 1.0)
+            if two_phase:
+                _add_change(average[start : start + count], ef.residual(("server", key)), server_old, float(world))
+            return average
+
+        return correct
 
     def compressing(self, numel: int) -> bool:
         """Whether a bucket of ``numel`` elements is compressed at the current step."""
@@ -256,3 +312,15 @@ class CompressionState:
         self.param_ids = {}
         self._orphans = {}
         self.sequencer = Sequencer()
+
+
+def _snapshot(residual: Tensor | None, numel: int) -> Tensor | None:
+    return residual.clone() if residual is not None and residual.numel() == numel else None
+
+
+def _add_change(out: Tensor, new: Tensor | None, old: Tensor | None, alpha: float) -> None:
+    """``out += alpha * (new - old)``; a missing (or reset, re-shaped) residual counts as zero."""
+    if new is not None and new.numel() == out.numel():
+        out.add_(new.view(out.shape), alpha=alpha)
+    if old is not None and old.numel() == out.numel():
+        out.sub_(old.view(out.shape), alpha=alpha)
