@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .base import Strategy
+from .base import Strategy, average_parameters
 
 __all__ = ["SyncStrategy"]
 
@@ -80,6 +80,17 @@ class SyncStrategy(Strategy):
         from gradwire.hooks import CompressionState, compression_hook
 
         return compression_hook, CompressionState(self.compressor, process_group=self.group, momentum=self.momentum)
+
+    def finish(self, optimizer: torch.optim.Optimizer) -> None:
+        """Average the parameters once when the compression hook applies local corrections.
+
+        With local correction every rank sits within ``lr * residual`` of the
+        common model (see :mod:`gradwire.hooks.state`); one exact average at
+        the end makes the replicas identical again.
+        """
+        state = self._timed.state if self._timed is not None else None
+        if getattr(state, "local_correction", False):
+            average_parameters(self.params, self.group)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         now = time.perf_counter()
