@@ -31,7 +31,7 @@ class CompareConfig:
     """ranks per training run"""
     model: str = "cnn-wide"
     """a model of :data:`gradwire.train.models.MODELS`"""
-    epochs: int = 6
+    epochs: int = 10
     seeds: tuple[int, ...] = (0, 1, 2)
     batch_size: int = 32
     """per-worker batch size"""
