@@ -17,7 +17,9 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     assert all(r["ok"] and r["ranks_agree"] for r in res["runs"])
     rows = {r["strategy"]: r for r in res["rows"]}
     assert rows["sync"]["speedup"] == pytest.approx(1.0)
-    assert rows["fp16"]["reduction"] == pytest.approx(2.0, rel=0.1)  # half the bytes on the wire
+    # half the bytes per step; the exact fp32 average that makes replicas identical at the end
+    # (local correction, see gradwire.hooks.state) adds one full all_reduce to the short run
+    assert 1.6 < rows["fp16"]["reduction"] <= 2.0
     assert rows["localsgd:2"]["reduction"] > 1.5  # a parameter average every 2 steps
     assert rows["compute-only"]["ideal_speedup"] > 1.0  # the 1 ms network costs something
     assert len(res["runs"][1]["seeds"]) == 2
