@@ -56,3 +56,7 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     assert [r["ok"] for r in res["runs"]] == [True, True, False]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["runs"][2]["error"].endswith("boom")
+    # a second comparison in the same folder keeps the first one's results
+    runner.run_compare(CompareConfig(strategies=("sync",), workers=2, model="tiny", epochs=1, seeds=(0,), out=tmp_path))
+    kept = list(tmp_path.glob("previous-*/results.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["runs"][2]["error"].endswith("boom")

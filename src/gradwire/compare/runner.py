@@ -8,7 +8,8 @@ the start-up cost is paid once per strategy. The ``compute-only`` run is
 
 A run that fails (a rank raised, or the run timed out) is recorded with the
 rank's traceback and the comparison goes on; results are written to
-``results.json`` after every run, so nothing finished is lost.
+``results.json`` after every run, so nothing finished is lost. An earlier
+comparison in the same folder is moved to ``previous-<time>/``, not overwritten.
 """
 from __future__ import annotations
 
@@ -76,10 +77,28 @@ def run_one(cfg: CompareConfig, net: str, strategy: str) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+#: what a comparison writes into its folder
+OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
+
+
+def _keep_previous(out: Path) -> Path | None:
+    """Move an earlier comparison's files into ``out/previous-<time>/`` instead of overwriting them."""
+    old = [out / name for name in OUTPUTS if (out / name).exists()]
+    if not old:
+        return None
+    stamp = datetime.datetime.fromtimestamp(old[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    keep = out / f"previous-{stamp}"
+    keep.mkdir(exist_ok=True)
+    for f in old:
+        f.rename(keep / f.name)
+    return keep
+
+
 def run_compare(cfg: CompareConfig, on_run: Callable[[dict], None] | None = None) -> dict:
     """Run every (net, strategy) plus one compute-only run; save results.json as runs finish."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    _keep_previous(out)
     path = out / "results.json"
     results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                      "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": []}
