@@ -28,6 +28,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gradwire._files import keep_previous
     from gradwire.net import parse_spec
 
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
@@ -36,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
     spec = parse_spec(args.net)  # reject a bad spec before launching anything
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("rank*.json"):
-        stale.unlink()
+    keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
     site = Path(__file__).resolve().parent.parent / "profile" / "_site"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
 
 __all__ = ["run_compare", "run_one"]
@@ -81,24 +82,11 @@ def run_one(cfg: CompareConfig, net: str, strategy: str) -> dict:
 OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
 
 
-def _keep_previous(out: Path) -> Path | None:
-    """Move an earlier comparison's files into ``out/previous-<time>/`` instead of overwriting them."""
-    old = [out / name for name in OUTPUTS if (out / name).exists()]
-    if not old:
-        return None
-    stamp = datetime.datetime.fromtimestamp(old[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
-    keep = out / f"previous-{stamp}"
-    keep.mkdir(exist_ok=True)
-    for f in old:
-        f.rename(keep / f.name)
-    return keep
-
-
 def run_compare(cfg: CompareConfig, on_run: Callable[[dict], None] | None = None) -> dict:
     """Run every (net, strategy) plus one compute-only run; save results.json as runs finish."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    _keep_previous(out)
+    keep_previous(out, OUTPUTS)
     path = out / "results.json"
     results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                      "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": []}
