@@ -13,13 +13,13 @@ from typing import Sequence
 
 #: command modules, in the order `gradwire --help` lists them
 COMMAND_MODULES: tuple[str, ...] = (
+    "gradwire.cli.compare",
+    "gradwire.cli.bench",
+    "gradwire.cli.profile",
+    "gradwire.cli.predict",
+    "gradwire.cli.doctor",
     "gradwire.cli.net",
     "gradwire.cli.demo",
-    "gradwire.cli.compare",
-    "gradwire.cli.predict",
-    "gradwire.cli.profile",
-    "gradwire.cli.bench",
-    "gradwire.cli.doctor",
 )
 
 
