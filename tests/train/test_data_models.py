@@ -48,3 +48,16 @@ def test_models_by_name() -> None:
 def test_config_rejects_bad_values(kwargs: dict, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         TrainConfig(**kwargs)
+
+
+def test_straggler_compute_factor_slows_the_group():
+    """``straggler=1:compute=3`` makes rank 1 compute 3x slower; sync makes everyone wait for it."""
+    import statistics
+
+    from gradwire.train.loop import TrainConfig, run_training
+
+    def step_ms(net: str) -> float:
+        res = run_training(TrainConfig(strategy="sync", net=net, model="cnn", max_steps=12), 2, timeout=100)
+        return statistics.median(res[0].step_seconds[2:])
+
+    assert step_ms("loopback,straggler=1:compute=3") > 1.8 * step_ms("loopback")

@@ -159,6 +159,8 @@ def train_rank(config: TrainConfig) -> RunResult:
     waits: list[list[tuple[float, float]]] = []
     dist.barrier()
     gradwire.reset_stats()
+    net = gradwire.network()
+    slowdown = (net.compute_factor(rank) - 1.0) if net is not None else 0.0
     steps = 0
     for epoch in range(config.epochs):
         t_epoch = time.perf_counter()
@@ -166,6 +168,8 @@ def train_rank(config: TrainConfig) -> RunResult:
             t0, c0 = time.perf_counter(), gradwire.clock()
             opt.zero_grad(set_to_none=True)
             loss_fn(module(x), y).backward()
+            if slowdown > 0:  # a straggler (spec ``straggler=R:compute=F``) computes F times slower
+                time.sleep(slowdown * (time.perf_counter() - t0))
             strategy.step(opt)
             wall = time.perf_counter() - t0
             windows.append((c0, gradwire.clock()))
