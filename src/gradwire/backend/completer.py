@@ -34,10 +34,6 @@ class Clock:
     def now(self) -> float:
         return time.perf_counter() + self._offset
 
-    @property
-    def offset(self) -> float:
-        return self._offset
-
     def advance_to(self, t: float) -> None:
         """Make the clock read at least ``t`` from now on (virtual mode)."""
         with self._lock:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import torch
@@ -91,13 +90,14 @@ class _Pending:
         return self.post() if self.post is not None else inner_value
 
     def _on_inner(self, inner_future: Future) -> None:
+        # drop the inner work: it holds the future that holds this callback, a
+        # cycle that would leave gloo's objects to the cyclic GC (see shutdown)
+        self.inner = None
         try:
             value = self._outcome(inner_future.value())
         except BaseException as exc:  # noqa: BLE001 - the caller must see it
-            exc = _translate(exc, self.event.op, self.backend)
-            self._fail(exc)
             assert self.future is not None
-            self.future.set_exception(exc)
+            self.future.set_exception(self._fail(exc))
             return
         self.event.inner_done = CLOCK.now()
         done = self.event.modelled_done
@@ -119,11 +119,14 @@ class _Pending:
         e.completed = CLOCK.now()
         LEDGER.record(e, self.sent_bytes, e.inner_done - e.issued)
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException) -> BaseException:
+        """Record the failed op; return the error the caller should see (unsupported ops translated)."""
+        exc = _translate(exc, self.event.op, self.backend)
         e = self.event
         e.error = f"{type(exc).__name__}: {exc}"
         e.inner_done = CLOCK.now()
         self._record()
+        return exc
 
     def wait_inline(self) -> None:
         """Block until done in this thread (no future was handed out)."""
@@ -134,10 +137,10 @@ class _Pending:
                 chained = None
                 try:
                     self.inner.wait()
+                    self.inner = None
                     value = self._outcome(None)
                 except BaseException as exc:
-                    self._fail(exc)
-                    new = _translate(exc, self.event.op, self.backend)
+                    new = self._fail(exc)
                     if new is exc:
                         raise
                     raise new from exc
@@ -226,12 +229,26 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._tx_busy = 0.0
         self._rx_busy = 0.0
-        self._priced = lru_cache(maxsize=4096)(self._price_uncached)
+        # a plain dict, not functools.lru_cache on a bound method: that would make
+        # a reference cycle, leaving the inner gloo group to the cyclic GC, which can
+        # free it on one of gloo's own threads and abort the process at exit
+        self._priced: dict[tuple, OpCost] = {}
         self._deterministic = model.is_zero or not _has_randomness(model.spec)
 
     # ---- plumbing -------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "gradwire"
+
+    def shutdown(self) -> None:
+        """Shut the inner backends down from the calling thread (``destroy_process_group``).
+
+        Left to garbage collection, an inner gloo group can be destroyed on one
+        of its own worker threads, which aborts the process at exit
+        ("terminate called without an active exception").
+        """
+        for inner in (self._gloo, self._nccl):
+            if inner is not None:
+                inner.shutdown()
 
     @property
     def network(self) -> NetworkModel:
@@ -248,13 +265,17 @@ class GradwireProcessGroup(dist.ProcessGroup):
             return self._nccl
         return self._gloo
 
-    def _price_uncached(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
-        return self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst)
-
     def _price(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
-        if self._deterministic:
-            return self._priced(op, nbytes, 0, src, dst)
-        return self._price_uncached(op, nbytes, seq, src, dst)
+        """The model's price of one op; without jitter it depends on no seq, so it is cached."""
+        if not self._deterministic:
+            return self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst)
+        key = (op, nbytes, src, dst)
+        cost = self._priced.get(key)
+        if cost is None:
+            if len(self._priced) > 4096:
+                self._priced.clear()
+            cost = self._priced[key] = self._model.cost(op, nbytes, ranks=self._ranks, seq=0, src=src, dst=dst)
+        return cost
 
     def _launch(
         self,

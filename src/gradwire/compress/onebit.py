@@ -29,7 +29,6 @@ that block is non-finite: visible, never silently dropped.
 """
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from .base import Compressor, Ctx, Pattern
