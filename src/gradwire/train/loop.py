@@ -167,9 +167,12 @@ def train_rank(config: TrainConfig) -> RunResult:
         for x, y in shard_batches(data, rank, world, config.batch_size, config.seed, epoch):
             t0, c0 = time.perf_counter(), gradwire.clock()
             opt.zero_grad(set_to_none=True)
-            loss_fn(module(x), y).backward()
-            if slowdown > 0:  # a straggler (spec ``straggler=R:compute=F``) computes F times slower
-                time.sleep(slowdown * (time.perf_counter() - t0))
+            loss = loss_fn(module(x), y)
+            if slowdown > 0:
+                # a straggler (spec ``straggler=R:compute=F``) computes F times slower: stretch
+                # forward + backward (about 3x the forward) before backward starts communicating
+                time.sleep(slowdown * 3 * (time.perf_counter() - t0))
+            loss.backward()
             strategy.step(opt)
             wall = time.perf_counter() - t0
             windows.append((c0, gradwire.clock()))
