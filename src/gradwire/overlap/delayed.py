@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .base import FlatReducer, Strategy, average_parameters, unflatten_into
+from .base import FlatReducer, Strategy, average_parameters
 
 __all__ = ["DelayedStrategy"]
 
@@ -75,7 +75,23 @@ DEFAULT_BUCKET_CAP_MB = 0.05
 #: round's fixed cost (chunking, packing, two collectives): DDP's own default
 COMPRESSED_BUCKET_CAP_MB = 25.0
 
-_Launches = List[Tuple[Tensor, Future]]
+
+class _Launch:
+    """One bucket of one step: its parameters (bucket order), local vector ``v`` and average in flight."""
+
+    __slots__ = ("params", "local", "future")
+
+    def __init__(self, params: List[Tensor], local: Tensor, future: Future) -> None:
+        self.params, self.local, self.future = params, local, future
+
+
+def _slices(flat: Tensor, params: Sequence[Tensor]):
+    """(parameter, its slice of ``flat`` shaped like it), in bucket order."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        yield p, flat[offset:offset + n].view_as(p)
+        offset += n
 
 
 def _delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -112,24 +128,16 @@ class DelayedStrategy(Strategy):
         #: the process group the averages travel on (created by ``wrap``)
         self.comm_group: Optional[dist.ProcessGroup] = None
         self._reducer: Optional[FlatReducer] = None
-        self._offsets: Dict[int, int] = {}
-        self._indices: Dict[Tuple[int, ...], Tensor] = {}
-        self._momentum: Optional[Tensor] = None
-        self._local = torch.empty(0)
-        self._launches: _Launches = []
-        self._previous: Optional[Tuple[Tensor, _Launches]] = None
+        #: the strategy's momentum, per parameter: views into one buffer per bucket layout
+        self._momentum: Dict[int, Tensor] = {}
+        self._bucket_momentum: Dict[Tuple[int, ...], Tensor] = {}
+        self._launches: List[_Launch] = []
+        self._previous: Optional[List[_Launch]] = None
         #: optimizer steps skipped (``naive``: step 0 has nothing to apply)
         self.skipped = 0
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
-        numel = 0
-        for p in self.params:
-            self._offsets[id(p)] = numel
-            numel += p.numel()
-        self._local = torch.zeros(numel)
-        if self.compressor is not None:
-            self._momentum = torch.zeros(numel)
         ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb)  # rank 0's weights
         ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
         self.comm_group = dist.new_group(ranks)
@@ -137,62 +145,76 @@ class DelayedStrategy(Strategy):
         ddp.register_comm_hook(self, _delayed_hook)
         return ddp
 
+    def _momentum_buffer(self, params: List[Tensor], numel: int) -> Tensor:
+        """The momentum of a bucket's parameters as one flat buffer (moved over when DDP rebuilds buckets)."""
+        key = tuple(id(p) for p in params)
+        buf = self._bucket_momentum.get(key)
+        if buf is None:
+            buf = torch.zeros(numel)
+            for p, view in _slices(buf, params):
+                old = self._momentum.get(id(p))
+                if old is not None:
+                    view.copy_(old)
+                self._momentum[id(p)] = view
+            # the views keep an old layout's buffer alive until its last parameter moved
+            self._bucket_momentum = {k: b for k, b in self._bucket_momentum.items() if not set(k) & set(key)}
+            self._bucket_momentum[key] = buf
+        return buf
+
     def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
         """Record the bucket's local vector and launch its average (called by the hook)."""
         assert self._reducer is not None, "call wrap() first"
-        key = tuple(self._offsets[id(p)] for p in params)  # survives DDP's bucket rebuild
-        index = self._indices.get(key)
-        if index is None:
-            index = torch.cat([torch.arange(self._offsets[id(p)], self._offsets[id(p)] + p.numel())
-                               for p in params])
-            if index.numel() != grad.numel():
-                raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of "
-                                   f"{index.numel()}; DDP's bucket layout is not what the strategy expects")
-            self._indices[key] = index
-        if self._momentum is None:
-            local = grad.detach().clone()
+        params = list(params)
+        if sum(p.numel() for p in params) != grad.numel():
+            raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of "
+                               f"{sum(p.numel() for p in params)}; DDP's bucket layout is not what the "
+                               "strategy expects")
+        if self.compressor is None:
+            local = grad.detach().clone()  # DDP reuses the bucket buffer next step
         else:
-            local = self._momentum.index_select(0, index).mul_(self.momentum).add_(grad)
-            self._momentum.index_copy_(0, index, local)
-        self._local.index_copy_(0, index, local)
-        self._launches.append((index, self._reducer.launch(local.clone(), key=key)))
+            m = self._momentum_buffer(params, grad.numel())
+            local = m.mul_(self.momentum).add_(grad).clone()
+        self._launches.append(_Launch(params, local, self._reducer.launch(local.clone(), key=tuple(id(p) for p in params))))
 
-    def _collect(self, launches: _Launches) -> Tensor:
-        """Wait for a step's averages and assemble them in parameter order."""
+    def _apply_previous(self, launches: List[_Launch], subtract_local: bool) -> None:
+        """Wait for a step's averages and add ``avg - v`` (or ``avg``) of each bucket to its gradients."""
         with self.waiting():
-            values = [fut.wait() for _, fut in launches]
-        out = torch.empty_like(self._local)
-        for (index, _), value in zip(launches, values):
-            out.index_copy_(0, index, value)
-        return out
+            values = [launch.future.wait() for launch in launches]
+        for launch, avg in zip(launches, values):
+            if subtract_local:
+                avg = avg.sub_(launch.local)
+            for p, part in _slices(avg, launch.params):
+                p.grad.add_(part)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if not self._launches:
             raise RuntimeError("delayed: backward() launched no bucket; call forward on the module wrap() returned")
-        local, launches = self._local, self._launches
-        self._local, self._launches = torch.zeros_like(local), []
-        previous, self._previous = self._previous, (local, launches)
+        launches, self._launches = self._launches, []
+        previous, self._previous = self._previous, launches
         self.steps += 1
-        if previous is None:
-            if self.naive:
-                self.skipped += 1
-                return
-            update = local
-        else:
-            update = self._collect(previous[1])
-            if not self.naive:
-                update.add_(local).sub_(previous[0])
-        unflatten_into(update, self.grads())
+        if previous is None and self.naive:
+            self.skipped += 1
+            return
+        grads = self.grads()
+        if self.naive:
+            for g in grads:
+                g.zero_()
+        elif self.compressor is not None:  # the local vector is the strategy's momentum, not the gradient
+            for launch in launches:
+                for p, part in _slices(launch.local, launch.params):
+                    p.grad.copy_(part)
+        # else: DDP left this rank's gradient (= v_t) in .grad
+        if previous is not None:
+            self._apply_previous(previous, subtract_local=not self.naive)
         optimizer.step()
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         if self._previous is None:
             return
-        (local, launches), self._previous = self._previous, None
-        update = self._collect(launches)
-        if not self.naive:
-            update.sub_(local)
-        unflatten_into(update, self.grads())
+        launches, self._previous = self._previous, None
+        for g in self.grads():
+            g.zero_()
+        self._apply_previous(launches, subtract_local=not self.naive)
         optimizer.step()
         # Every rank has now applied the same sum of averages; the optimizer's
         # momentum (and rounding) still leave them a little apart.
