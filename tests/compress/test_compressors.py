@@ -6,6 +6,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from gradwire.compress import (
@@ -14,7 +16,7 @@ from gradwire.compress import (
 from gradwire.compress import twophase
 from gradwire.compress.base import deserialize, serialize
 from gradwire.compress.blocks import block_scales, mul_blocks_
-from gradwire.compress.packing import pack_codes2, pack_signs, unpack_signs
+from gradwire.compress.packing import SIGN_TABLE, decode_table, decode_table_torch, pack_bits_torch, pack_codes2, pack_signs, unpack_signs
 from gradwire.compress.randomk import RandomKCompressor
 from gradwire.compress.timing import time_roundtrip
 
@@ -190,6 +192,20 @@ def test_sign_packing_odd_lengths(n):
     assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(n / 8)
     assert torch.equal(packed, torch.from_numpy(np.packbits(x.numpy() < 0)))
     torch.testing.assert_close(unpack_signs(packed, n, 2.0), torch.where(x < 0, -2.0, 2.0))
+
+
+@given(st.lists(st.floats(allow_nan=False, width=32), min_size=0, max_size=70),
+       st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]))
+@settings(max_examples=60, deadline=None)
+def test_sign_packing_paths_agree_for_every_dtype(values, dtype):
+    """The numpy path (CPU) and the torch path (CUDA) pack the same bits, in numpy.packbits' order."""
+    x = torch.tensor(values, dtype=torch.float32).to(dtype)
+    expected = np.packbits(x.float().numpy() < 0)
+    assert torch.equal(pack_signs(x), torch.from_numpy(expected))
+    assert torch.equal(pack_bits_torch(torch.lt(x, 0)), torch.from_numpy(expected))
+    packed = torch.from_numpy(expected)
+    assert torch.equal(decode_table_torch(packed, torch.from_numpy(SIGN_TABLE), x.numel()),
+                       decode_table(packed, SIGN_TABLE, x.numel()))
 
 
 def test_two_bit_packing():
