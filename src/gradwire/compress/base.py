@@ -89,6 +89,17 @@ class Compressor:
         """Return a 1-D tensor of ``ctx.numel`` elements (any floating dtype)."""
         raise NotImplementedError
 
+    def slice_units(self) -> tuple[int, ...] | None:
+        """Input elements per element of each payload tensor, if the encoding is local; else None.
+
+        Local means: for ``a`` and ``b`` multiples of every unit, the payload of
+        ``x[a:b]`` is the slice ``[a // u : ceil(b / u)]`` of each payload tensor
+        of ``x`` (a sign per element packed 8 per byte: unit 8; a scale per block
+        of 512: unit 512). The two-phase exchange then encodes a bucket once
+        instead of once per chunk (see :mod:`gradwire.compress.twophase`).
+        """
+        return None
+
     # -- the public interface ------------------------------------------------
     def compress(self, tensor: Tensor, key: Hashable = 0) -> tuple[list[Tensor], Ctx]:
         """Compress ``tensor``; ``key`` names it for per-tensor state (e.g. a bucket index)."""

@@ -68,6 +68,9 @@ class OneBitCompressor(Compressor):
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
         return [pack_signs(flat), block_scales(flat, self.block, self.scale)]
 
+    def slice_units(self) -> tuple[int, ...] | None:
+        return (8, self.block) if self.block else None  # one scale for the whole tensor is not local
+
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
         packed, scales = payload
         if scales.numel() == 1:

@@ -74,6 +74,9 @@ class QSGDCompressor(Compressor):
         levels = a.copysign_(x).to(torch.int8)
         return [levels, norm.float()]
 
+    def slice_units(self) -> tuple[int, ...] | None:
+        return (1, self.block) if self.block else None  # one norm for the whole tensor is not local
+
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
         levels, norm = payload
         return mul_blocks_(levels.float(), norm / self.levels, self.block)

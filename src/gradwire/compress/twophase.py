@@ -21,9 +21,15 @@ Bytes per rank: ``2 (world-1)/world * payload(n)`` versus ``2 (world-1)/world
 * 4n`` for an fp32 ring all_reduce, whatever the world size: about 30x less
 for ``onebit`` (block 512), 4x for ``int8``.
 
+A compressor whose encoding is local (:meth:`Compressor.slice_units`: a
+sign per element, a scale per block) is encoded once for the whole tensor and
+its payload sliced into the chunks, whose bounds are then multiples of the
+block; the gathered chunks join back into one payload, decoded in one pass.
+Same bytes, a third of the CPU time (one pass instead of ``world`` small ones).
+
 Traps: chunks are compressed at their real length (no zero padding enters a
 scale); only the serialised rows are padded. A rank whose chunk is empty
-(``numel < 8 * world``) sends and receives empty payloads.
+(``numel < granule * world``) sends and receives empty payloads.
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ from torch import Tensor
 from .base import Compressor, Ctx, Layout, deserialize, serialize
 from .errorfeedback import ErrorFeedback
 
-__all__ = ["Plan", "chunk_bounds", "gather_decode", "server_reduce", "split_encode"]
+__all__ = ["Plan", "chunk_bounds", "chunk_granule", "slice_payload", "gather_decode", "server_reduce", "split_encode"]
 
 
 @dataclass
@@ -50,12 +56,25 @@ class Plan:
     layouts: list[Layout]
     ctxs: list[Ctx]
     row_bytes: int
+    whole: Ctx | None = None
+    """the context of the whole tensor when the compressor's encoding is local (sliced chunks)"""
 
 
-def chunk_bounds(numel: int, world: int) -> list[tuple[int, int]]:
-    """(start, count) of each of ``world`` chunks; lengths a multiple of 8 but the last."""
-    length = max(8, 8 * math.ceil(numel / (8 * world)))
+def chunk_bounds(numel: int, world: int, granule: int = 8) -> list[tuple[int, int]]:
+    """(start, count) of each of ``world`` chunks; lengths a multiple of ``granule`` but the last."""
+    length = max(granule, granule * math.ceil(numel / (granule * world)))
     return [(min(r * length, numel), max(0, min(length, numel - r * length))) for r in range(world)]
+
+
+def chunk_granule(compressor: Compressor) -> int:
+    """Chunk lengths (but the last) are multiples of this: 8, or the blocks of a local encoding."""
+    units = compressor.slice_units()
+    return math.lcm(8, *units) if units else 8
+
+
+def slice_payload(payload: list[Tensor], units: tuple[int, ...], start: int, count: int) -> list[Tensor]:
+    """The payload of ``x[start : start + count]`` cut from the payload of ``x`` (see ``slice_units``)."""
+    return [p[start // u : -(-(start + count) // u)] for p, u in zip(payload, units)]
 
 
 def _check(compressor: Compressor) -> None:
@@ -66,20 +85,36 @@ def _check(compressor: Compressor) -> None:
 def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable = 0) -> tuple[Tensor, Tensor, Plan]:
     """Phase 1 input: uint8 ``[world, row_bytes]`` rows, the local approximation (numel) and the plan."""
     _check(compressor)
-    bounds = chunk_bounds(flat.numel(), world)
-    payloads, ctxs = [], []
-    approx = torch.empty_like(flat)
-    for r, (start, count) in enumerate(bounds):
-        payload, ctx = compressor.compress(flat[start : start + count], (key, r))
-        approx[start : start + count] = compressor.decompress(payload, ctx)
-        payloads.append(payload)
-        ctxs.append(ctx)
+    units = compressor.slice_units() if flat.is_floating_point() else None
+    whole = None
+    if units:
+        bounds = chunk_bounds(flat.numel(), world, chunk_granule(compressor))
+        payload, whole = compressor.compress(flat, key)
+        approx = compressor.decompress(payload, whole).reshape(-1)
+        payloads, ctxs = [], []
+        for r, (start, count) in enumerate(bounds):
+            if count:
+                payloads.append(slice_payload(payload, units, start, count))
+                ctxs.append(Ctx(torch.Size([count]), flat.dtype, count, (key, r)))
+            else:  # an empty chunk passes through, as compress() would have it
+                p, ctx = compressor.compress(flat[start:start], (key, r))
+                payloads.append(p)
+                ctxs.append(ctx)
+    else:
+        bounds = chunk_bounds(flat.numel(), world)
+        payloads, ctxs = [], []
+        approx = torch.empty_like(flat)
+        for r, (start, count) in enumerate(bounds):
+            payload, ctx = compressor.compress(flat[start : start + count], (key, r))
+            approx[start : start + count] = compressor.decompress(payload, ctx)
+            payloads.append(payload)
+            ctxs.append(ctx)
     bufs = [serialize(p) for p in payloads]
     row_bytes = max(8, max(b.numel() for b, _ in bufs))
     send = torch.zeros(world, row_bytes, dtype=torch.uint8)
     for r, (b, _) in enumerate(bufs):
         send[r, : b.numel()] = b
-    return send, approx, Plan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes)
+    return send, approx, Plan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes, whole)
 
 
 def server_reduce(
@@ -108,6 +143,12 @@ def gather_decode(rows: Tensor, plan: Plan, compressor: Compressor, out: Tensor 
     if out is None:
         out = torch.empty(plan.numel)
     flat = out.view(-1)
+    if plan.whole is not None:  # local encoding: join the chunks' payloads, decode once
+        parts = [deserialize(rows[r], plan.layouts[r]) for r, (_, count) in enumerate(plan.bounds) if count]
+        if parts:
+            joined = [torch.cat(tensors) for tensors in zip(*parts)]
+            flat.copy_(compressor.decompress(joined, plan.whole).reshape(-1))
+        return out
     for r, (start, count) in enumerate(plan.bounds):
         if count:
             flat[start : start + count] = compressor.decompress(deserialize(rows[r], plan.layouts[r]), plan.ctxs[r])

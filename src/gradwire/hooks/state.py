@@ -70,7 +70,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gradwire.compress import Compressor, ErrorFeedback, Pattern, get_compressor
-from gradwire.compress.twophase import chunk_bounds
+from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from .exchange import Sequencer
 
@@ -261,7 +261,7 @@ class CompressionState:
         ef = self.error_feedback
         assert ef is not None, "local correction needs error feedback"
         rank, world = self.rank_world()
-        start, count = chunk_bounds(numel, world)[rank]
+        start, count = chunk_bounds(numel, world, chunk_granule(self.compressor))[rank]
         two_phase = self.compressor.pattern is Pattern.TWO_PHASE and count > 0
         worker_old = _snapshot(ef.residual(key), numel)
         server_old = _snapshot(ef.residual(("server", key)), count) if two_phase else None
