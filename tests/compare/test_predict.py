@@ -31,6 +31,16 @@ def test_overlapped_step_is_the_slower_of_compute_and_comm():
     assert predict(prof, NET, 4).step_seconds == pytest.approx(max(0.021, comm))
 
 
+def test_the_loopback_median_step_is_the_base_when_measured():
+    """Bursty waits: a median wait of 0 must not hide the waits of a few steps (see predict's doc)."""
+    overlapped = StepProfile("delayed", 4, 0.020, 0.0, [Collective("all_reduce", 4e3, 1.0)], overlapped=True,
+                             loop_seconds=0.0225)
+    assert predict(overlapped, NET, 4).step_seconds == pytest.approx(0.0225)
+    blocking = StepProfile("sync", 4, 0.020, 0.002, [Collective("all_reduce", 4e6, 1.0)], loop_seconds=0.023)
+    comm = NetworkModel(NET, 4).cost("all_reduce", 4_000_000).seconds
+    assert predict(blocking, NET, 4).step_seconds == pytest.approx(0.023 + comm - 0.002)
+
+
 def test_gathered_bytes_grow_with_world_unless_two_phase():
     gather = StepProfile("topk:0.01", 4, 0.01, 0.0, [Collective("all_gather", 4000, 1.0)])
     two = StepProfile("onebit", 4, 0.01, 0.0, [Collective("all_gather", 4000, 1.0)], two_phase=True)
