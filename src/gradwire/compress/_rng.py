@@ -6,12 +6,20 @@ from typing import Hashable
 
 import torch
 
-__all__ = ["CallCounter", "stable_hash"]
+__all__ = ["CallCounter", "stable_hash", "uniform"]
 
 
 def stable_hash(key: Hashable) -> int:
     """A hash of ``key`` that is the same in every process (unlike ``hash`` of a str)."""
     return zlib.crc32(repr(key).encode())
+
+
+def uniform(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """U[0, 1) draws on ``device``: from ``generator`` (a CPU generator, so every rank and device
+    draws the same numbers) or, when None, from the device's global RNG."""
+    if generator is None:
+        return torch.rand(shape, device=device)
+    return torch.rand(shape, generator=generator).to(device)
 
 
 class CallCounter:

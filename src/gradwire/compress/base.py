@@ -178,7 +178,8 @@ def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor,
         offset += -(-size // 8) * 8
     if nbytes is not None and nbytes < offset:
         raise ValueError(f"payload needs {offset} bytes, the buffer holds {nbytes}")
-    buf = torch.zeros(offset if nbytes is None else nbytes, dtype=torch.uint8)
+    device = payload[0].device if payload else None
+    buf = torch.zeros(offset if nbytes is None else nbytes, dtype=torch.uint8, device=device)
     for p, (_, _, start, size) in zip(payload, layout):
         buf[start : start + size] = p.contiguous().view(-1).view(torch.uint8)
     return buf, layout

@@ -58,7 +58,7 @@ def block_scales(x: Tensor, block: int | None, kind: str = "mean") -> Tensor:
             s = torch.linalg.vector_norm(part.float(), float("inf"), dim=-1)
         parts.append(s.reshape(-1))
     if not parts:
-        return torch.zeros(1)
+        return torch.zeros(1, device=x.device)
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 

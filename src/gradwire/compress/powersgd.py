@@ -74,7 +74,7 @@ class PowerSGDCompressor(Compressor):
         q = self._q.get(ctx.key)
         if q is None or q.shape != (cols, r):
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + stable_hash(ctx.key))
-            q = torch.randn(cols, r, generator=g)
+            q = torch.randn(cols, r, generator=g).to(m.device)  # drawn on the CPU: the same on every rank
         ctx.info["m"] = m
         return [m @ q]
 

@@ -45,7 +45,8 @@ class RandomKCompressor(Compressor):
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
         n = flat.numel()
         k = max(1, math.ceil(self.ratio * n))
-        idx = torch.randint(0, n, (k,), generator=self._rng.generator(ctx.key))
+        # drawn on the CPU from the shared seed, so every rank (and device) picks the same coordinates
+        idx = torch.randint(0, n, (k,), generator=self._rng.generator(ctx.key)).to(flat.device)
         vals = flat[idx]
         total = flat.sum()
         if not torch.isfinite(total):
@@ -58,7 +59,7 @@ class RandomKCompressor(Compressor):
         vals = payload[0]
         if self.rescale:
             vals = vals * (ctx.numel / idx.numel())
-        return torch.zeros(ctx.numel, dtype=vals.dtype).index_add_(0, idx, vals)
+        return torch.zeros(ctx.numel, dtype=vals.dtype, device=vals.device).index_add_(0, idx, vals)
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self._rng.state_dict()}

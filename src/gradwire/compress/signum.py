@@ -24,6 +24,7 @@ from torch import Tensor
 from .base import Ctx, Pattern
 from .blocks import mul_blocks_
 from .onebit import DEFAULT_BLOCK, OneBitCompressor
+from .packing import unpack_signs
 
 
 class SignumCompressor(OneBitCompressor):
@@ -39,9 +40,12 @@ class SignumCompressor(OneBitCompressor):
         if ctx.passthrough:
             return super().combine(payloads, ctx)
         world = len(payloads)
-        negatives = np.zeros(ctx.numel, dtype=np.int16)
-        for packed, _ in payloads:
-            negatives += np.unpackbits(packed.numpy(), count=ctx.numel)
         scales = torch.stack([s for _, s in payloads]).mean(0)
-        votes = torch.from_numpy(world - 2 * negatives).float()  # sum of ±1
+        if scales.device.type == "cpu":
+            negatives = np.zeros(ctx.numel, dtype=np.int16)
+            for packed, _ in payloads:
+                negatives += np.unpackbits(packed.numpy(), count=ctx.numel)
+            votes = torch.from_numpy(world - 2 * negatives).float()  # sum of ±1
+        else:
+            votes = sum(unpack_signs(packed, ctx.numel) for packed, _ in payloads)
         return mul_blocks_(votes.sign_(), scales, self.block).to(ctx.dtype).view(ctx.shape)

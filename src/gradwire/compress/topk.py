@@ -85,12 +85,12 @@ class TopKCompressor(Compressor):
 
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
         idx, vals = payload
-        return torch.zeros(ctx.numel, dtype=vals.dtype).index_add_(0, idx, vals)
+        return torch.zeros(ctx.numel, dtype=vals.dtype, device=vals.device).index_add_(0, idx, vals)
 
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
         if ctx.passthrough:
             return super().combine(payloads, ctx)
         idx = torch.cat([p[0] for p in payloads])
         vals = torch.cat([p[1] for p in payloads]).float()
-        out = torch.zeros(ctx.numel).index_add_(0, idx, vals).div_(len(payloads))
+        out = torch.zeros(ctx.numel, device=vals.device).index_add_(0, idx, vals).div_(len(payloads))
         return out.to(ctx.dtype).view(ctx.shape)

@@ -111,7 +111,7 @@ def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable
             ctxs.append(ctx)
     bufs = [serialize(p) for p in payloads]
     row_bytes = max(8, max(b.numel() for b, _ in bufs))
-    send = torch.zeros(world, row_bytes, dtype=torch.uint8)
+    send = torch.zeros(world, row_bytes, dtype=torch.uint8, device=flat.device)
     for r, (b, _) in enumerate(bufs):
         send[r, : b.numel()] = b
     return send, approx, Plan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes, whole)
@@ -141,7 +141,7 @@ def server_reduce(
 def gather_decode(rows: Tensor, plan: Plan, compressor: Compressor, out: Tensor | None = None) -> Tensor:
     """Phase 2 output: decompress the gathered ``[world, row_bytes]`` rows into ``plan.numel`` values."""
     if out is None:
-        out = torch.empty(plan.numel)
+        out = torch.empty(plan.numel, device=rows.device)
     flat = out.view(-1)
     if plan.whole is not None:  # local encoding: join the chunks' payloads, decode once
         parts = [deserialize(rows[r], plan.layouts[r]) for r, (_, count) in enumerate(plan.bounds) if count]

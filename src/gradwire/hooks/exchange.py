@@ -167,7 +167,7 @@ def _allgather(flat: Tensor, compressor: Compressor, payload: list[Tensor], ctx:
                token: Future) -> Future:
     try:
         buf, layout = serialize(payload)
-        gathered = torch.empty(world, buf.numel(), dtype=torch.uint8)
+        gathered = torch.empty(world, buf.numel(), dtype=torch.uint8, device=buf.device)
         fut = dist.all_gather(list(gathered.unbind(0)), buf, group=group, async_op=True).get_future()
     finally:
         token.set_result(None)
@@ -192,7 +192,7 @@ def _two_phase(flat: Tensor, key: Hashable, compressor: Compressor, send: Tensor
     def server(_: Any) -> Future:
         try:
             row = twophase.server_reduce(recv, plan, rank, compressor, error_feedback, key)
-            rows = torch.empty(world, row.numel(), dtype=torch.uint8)
+            rows = torch.empty(world, row.numel(), dtype=torch.uint8, device=row.device)
             gathered = dist.all_gather(list(rows.unbind(0)), row, group=group, async_op=True).get_future()
         finally:
             token.set_result(None)

@@ -227,7 +227,8 @@ class CompressionState:
         for name, _, put in self._stores():
             if all(name not in piece for piece in pieces):
                 continue
-            put(key, torch.cat([piece[name] if name in piece else torch.zeros(p.numel(), dtype=p.dtype)
+            put(key, torch.cat([piece[name] if name in piece
+                                else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
                                 for piece, p in zip(pieces, params)]))
 
     def end_step(self) -> None:
