@@ -7,7 +7,7 @@ moves by 10-20% from one try to the next: every pair (profile run, measured
 run) is repeated ``--repeats`` times, interleaved, and the medians compared.
 Writes benchmarks/results/predict_validate.json.
 
-    python benchmarks/predict_validate.py [--net SPEC] [--steps 40] [--repeats 3]
+    python benchmarks/predict_validate.py [--net SPEC] [--steps 120] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--net", default=DEFAULT_NET)
     ap.add_argument("--model", default="cnn-wide")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--strategies", default="sync,onebit,delayed,onebit+delayed")
     args = ap.parse_args()

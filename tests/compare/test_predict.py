@@ -1,4 +1,6 @@
 """The step-time predictor: pure formulas on a hand-made profile."""
+import json
+
 import pytest
 
 from gradwire.net import NetworkModel
@@ -61,3 +63,28 @@ def test_topology_keeps_ranks_per_node_and_rejects_a_bad_world():
 def test_profile_round_trips_through_dict():
     p = _sync()
     assert StepProfile.from_dict(p.as_dict()) == p
+
+
+def test_cli_predicts_from_saved_profiles(tmp_path, capsys):
+    from gradwire.cli.main import main
+
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps({"profiles": [_sync().as_dict()]}))
+    out, png = tmp_path / "pred.json", tmp_path / "scaling.png"
+    rc = main(["predict", "--profiles", str(profiles), "--net", NET, "--worlds", "2,8,64",
+               "--json", str(out), "--plot", str(png)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    steps = [p["step_seconds"] for p in res["predictions"]]
+    assert [p["world"] for p in res["predictions"]] == [2, 8, 64]
+    assert steps == sorted(steps) and steps[0] == pytest.approx(predict(_sync(), NET, 2).step_seconds)
+    assert png.stat().st_size > 0
+    assert f"{steps[-1] * 1e3:.1f} (" in capsys.readouterr().out  # the printed table shows the same figures
+
+
+def test_cli_rejects_bad_world_sizes(tmp_path):
+    from gradwire.cli.main import main
+
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps({"profiles": [_sync().as_dict()]}))
+    assert main(["predict", "--profiles", str(profiles), "--worlds", "1,4"]) == 2

@@ -24,7 +24,8 @@ def add_parser(sub: Any) -> None:
                    help="comma-separated composed names (default: %(default)s)")
     p.add_argument("--model", default="cnn-wide", help="model name (default: %(default)s)")
     p.add_argument("--measure-world", type=int, default=4, help="ranks of the measured run (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=30, help="steps of the measured run (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=120,
+                   help="steps of the measured run; shorter runs are noisier (default: %(default)s)")
     p.add_argument("--worlds", default=DEFAULT_WORLDS, help="world sizes to predict (default: %(default)s)")
     p.add_argument("--profiles", default=None, help="read measured profiles from this JSON instead of measuring")
     p.add_argument("--json", default=None, help="write profiles and predictions here")
