@@ -33,6 +33,17 @@ def test_virtual_clock_does_not_wait():
     assert res[0]["median"] < 0.1 * model
 
 
+def test_virtual_clock_overlaps_isend_with_the_next_recv():
+    # Rank 0's isend finishes for real during its pause, before it issues its recv: in virtual time
+    # the two still overlap on the full-duplex link (one transfer, not two; the pause is real time).
+    pause = 0.05
+    res = spawn(workers.virtual_sendrecv, 2, ("bandwidth=10mbit,latency=1ms,clock=virtual", 1 << 20, pause), timeout=90)
+    model = res[0]["model_per_op"]
+    assert model > 0.8
+    assert res[0]["elapsed"] == pytest.approx(model + pause, abs=0.1)
+    assert res[1]["elapsed"] == pytest.approx(model, abs=0.1)
+
+
 def test_rank_dying_mid_collective_raises_on_the_others():
     with pytest.raises(RankError):
         spawn(workers.die_mid_collective, 2, timeout=60)

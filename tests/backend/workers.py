@@ -226,3 +226,27 @@ def cuda_allreduce(rank: int, world: int) -> list:
     import gradwire
 
     return [t.cpu().tolist()[:3], gradwire.stats().as_dict()["all_reduce"]["calls"]]
+
+
+def virtual_sendrecv(rank: int, world: int, net: str, nbytes: int, pause_s: float) -> dict:
+    """isend to the next rank, recv from the previous; rank 0 pauses in between.
+
+    Rank 1 posts its recv at once, so rank 0's isend completes for real during rank 0's pause,
+    before rank 0 issues its own recv.
+    """
+    import time
+
+    import gradwire
+
+    _init(rank, world, "gradwire", net)
+    send, recv = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
+    dist.barrier()
+    t0 = gradwire.clock()
+    req = dist.isend(send, (rank + 1) % world)
+    time.sleep(pause_s if rank == 0 else 0.0)
+    dist.recv(recv, (rank - 1) % world)
+    req.wait()
+    elapsed = gradwire.clock() - t0
+    stats = gradwire.stats().as_dict()["send"]
+    dist.destroy_process_group()
+    return {"elapsed": elapsed, "model_per_op": stats["model_seconds"] / stats["calls"]}

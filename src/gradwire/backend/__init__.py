@@ -74,8 +74,11 @@ def export_trace(path: str | Path) -> Path:
 
 
 def clock() -> float:
-    """This rank's clock in seconds: wall time, plus simulated waiting in virtual mode."""
-    return CLOCK.now()
+    """This rank's clock in seconds: wall time, plus simulated waiting in virtual mode.
+
+    Reading it observes every completed point-to-point op (see :mod:`gradwire.backend.completer`).
+    """
+    return CLOCK.observe()
 
 
 register()

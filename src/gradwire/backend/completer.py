@@ -12,6 +12,13 @@ plus an offset; when an op completes, the offset grows so that the clock shows
 at least the op's modelled completion. Communication is therefore never
 hidden behind compute in virtual mode (a conservative what-if); realtime mode
 is the one that measures overlap.
+
+Point-to-point ops are the exception: a program overlaps ``isend`` with the
+``recv`` it issues next (full duplex), and an isend that completes in the
+background before that recv is issued must not move the clock under it (the
+recv would then start one transfer late). Their completion is *deferred*
+(:meth:`Clock.defer`) and applied when the program observes it: waiting on
+that op's Work, or reading :func:`gradwire.clock`.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ class Clock:
 
     def __init__(self) -> None:
         self._offset = 0.0
+        self._deferred = 0.0
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -41,9 +49,23 @@ class Clock:
             if lag > 0:
                 self._offset += lag
 
+    def defer(self, t: float) -> None:
+        """Remember a completion at ``t`` that the program has not observed yet (point-to-point)."""
+        with self._lock:
+            self._deferred = max(self._deferred, t)
+
+    def observe(self) -> float:
+        """Apply every deferred completion; return the clock."""
+        with self._lock:
+            t, self._deferred = self._deferred, 0.0
+        if t:
+            self.advance_to(t)
+        return self.now()
+
     def reset(self) -> None:
         with self._lock:
             self._offset = 0.0
+            self._deferred = 0.0
 
 
 class Completer:

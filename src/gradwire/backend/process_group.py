@@ -102,7 +102,10 @@ class _Pending:
         self.event.inner_done = CLOCK.now()
         done = self.event.modelled_done
         if self.virtual:
-            CLOCK.advance_to(done)
+            if self.event.op == "send":  # point-to-point: applied when observed (see completer.py)
+                CLOCK.defer(done)
+            else:
+                CLOCK.advance_to(done)
             self._finish(value)
         elif done <= time.perf_counter():
             self._finish(value)
@@ -170,6 +173,8 @@ class GradwireWork(dist._Work):
     def wait(self, timeout: timedelta | None = None) -> bool:
         t0 = time.perf_counter()
         self._pending.wait_inline()
+        if self._pending.virtual:  # a deferred point-to-point completion is observed here
+            CLOCK.advance_to(self._pending.event.modelled_done)
         LEDGER.add_blocked(self._op, time.perf_counter() - t0)
         return True
 
