@@ -16,7 +16,9 @@ from gradwire.compress import (
 from gradwire.compress import twophase
 from gradwire.compress.base import deserialize, serialize
 from gradwire.compress.blocks import block_scales, mul_blocks_
-from gradwire.compress.packing import SIGN_TABLE, decode_table, decode_table_torch, pack_bits_torch, pack_codes2, pack_signs, unpack_signs
+from gradwire.compress.packing import (
+    SIGN_TABLE, decode_table, decode_table_torch, pack_bits_torch, pack_codes2, pack_signs, unpack_signs,
+)
 from gradwire.compress.randomk import RandomKCompressor
 from gradwire.compress.timing import time_roundtrip
 

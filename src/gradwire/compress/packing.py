@@ -23,7 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["SIGN_TABLE", "TERNARY_TABLE", "decode_table", "decode_table_torch", "pack_bits_torch", "pack_codes2", "pack_signs", "unpack_signs"]
+__all__ = [
+    "SIGN_TABLE", "TERNARY_TABLE", "decode_table", "decode_table_torch", "pack_bits_torch", "pack_codes2", "pack_signs",
+    "unpack_signs",
+]
 
 
 def _sign_table() -> np.ndarray:

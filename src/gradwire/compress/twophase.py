@@ -25,7 +25,8 @@ A compressor whose encoding is local (:meth:`Compressor.slice_units`: a
 sign per element, a scale per block) is encoded once for the whole tensor and
 its payload sliced into the chunks, whose bounds are then multiples of the
 block; the gathered chunks join back into one payload, decoded in one pass.
-Same bytes, a third of the CPU time (one pass instead of ``world`` small ones).
+Same bytes, about half the CPU time (one pass instead of ``world`` small ones;
+600 K values: 1.09 -> 0.51 ms to encode, 0.39 -> 0.32 ms to decode).
 
 Traps: chunks are compressed at their real length (no zero padding enters a
 scale); only the serialised rows are padded. A rank whose chunk is empty
@@ -43,7 +44,7 @@ from torch import Tensor
 from .base import Compressor, Ctx, Layout, deserialize, serialize
 from .errorfeedback import ErrorFeedback
 
-__all__ = ["Plan", "chunk_bounds", "chunk_granule", "slice_payload", "gather_decode", "server_reduce", "split_encode"]
+__all__ = ["Plan", "chunk_bounds", "chunk_granule", "gather_decode", "server_reduce", "slice_payload", "split_encode"]
 
 
 @dataclass

@@ -145,12 +145,11 @@ class DelayedStrategy(Strategy):
         ddp.register_comm_hook(self, _delayed_hook)
         return ddp
 
-    def _momentum_buffer(self, params: List[Tensor], numel: int) -> Tensor:
+    def _momentum_buffer(self, key: Tuple[int, ...], params: List[Tensor], like: Tensor) -> Tensor:
         """The momentum of a bucket's parameters as one flat buffer (moved over when DDP rebuilds buckets)."""
-        key = tuple(id(p) for p in params)
         buf = self._bucket_momentum.get(key)
         if buf is None:
-            buf = torch.zeros(numel)
+            buf = torch.zeros_like(like)
             for p, view in _slices(buf, params):
                 old = self._momentum.get(id(p))
                 if old is not None:
@@ -169,12 +168,13 @@ class DelayedStrategy(Strategy):
             raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of "
                                f"{sum(p.numel() for p in params)}; DDP's bucket layout is not what the "
                                "strategy expects")
+        key = tuple(id(p) for p in params)  # survives DDP's bucket rebuild only where the layout does
         if self.compressor is None:
             local = grad.detach().clone()  # DDP reuses the bucket buffer next step
         else:
-            m = self._momentum_buffer(params, grad.numel())
+            m = self._momentum_buffer(key, params, grad)
             local = m.mul_(self.momentum).add_(grad).clone()
-        self._launches.append(_Launch(params, local, self._reducer.launch(local.clone(), key=tuple(id(p) for p in params))))
+        self._launches.append(_Launch(params, local, self._reducer.launch(local.clone(), key=key)))
 
     def _apply_previous(self, launches: List[_Launch], subtract_local: bool) -> None:
         """Wait for a step's averages and add ``avg - v`` (or ``avg``) of each bucket to its gradients."""
