@@ -164,10 +164,10 @@ class DelayedStrategy(Strategy):
         """Record the bucket's local vector and launch its average (called by the hook)."""
         assert self._reducer is not None, "call wrap() first"
         params = list(params)
-        if sum(p.numel() for p in params) != grad.numel():
-            raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of "
-                               f"{sum(p.numel() for p in params)}; DDP's bucket layout is not what the "
-                               "strategy expects")
+        numel = sum(p.numel() for p in params)
+        if numel != grad.numel():
+            raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of {numel}; "
+                               "DDP's bucket layout is not what the strategy expects")
         key = tuple(id(p) for p in params)  # survives DDP's bucket rebuild only where the layout does
         if self.compressor is None:
             local = grad.detach().clone()  # DDP reuses the bucket buffer next step
