@@ -18,3 +18,17 @@ def test_failing_rank_reraises_with_traceback():
 def test_rank_dying_in_collective_does_not_hang_others():
     with pytest.raises(RankError):
         spawn(workers.die_in_collective, 2, timeout=90)
+
+
+def test_reports_arrive_in_order_before_a_failure():
+    got = []
+    with pytest.raises(RankError, match="boom after reporting"):
+        spawn(workers.report_then_fail_on_rank_one, 2, timeout=60, on_report=lambda r, v: got.append((r, v)))
+    assert [v for r, v in got if r == 1] == [("first", 1), ("second", 1)]
+
+
+def test_report_outside_a_rank_says_where_it_belongs():
+    from gradwire.launch import report
+
+    with pytest.raises(RuntimeError, match="spawn"):
+        report(1)

@@ -22,3 +22,13 @@ def die_in_collective(rank: int, world: int) -> None:
     if rank == 1:
         os._exit(3)
     dist.all_reduce(torch.ones(4))
+
+
+def report_then_fail_on_rank_one(rank: int, world: int) -> int:
+    from gradwire.launch import report
+
+    report(("first", rank))
+    report(("second", rank))
+    if rank == 1:
+        raise RuntimeError("boom after reporting")
+    return rank

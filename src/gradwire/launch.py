@@ -13,6 +13,10 @@ with three things added that distributed work on one machine needs:
    :class:`RankError` naming the rank and kills the others, so a failing rank
    never leaves the rest hanging in a collective.
 3. A hard timeout for the whole group.
+4. Progress on the way: a rank may :func:`report` values while it runs; the
+   parent hands them to ``on_report`` as they arrive, so a long group (many
+   training runs in one set of processes) keeps what it finished even when a
+   later part fails.
 
 The worker function must be importable (a module-level function) because the
 ``spawn`` start method pickles it by reference.
@@ -29,7 +33,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["RankError", "free_port", "spawn"]
+__all__ = ["RankError", "free_port", "report", "spawn"]
 
 
 class RankError(RuntimeError):
@@ -55,6 +59,26 @@ class _Outcome:
     value: Any
 
 
+@dataclass
+class _Report:
+    rank: int
+    value: bytes
+
+
+#: the queue to the parent, in a rank started by :func:`spawn`
+_channel: Any = None
+
+
+def report(value: Any) -> None:
+    """Send ``value`` (picklable) to the parent's ``on_report`` now, from inside a rank of :func:`spawn`.
+
+    Reports from one rank arrive in the order sent, and before that rank's result.
+    """
+    if _channel is None:
+        raise RuntimeError("report() is for code running in a rank started by gradwire.launch.spawn")
+    _channel.put(_Report(int(os.environ["RANK"]), pickle.dumps(value)))
+
+
 def _entry(
     rank: int,
     world_size: int,
@@ -71,6 +95,8 @@ def _entry(
     os.environ["RANK"] = str(rank)
     os.environ["LOCAL_RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)
+    global _channel
+    _channel = results
     try:
         value = fn(rank, world_size, *args)
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
@@ -91,6 +117,7 @@ def spawn(
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
     master_port: int | None = None,
+    on_report: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes.
 
@@ -101,6 +128,8 @@ def spawn(
         timeout: seconds for the whole group; past it every rank is killed.
         env: extra environment variables for the ranks (e.g. ``GRADWIRE_NET``).
         master_port: port for the rendezvous store; a free one by default.
+        on_report: called in the parent as ``on_report(rank, value)`` for every
+            :func:`report` of a rank, as it arrives (reports without it are dropped).
 
     Returns:
         The ranks' return values, indexed by rank.
@@ -151,6 +180,10 @@ def spawn(
                     raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f} s")
                 else:
                     continue
+            if isinstance(out, _Report):
+                if on_report is not None:
+                    on_report(out.rank, pickle.loads(out.value))
+                continue
             if not out.ok:
                 raise RankError(out.rank, out.value)
             out.value = pickle.loads(out.value)

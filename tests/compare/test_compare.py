@@ -40,23 +40,46 @@ def test_bad_config_names_the_valid_choices(kwargs, match):
         CompareConfig(**kwargs)
 
 
+def test_schedule_interleaves_seeds_and_rotates_the_order():
+    from gradwire.compare import COMPUTE_ONLY, schedule
+
+    cfg = CompareConfig(strategies=("sync", "fp16", "onebit"), workers=2, seeds=(0, 1))
+    (turns,) = schedule(cfg)
+    assert [(t.strategy, t.config.seed) for t in turns] == [
+        (COMPUTE_ONLY, 0), ("sync", 0), ("fp16", 0), ("onebit", 0),
+        ("fp16", 1), ("onebit", 1), (COMPUTE_ONLY, 1), ("sync", 1)]
+    assert [t.index for t in turns] == list(range(8))
+    co = turns[0].config
+    assert (co.strategy, co.net) == ("sync", "loopback") and turns[0].net == cfg.nets[0]
+    apart = schedule(CompareConfig(strategies=("sync", "fp16"), workers=2, seeds=(0, 1), interleave=False))
+    assert [[(t.strategy, t.config.seed) for t in g] for g in apart] == [
+        [(COMPUTE_ONLY, 0), (COMPUTE_ONLY, 1)], [("sync", 0), ("sync", 1)], [("fp16", 0), ("fp16", 1)]]
+
+
 def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     from gradwire.compare import runner
 
-    real = runner.run_one
+    real = runner._training
 
-    def flaky(cfg, net, strategy):
-        if strategy == "fp16":
-            return {"strategy": strategy, "net": net, "ok": False, "error": "rank 1 failed:\nboom", "seconds": 0.0}
-        return real(cfg, net, strategy)
+    def broken(cfg, index, net, strategy, seed):
+        t = real(cfg, index, net, strategy, seed)
+        if strategy == "fp16" and seed == 1:  # fails inside the ranks, past the parent's checks
+            object.__setattr__(t.config, "strategy", "no-such-strategy")
+        return t
 
-    monkeypatch.setattr(runner, "run_one", flaky)
-    cfg = CompareConfig(strategies=("sync", "fp16"), workers=2, model="tiny", epochs=1, seeds=(0,), out=tmp_path)
-    res = runner.run_compare(cfg)
+    monkeypatch.setattr(runner, "_training", broken)
+    cfg = CompareConfig(strategies=("sync", "fp16"), workers=2, model="tiny", epochs=1, seeds=(0, 1), out=tmp_path)
+    events = []
+    res = runner.run_compare(cfg, on_training=events.append)
+    # round 1 runs sync, fp16 (fails), then compute-only in fresh processes
+    assert [(e["strategy"], e["seed"], e["ok"]) for e in events] == [
+        ("compute-only", 0, True), ("sync", 0, True), ("fp16", 0, True),
+        ("sync", 1, True), ("fp16", 1, False), ("compute-only", 1, True)]
     assert [r["ok"] for r in res["runs"]] == [True, True, False]
+    assert [len(r["seeds"]) for r in res["runs"]] == [2, 2, 1]
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["runs"][2]["error"].endswith("boom")
+    assert "rank" in saved["runs"][2]["error"] and "no-such-strategy" in saved["runs"][2]["error"]
     # a second comparison in the same folder keeps the first one's results
     runner.run_compare(CompareConfig(strategies=("sync",), workers=2, model="tiny", epochs=1, seeds=(0,), out=tmp_path))
     kept = list(tmp_path.glob("previous-*/results.json"))
-    assert len(kept) == 1 and json.loads(kept[0].read_text())["runs"][2]["error"].endswith("boom")
+    assert len(kept) == 1 and "no-such-strategy" in json.loads(kept[0].read_text())["runs"][2]["error"]

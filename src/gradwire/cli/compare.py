@@ -3,6 +3,8 @@
 With no arguments it runs the default experiment: the digits CNN (wide) on 4
 workers on the default network, baseline vs onebit, delayed, onebit+delayed and
 PyTorch's fp16 and PowerSGD hooks, 3 seeds each, plus a compute-only run.
+The strategies take turns in one set of worker processes (round k: every
+strategy on seed k), so a machine that drifts shifts them all alike.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", type=float, default=d["target_accuracy"].default,
                    help="test accuracy for time-to-accuracy (default: %(default)s)")
     p.add_argument("--out", default="gradwire-compare", help="output folder (default: %(default)s)")
+    p.add_argument("--no-interleave", dest="interleave", action="store_false",
+                   help="run each strategy in processes of its own, one after another (default: take turns)")
     p.set_defaults(func=run)
 
 
@@ -49,19 +53,20 @@ def run(args: argparse.Namespace) -> int:
         strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
         workers=args.workers, model=args.model, epochs=args.epochs, seeds=tuple(range(args.seeds)),
         batch_size=args.batch_size, lr=args.lr, target_accuracy=args.target, out=Path(args.out),
+        interleave=args.interleave,
     )
     console = Console(stderr=True)
-    total = 1 + len(cfg.nets) * len(cfg.strategies)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+    total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} trainings"),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("compare", total=total)
 
-        def done(run: dict) -> None:
-            status = "ok" if run["ok"] else "FAILED"
-            progress.console.print(f"  {run['strategy']:<22} {run['net']:<36} {status} ({run['seconds']:.0f} s)")
-            progress.advance(task)
+        def done(t: dict) -> None:
+            status = "ok" if t["ok"] else f"FAILED (its {t['dropped']} other seeds dropped)"
+            progress.console.print(f"  {t['strategy']:<22} {t['net']:<36} seed {t['seed']}  {status} ({t['seconds']:.0f} s)")
+            progress.advance(task, 1 + t.get("dropped", 0))
 
-        results = run_compare(cfg, on_run=done)
+        results = run_compare(cfg, on_training=done)
     rows = rows_of(results)
     print_table(rows, cfg.target_accuracy)
     out = Path(cfg.out)

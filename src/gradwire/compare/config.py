@@ -8,7 +8,7 @@ __all__ = ["CompareConfig", "DEFAULT_NET", "DEFAULT_STRATEGIES", "COMPUTE_ONLY"]
 
 #: The default network: slow enough that the baseline spends 30-50% of each
 #: step of the default model in exposed communication on 4 workers (measured
-#: by ``benchmarks/compare_default.py``), the regime the reference articles
+#: by ``benchmarks/compare_default.sh``), the regime the reference articles
 #: describe.
 DEFAULT_NET = "bandwidth=1.5gbit,latency=100us"
 
@@ -41,7 +41,9 @@ class CompareConfig:
     out: Path = field(default_factory=lambda: Path("gradwire-compare"))
     """folder for results.json and the plots"""
     timeout: float = 900.0
-    """seconds one training run (all its seeds) may take"""
+    """seconds one run (a strategy, all its seeds) may take"""
+    interleave: bool = True
+    """run the strategies' trainings in turns in one set of processes (see :mod:`gradwire.compare.runner`)"""
 
     def __post_init__(self) -> None:
         from gradwire.net import parse_spec

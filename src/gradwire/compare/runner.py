@@ -1,47 +1,126 @@
-"""Run the comparison: one multi-process training run per (network, strategy).
+"""Run the comparison: every (network, strategy) trained once per seed, side by side.
 
-Every run starts fresh processes, initialises the ``gradwire`` backend on its
-network and trains the model once per seed with the same data order
-(:func:`gradwire.train.loop.train_rank`); seeds share the run's processes, so
-the start-up cost is paid once per strategy. The ``compute-only`` run is
-``sync`` on ``loopback``: the same work with no modelled network cost.
+Each training is a run of its own: a freshly created ``gradwire`` process group
+on its network, a fresh model, optimizer and strategy, and the seed's weights
+and data order (:func:`gradwire.train.loop.train_rank`). The ``compute-only``
+run is ``sync`` on ``loopback``: the same work with no modelled network cost.
 
-A run that fails (a rank raised, or the run timed out) is recorded with the
-rank's traceback and the comparison goes on; results are written to
-``results.json`` after every run, so nothing finished is lost. An earlier
-comparison in the same folder is moved to ``previous-<time>/``, not overwritten.
+Interleaving (the default). The trainings of every strategy share one set of
+worker processes and take turns: round ``k`` trains every strategy on seed
+``k``, in an order rotated by ``k``. A machine whose speed drifts over minutes
+(other load, the way 4 ranks are placed on 2 cores: the compute-only run moved
+by 10% between comparisons run one after another) then shifts every strategy
+alike, and each speedup is a ratio of times measured side by side. The process
+start-up is paid once. ``interleave=False`` gives each strategy processes of
+its own and runs its seeds back to back, one strategy after another.
+
+Faults. A rank that raises, or a set of processes that outlives its timeout,
+fails the training it was in: that strategy is recorded as failed with the
+rank's traceback, its remaining seeds are dropped, and the trainings not run
+yet go on in fresh processes. ``results.json`` is rewritten after every
+training, so nothing finished is lost; an earlier comparison in the same
+folder is moved to ``previous-<time>/``, not overwritten.
 """
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
 
-__all__ = ["run_compare", "run_one"]
+if TYPE_CHECKING:
+    from gradwire.train.loop import TrainConfig
+
+__all__ = ["Training", "run_compare", "schedule"]
+
+#: what a comparison writes into its folder
+OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
+
+#: a collective that waits longer than this fails the training (a hung peer, a deadlock)
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=300)
 
 
-def _rank(rank: int, world: int, net: str, configs: list) -> list[dict]:
-    """One rank of a run: every seed of one strategy on one network."""
+@dataclass(frozen=True)
+class Training:
+    """One seed of one run: what every rank trains, and the run it belongs to."""
+
+    index: int
+    """position in the comparison's schedule; names the training's process group"""
+    net: str
+    """the run's network (compute-only: the first network, which it is the ideal of)"""
+    strategy: str
+    """the run's name: a composed strategy, or ``compute-only``"""
+    config: TrainConfig
+
+    @property
+    def run(self) -> tuple[str, str]:
+        return self.net, self.strategy
+
+
+def _runs(cfg: CompareConfig) -> list[tuple[str, str]]:
+    """(net, strategy) of every run, in table order: compute-only first."""
+    return [(cfg.nets[0], COMPUTE_ONLY)] + [(net, s) for net in cfg.nets for s in cfg.strategies]
+
+
+def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int) -> Training:
+    from gradwire.train.loop import TrainConfig
+
+    train_strategy, train_net = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, net)
+    config = TrainConfig(strategy=train_strategy, net=train_net, model=cfg.model, seed=seed, epochs=cfg.epochs,
+                         batch_size=cfg.batch_size, lr=cfg.lr)
+    return Training(index, net, strategy, config)
+
+
+def schedule(cfg: CompareConfig) -> list[list[Training]]:
+    """The trainings, grouped by the set of processes they run in, in the order they run.
+
+    Interleaved: one group; round ``k`` (seed ``k``) runs every strategy, the
+    order rotated by ``k * runs // seeds`` so each strategy's mean position in
+    the rounds is near the middle. Otherwise: one group per run, seeds in order.
+    """
+    runs = _runs(cfg)
+    if cfg.interleave:
+        order: list[tuple[str, str, int]] = []
+        for k, seed in enumerate(cfg.seeds):
+            shift = k * len(runs) // len(cfg.seeds)
+            order += [(net, strategy, seed) for net, strategy in runs[shift:] + runs[:shift]]
+        return [[_training(cfg, i, *job) for i, job in enumerate(order)]]
+    groups, index = [], 0
+    for net, strategy in runs:
+        groups.append([_training(cfg, index + j, net, strategy, seed) for j, seed in enumerate(cfg.seeds)])
+        index += len(cfg.seeds)
+    return groups
+
+
+def _ranks(rank: int, world: int, trainings: list[Training]) -> None:
+    """One rank of a set of processes: each training on a new default group, reported as it ends."""
     import torch
     import torch.distributed as dist
 
     import gradwire
+    from gradwire.launch import report
     from gradwire.train.loop import train_rank
 
     torch.set_num_threads(1)
-    gradwire.configure(net)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
-    out = []
-    for cfg in configs:
-        r = train_rank(cfg)
-        out.append(_summarise(r))
-    return out
+    # one store for the whole set; every training's group keeps its keys under a prefix of its own
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=COLLECTIVE_TIMEOUT)
+    for t in trainings:
+        t0 = time.perf_counter()
+        gradwire.configure(t.config.net)
+        dist.init_process_group("gradwire", store=dist.PrefixStore(f"training{t.index}/", store), rank=rank,
+                                world_size=world, timeout=COLLECTIVE_TIMEOUT)
+        result = train_rank(t.config)
+        dist.destroy_process_group()
+        summary = _summarise(result)
+        summary["seconds"] = time.perf_counter() - t0
+        report((t.index, summary))
 
 
 def _summarise(r: Any) -> dict:
@@ -56,45 +135,84 @@ def _summarise(r: Any) -> dict:
     }
 
 
-def run_one(cfg: CompareConfig, net: str, strategy: str) -> dict:
-    """Train ``strategy`` on ``net`` for every seed in one multi-process run."""
+def _agree(ranks: list[dict]) -> bool:
+    """Every rank ended the training with the same parameters (to rounding)."""
+    ref = ranks[0]["param_checksum"]
+    return all(abs(r["param_checksum"] - ref) <= 1e-6 * max(1.0, abs(ref)) for r in ranks)
+
+
+def _run_set(cfg: CompareConfig, trainings: list[Training], on_done: Callable[[Training, list[dict]], None]) -> str | None:
+    """Run ``trainings`` in one set of fresh processes; ``on_done`` each as all its ranks report.
+
+    Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
+    """
     from gradwire.launch import RankError, spawn
-    from gradwire.train.loop import TrainConfig
 
-    name = strategy
-    train_strategy, train_net = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, net)
-    configs = [TrainConfig(strategy=train_strategy, net=train_net, model=cfg.model, seed=s, epochs=cfg.epochs,
-                           batch_size=cfg.batch_size, lr=cfg.lr) for s in cfg.seeds]
-    t0 = time.perf_counter()
+    by_index = {t.index: t for t in trainings}
+    parts: dict[int, dict[int, dict]] = {}
+
+    def arrived(rank: int, value: tuple[int, dict]) -> None:
+        index, summary = value
+        parts.setdefault(index, {})[rank] = summary
+        if len(parts[index]) == cfg.workers:
+            on_done(by_index[index], [parts[index][r] for r in range(cfg.workers)])
+
+    runs = len({t.run for t in trainings})
     try:
-        ranks = spawn(_rank, cfg.workers, (train_net, configs), timeout=cfg.timeout)
+        spawn(_ranks, cfg.workers, (trainings,), timeout=cfg.timeout * runs, on_report=arrived)
     except (RankError, TimeoutError) as exc:
-        return {"strategy": name, "net": net, "ok": False, "error": str(exc), "seconds": time.perf_counter() - t0}
-    # every rank trained in lockstep; rank 0 speaks for the run, the others confirm agreement
-    seeds = ranks[0]
-    agree = all(abs(r[i]["param_checksum"] - seeds[i]["param_checksum"]) <= 1e-6 * max(1.0, abs(seeds[i]["param_checksum"]))
-                for r in ranks for i in range(len(seeds)))
-    return {"strategy": name, "net": net, "ok": True, "ranks_agree": agree, "seeds": seeds,
-            "seconds": time.perf_counter() - t0}
+        return str(exc)
+    return None
 
 
-#: what a comparison writes into its folder
-OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
+def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None = None) -> dict:
+    """Train every (net, strategy) plus compute-only on every seed; save results.json as trainings end.
 
+    Args:
+        cfg: the comparison.
+        on_training: called after each training with ``{"strategy", "net", "seed",
+            "ok", "seconds"}``; a failure adds ``"error"`` and ``"dropped"`` (that
+            strategy's seeds that will not run).
 
-def run_compare(cfg: CompareConfig, on_run: Callable[[dict], None] | None = None) -> dict:
-    """Run every (net, strategy) plus one compute-only run; save results.json as runs finish."""
+    Returns:
+        ``{"config", "started", "runs"}``; each run: strategy, net, ok, ranks_agree,
+        seeds (one rank-0 summary per seed, in seed order), seconds; error if it failed.
+    """
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, OUTPUTS)
     path = out / "results.json"
+    runs = {(net, s): {"strategy": s, "net": net, "ok": True, "ranks_agree": True, "seeds": [], "seconds": 0.0}
+            for net, s in _runs(cfg)}
     results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-                     "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": []}
-    plan = [(cfg.nets[0], COMPUTE_ONLY)] + [(net, s) for net in cfg.nets for s in cfg.strategies]
-    for net, strategy in plan:
-        run = run_one(cfg, net, strategy)
-        results["runs"].append(run)
+                     "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": list(runs.values())}
+
+    def tell(event: dict) -> None:
         path.write_text(json.dumps(results, indent=1))
-        if on_run is not None:
-            on_run(run)
+        if on_training is not None:
+            on_training(event)
+
+    for trainings in schedule(cfg):
+        pending = trainings
+        while pending:
+            finished: set[int] = set()
+
+            def done(t: Training, ranks: list[dict]) -> None:
+                finished.add(t.index)
+                run = runs[t.run]
+                run["seeds"].append(ranks[0])
+                run["seconds"] += ranks[0]["seconds"]
+                run["ranks_agree"] = run["ranks_agree"] and _agree(ranks)
+                tell({"strategy": t.strategy, "net": t.net, "seed": t.config.seed, "ok": True,
+                      "seconds": ranks[0]["seconds"]})
+
+            error = _run_set(cfg, pending, done)
+            if error is None or len(finished) == len(pending):
+                break
+            failed = next(t for t in pending if t.index not in finished)
+            left = [t for t in pending if t.index not in finished and t is not failed]
+            pending = [t for t in left if t.run != failed.run]
+            runs[failed.run].update(ok=False, error=error)
+            tell({"strategy": failed.strategy, "net": failed.net, "seed": failed.config.seed, "ok": False,
+                  "seconds": 0.0, "error": error, "dropped": len(left) - len(pending)})
     return results
