@@ -126,7 +126,8 @@ def delayed_updates(rank: int, world: int, names: list[str], steps: int) -> dict
         gathered = [torch.empty_like(stacked) for _ in range(world)]
         dist.all_gather(gathered, stacked)
         out[name] = {"local": stacked, "applied": recorder.applied, "mean": torch.stack(gathered).mean(0),
-                     "skipped": getattr(strategy, "skipped", 0)}
+                     "skipped": getattr(strategy, "skipped", 0),
+                     "per_parameter_steps": getattr(strategy, "per_parameter_steps", 0)}
     return out
 
 

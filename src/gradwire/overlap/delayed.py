@@ -15,6 +15,11 @@ The exchange of step t's gradients overlaps all of step t+1's compute:
 
    i.e. this rank's fresh vector at once, and one step later its replacement
    by the average. Step 0 applies ``v_0``.
+   DDP runs with ``gradient_as_bucket_view``: the gradients are views of its
+   buckets, so ``u_t`` is written flat into each bucket (two passes) instead
+   of a copy and an add per parameter. The step after DDP rebuilt its buckets
+   (once, at step 1) pairs buckets of different layouts and goes through each
+   parameter's ``.grad`` instead (``per_parameter_steps`` counts those).
 3. ``finish`` applies the last correction ``avg_T - v_T`` and averages the
    parameters exactly, so every rank ends with the same model.
 
@@ -77,12 +82,21 @@ COMPRESSED_BUCKET_CAP_MB = 25.0
 
 
 class _Launch:
-    """One bucket of one step: its parameters (bucket order), local vector ``v`` and average in flight."""
+    """One bucket of one step: its parameters (bucket order), DDP's bucket, local vector ``v``, average in flight."""
 
-    __slots__ = ("params", "local", "future")
+    __slots__ = ("key", "params", "bucket", "local", "future")
 
-    def __init__(self, params: List[Tensor], local: Tensor, future: Future) -> None:
-        self.params, self.local, self.future = params, local, future
+    def __init__(self, key: Tuple[int, ...], params: List[Tensor], bucket: Tensor, local: Tensor,
+                 future: Future) -> None:
+        self.key, self.params, self.bucket, self.local, self.future = key, params, bucket, local, future
+
+    def grads_are_bucket(self) -> bool:
+        """Whether the parameters' ``.grad`` are views of the bucket (DDP's ``gradient_as_bucket_view``)."""
+        first, last = self.params[0].grad, self.params[-1].grad
+        if first is None or last is None:
+            return False
+        end = self.bucket.data_ptr() + (self.bucket.numel() - last.numel()) * self.bucket.element_size()
+        return first.data_ptr() == self.bucket.data_ptr() and last.data_ptr() == end
 
 
 def _slices(flat: Tensor, params: Sequence[Tensor]):
@@ -135,10 +149,16 @@ class DelayedStrategy(Strategy):
         self._previous: Optional[List[_Launch]] = None
         #: optimizer steps skipped (``naive``: step 0 has nothing to apply)
         self.skipped = 0
+        #: steps applied through each parameter's ``.grad`` rather than flat on the buckets: the
+        #: step after DDP rebuilt its buckets (once, at step 1), or every step if the gradients
+        #: stopped being views of the buckets
+        self.per_parameter_steps = 0
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
-        ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb)  # rank 0's weights
+        # gradients as views of DDP's buckets: the step writes u_t into each bucket in two flat
+        # passes instead of a copy per parameter (rank 0's weights everywhere, as DDP does)
+        ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb, gradient_as_bucket_view=True)
         ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
         self.comm_group = dist.new_group(ranks)
         self._reducer = FlatReducer(self.compressor, self.comm_group)
@@ -173,14 +193,17 @@ class DelayedStrategy(Strategy):
             local = grad.detach().clone()  # DDP reuses the bucket buffer next step
         else:
             m = self._momentum_buffer(key, params, grad)
-            local = m.mul_(self.momentum).add_(grad).clone()
-        self._launches.append(_Launch(params, local, self._reducer.launch(local.clone(), key=key)))
+            local = torch.add(grad, m, alpha=self.momentum, out=m).clone()  # m = beta m + g, one pass
+        self._launches.append(_Launch(key, params, grad, local, self._reducer.launch(local.clone(), key=key)))
+
+    def _averages(self, launches: List[_Launch]) -> List[Tensor]:
+        """Wait for a step's averages (the wait is exposed communication)."""
+        with self.waiting():
+            return [launch.future.wait() for launch in launches]
 
     def _apply_previous(self, launches: List[_Launch], subtract_local: bool) -> None:
         """Wait for a step's averages and add ``avg - v`` (or ``avg``) of each bucket to its gradients."""
-        with self.waiting():
-            values = [launch.future.wait() for launch in launches]
-        for launch, avg in zip(launches, values):
+        for launch, avg in zip(launches, self._averages(launches)):
             if subtract_local:
                 avg = avg.sub_(launch.local)
             for p, part in _slices(avg, launch.params):
@@ -195,6 +218,28 @@ class DelayedStrategy(Strategy):
         if previous is None and self.naive:
             self.skipped += 1
             return
+        flat = all(launch.grads_are_bucket() for launch in launches) and (
+            previous is None or [p.key for p in previous] == [launch.key for launch in launches])
+        if not flat:  # DDP rebuilt its buckets since the last step (once, early), or grads are not views
+            self.per_parameter_steps += 1
+            self._step_per_parameter(launches, previous)
+        else:
+            averages = self._averages(previous) if previous is not None else [None] * len(launches)
+            for launch, prev, avg in zip(launches, previous or launches, averages):
+                u = launch.bucket  # the gradients; holds this rank's g_t
+                if self.naive:
+                    u.copy_(avg)
+                elif avg is None:
+                    if self.compressor is not None:
+                        u.copy_(launch.local)
+                elif self.compressor is not None:  # u = m_t + avg_{t-1} - m_{t-1}
+                    torch.add(launch.local, avg, out=u).sub_(prev.local)
+                else:  # u = g_t + avg_{t-1} - g_{t-1}
+                    u.add_(avg).sub_(prev.local)
+        optimizer.step()
+
+    def _step_per_parameter(self, launches: List[_Launch], previous: Optional[List[_Launch]]) -> None:
+        """``step`` through each parameter's ``.grad``, for any bucket layout."""
         grads = self.grads()
         if self.naive:
             for g in grads:
@@ -206,7 +251,6 @@ class DelayedStrategy(Strategy):
         # else: DDP left this rank's gradient (= v_t) in .grad
         if previous is not None:
             self._apply_previous(previous, subtract_local=not self.naive)
-        optimizer.step()
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         if self._previous is None:
