@@ -81,7 +81,8 @@ def decode_table(packed: Tensor, table: np.ndarray, n: int, scale: float = 1.0) 
         tab = table if scale == 1.0 else table * np.float32(scale)
     if packed.device.type != "cpu":
         return decode_table_torch(packed, torch.from_numpy(tab), n)
-    out = np.take(tab, packed.numpy(), axis=0).reshape(-1)
+    # a byte always indexes one of the 256 rows: mode='clip' skips numpy's bounds-checking pass
+    out = np.take(tab, packed.numpy(), axis=0, mode="clip").reshape(-1)
     return torch.from_numpy(out[:n])
 
 
