@@ -3,8 +3,10 @@
 For each world size and strategy: a short run on ``loopback`` gives the step
 profile; the model predicts the step time on the network; a realtime run on
 that network measures it. Four ranks share two cores here, so one short run
-moves by 10-20% from one try to the next: every pair (profile run, measured
-run) is repeated ``--repeats`` times, interleaved, and the medians compared.
+moves by 10-20% from one try to the next as the machine's speed drifts: every
+pair (profile run, measured run) is repeated ``--repeats`` times, the pairs of
+one world size run back to back in one set of processes (a fresh process group
+per run, :func:`gradwire.train.loop.run_in_turns`), and the medians compared.
 Writes benchmarks/results/predict_validate.json.
 
     python benchmarks/predict_validate.py [--net SPEC] [--steps 120] [--repeats 3]
@@ -20,8 +22,8 @@ from gradwire.compare.config import DEFAULT_NET
 
 
 def main() -> None:
-    from gradwire.predict import measure_profiles, pooled_median, predict
-    from gradwire.train.loop import TrainConfig, run_training
+    from gradwire.predict import pooled_median, predict, profile_from_result
+    from gradwire.train.loop import TrainConfig, run_in_turns
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--net", default=DEFAULT_NET)
@@ -32,19 +34,24 @@ def main() -> None:
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     tries: dict[tuple[int, str], dict[str, list]] = {}
-    for attempt in range(args.repeats):
-        for world in (2, 4):
-            for prof in measure_profiles(strategies, args.model, world, args.steps):
-                pred = predict(prof, args.net, world)
-                cfg = TrainConfig(strategy=prof.strategy, net=args.net, model=args.model, epochs=1000,
-                                  max_steps=args.steps)
-                measured = pooled_median(run_training(cfg, world), "step_seconds")
-                t = tries.setdefault((world, prof.strategy), {"predicted": [], "measured": [], "profiles": []})
-                t["predicted"].append(pred.step_seconds)
-                t["measured"].append(measured)
-                t["profiles"].append(prof.as_dict())
-                print(f"try {attempt + 1}: n={world} {prof.strategy:16s} predicted {pred.step_seconds * 1e3:7.1f} ms"
-                      f"  measured {measured * 1e3:7.1f} ms", flush=True)
+    for world in (2, 4):
+        configs = []
+        for _ in range(args.repeats):
+            for s in strategies:  # the profile run, then at once the run it predicts
+                configs += [TrainConfig(strategy=s, net=net, model=args.model, epochs=1000, max_steps=args.steps)
+                            for net in ("loopback", args.net)]
+        results = run_in_turns(configs, world)
+        for i in range(0, len(configs), 2):
+            strategy, attempt = configs[i].strategy, i // (2 * len(strategies))
+            prof = profile_from_result(strategy, results[i], world)
+            pred = predict(prof, args.net, world)
+            measured = pooled_median(results[i + 1], "step_seconds")
+            t = tries.setdefault((world, strategy), {"predicted": [], "measured": [], "profiles": []})
+            t["predicted"].append(pred.step_seconds)
+            t["measured"].append(measured)
+            t["profiles"].append(prof.as_dict())
+            print(f"try {attempt + 1}: n={world} {strategy:16s} predicted {pred.step_seconds * 1e3:7.1f} ms"
+                  f"  measured {measured * 1e3:7.1f} ms", flush=True)
     rows = []
     for (world, strategy), t in tries.items():
         predicted, measured = statistics.median(t["predicted"]), statistics.median(t["measured"])

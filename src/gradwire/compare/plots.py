@@ -46,7 +46,7 @@ def plot_accuracy(results: dict, path: Path) -> Path:
 
 
 def plot_breakdown(rows: list[Row], path: Path) -> Path:
-    """Stacked bars per strategy: compute / compression overhead / exposed communication (ms per step)."""
+    """Stacked bars per strategy: compute / strategy overhead / exposed communication (ms per step)."""
     plt = _plt()
     nets = list(dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY))
     fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4.2), squeeze=False)
@@ -57,7 +57,7 @@ def plot_breakdown(rows: list[Row], path: Path) -> Path:
         over = [r.overhead_ms for r in sel]
         expo = [r.exposed_ms for r in sel]
         ax.bar(names, comp, label="compute")
-        ax.bar(names, over, bottom=comp, label="compression overhead")
+        ax.bar(names, over, bottom=comp, label="strategy overhead (compression, copies, shared cores)")
         ax.bar(names, expo, bottom=[c + o for c, o in zip(comp, over)], label="exposed communication")
         ax.set_ylabel("ms per step")
         ax.set_title(net, fontsize=9)

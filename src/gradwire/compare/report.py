@@ -8,9 +8,13 @@ Definitions (per network; the first strategy is the baseline):
   speedup is baseline / compute-only (the same work with no network cost);
 - communication volume: bytes this worker put on the wire per epoch
   (the backend's counters, protocol framing included); reduction: baseline / strategy;
-- step breakdown: compute (the compute-only run's step compute), compression
-  overhead (this strategy's extra compute per step over compute-only) and
-  exposed communication (the rest of the step time);
+- step breakdown: compute (the compute-only run's step compute), strategy
+  overhead (this strategy's time outside communication waits beyond that) and
+  exposed communication (the rest of the step time). The overhead is the
+  strategy's own CPU work (compression, copies) and, when ranks share cores,
+  compute slowed by peers that run instead of waiting: ``delayed`` compresses
+  nothing, yet on 4 ranks over 2 cores its ranks never block in a collective,
+  so the others' compute lands inside its step windows;
 - time to accuracy: training time until the test accuracy first reaches the
   target, averaged over the seeds that reach it.
 """

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,10 +40,6 @@ __all__ = ["Training", "run_compare", "schedule"]
 
 #: what a comparison writes into its folder
 OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
-
-#: a collective that waits longer than this fails the training (a hung peer, a deadlock)
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=300)
-
 
 @dataclass(frozen=True)
 class Training:
@@ -100,27 +95,18 @@ def schedule(cfg: CompareConfig) -> list[list[Training]]:
 
 def _ranks(rank: int, world: int, trainings: list[Training]) -> None:
     """One rank of a set of processes: each training on a new default group, reported as it ends."""
-    import torch
-    import torch.distributed as dist
-
-    import gradwire
     from gradwire.launch import report
-    from gradwire.train.loop import train_rank
+    from gradwire.train.loop import train_in_turns
 
-    torch.set_num_threads(1)
-    # one store for the whole set; every training's group keeps its keys under a prefix of its own
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
-                          timeout=COLLECTIVE_TIMEOUT)
-    for t in trainings:
-        t0 = time.perf_counter()
-        gradwire.configure(t.config.net)
-        dist.init_process_group("gradwire", store=dist.PrefixStore(f"training{t.index}/", store), rank=rank,
-                                world_size=world, timeout=COLLECTIVE_TIMEOUT)
-        result = train_rank(t.config)
-        dist.destroy_process_group()
+    started = [time.perf_counter()]
+
+    def ended(i: int, result: Any) -> None:
         summary = _summarise(result)
-        summary["seconds"] = time.perf_counter() - t0
-        report((t.index, summary))
+        summary["seconds"] = time.perf_counter() - started[0]
+        started[0] = time.perf_counter()
+        report((trainings[i].index, summary))
+
+    train_in_turns(rank, world, [t.config for t in trainings], on_result=ended)
 
 
 def _summarise(r: Any) -> dict:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -31,7 +31,11 @@ from torch import nn
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
 
-__all__ = ["RunResult", "TrainConfig", "evaluate", "run_training", "train_rank", "train_worker"]
+#: a collective that waits longer than this fails the training (a hung peer, a deadlock)
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=300)
+
+__all__ = ["RunResult", "TrainConfig", "evaluate", "run_in_turns", "run_training", "train_in_turns", "train_rank",
+           "train_worker"]
 
 
 @dataclass(frozen=True)
@@ -206,3 +210,48 @@ def run_training(config: TrainConfig, world_size: int, timeout: float = 600.0) -
     from gradwire.launch import spawn
 
     return spawn(train_worker, world_size, (config,), timeout=timeout)
+
+
+def train_in_turns(rank: int, world: int, configs: list[TrainConfig],
+                   on_result: Callable[[int, RunResult], None] | None = None) -> list[RunResult]:
+    """Train every config in turn in this set of processes, each on a new default group of its network.
+
+    One TCP store (hosted by rank 0 at ``MASTER_ADDR:MASTER_PORT``) serves every
+    training; each group keeps its keys under a prefix of its own, so groups
+    never meet. ``on_result(i, result)`` is called as training ``i`` ends
+    (the comparison harness reports it to the parent there). A collective
+    that waits longer than ``COLLECTIVE_TIMEOUT`` raises, so a hung peer fails
+    the training instead of the whole set hanging.
+    """
+    import os
+
+    import torch.distributed as dist
+
+    import gradwire
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=COLLECTIVE_TIMEOUT)
+    results = []
+    for i, config in enumerate(configs):
+        gradwire.configure(config.net)
+        dist.init_process_group("gradwire", store=dist.PrefixStore(f"training{i}/", store), rank=rank,
+                                world_size=world, timeout=COLLECTIVE_TIMEOUT)
+        result = train_rank(config)
+        dist.destroy_process_group()
+        if on_result is not None:
+            on_result(i, result)
+        results.append(result)
+    return results
+
+
+def run_in_turns(configs: list[TrainConfig], world_size: int, timeout: float = 1800.0) -> list[list[RunResult]]:
+    """Train ``configs`` one after another in one set of ``world_size`` processes; results[i][rank].
+
+    Trainings measured side by side (e.g. a loopback profile and the run it
+    predicts) see the same machine: alternate them to cancel slow drift.
+    """
+    from gradwire.launch import spawn
+
+    by_rank = spawn(train_in_turns, world_size, (configs,), timeout=timeout)
+    return [[by_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
