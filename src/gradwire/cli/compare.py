@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
         def done(t: dict) -> None:
             status = "ok" if t["ok"] else f"FAILED (its {t['dropped']} other seeds dropped)"
-            progress.console.print(f"  {t['strategy']:<22} {t['net']:<36} seed {t['seed']}  {status} ({t['seconds']:.0f} s)")
+            line = f"  {t['strategy']:<22} {t['net']:<36} seed {t['seed']}  {status} ({t['seconds']:.0f} s)"
+            progress.console.print(line)
             progress.advance(task, 1 + t.get("dropped", 0))
 
         results = run_compare(cfg, on_training=done)

@@ -7,7 +7,7 @@ run is ``sync`` on ``loopback``: the same work with no modelled network cost.
 
 Interleaving (the default). The trainings of every strategy share one set of
 worker processes and take turns: round ``k`` trains every strategy on seed
-``k``, in an order rotated by ``k``. A machine whose speed drifts over minutes
+``k``, in an order rotated from round to round. A machine whose speed drifts over minutes
 (other load, the way 4 ranks are placed on 2 cores: the compute-only run moved
 by 10% between comparisons run one after another) then shifts every strategy
 alike, and each speedup is a ratio of times measured side by side. The process
@@ -40,6 +40,7 @@ __all__ = ["Training", "run_compare", "schedule"]
 
 #: what a comparison writes into its folder
 OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
+
 
 @dataclass(frozen=True)
 class Training:
@@ -127,7 +128,8 @@ def _agree(ranks: list[dict]) -> bool:
     return all(abs(r["param_checksum"] - ref) <= 1e-6 * max(1.0, abs(ref)) for r in ranks)
 
 
-def _run_set(cfg: CompareConfig, trainings: list[Training], on_done: Callable[[Training, list[dict]], None]) -> str | None:
+def _run_set(cfg: CompareConfig, trainings: list[Training],
+             on_done: Callable[[Training, list[dict]], None]) -> str | None:
     """Run ``trainings`` in one set of fresh processes; ``on_done`` each as all its ranks report.
 
     Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
