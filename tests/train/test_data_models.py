@@ -61,3 +61,16 @@ def test_straggler_compute_factor_slows_the_group():
         return statistics.median(res[0].step_seconds[2:])
 
     assert step_ms("loopback,straggler=1:compute=3") > 1.5 * step_ms("loopback")
+
+
+def test_trainings_in_turns_reject_bad_input(monkeypatch) -> None:
+    from gradwire.train.loop import TrainConfig, run_in_turns, train_in_turns
+
+    with pytest.raises(ValueError, match="non-empty list of TrainConfig"):
+        run_in_turns([], 2)
+    with pytest.raises(ValueError, match="non-empty list of TrainConfig"):
+        run_in_turns(["sync"], 2)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with pytest.raises(RuntimeError, match="MASTER_ADDR and MASTER_PORT"):
+        train_in_turns(0, 2, [TrainConfig()])

@@ -229,6 +229,10 @@ def train_in_turns(rank: int, world: int, configs: list[TrainConfig],
 
     import gradwire
 
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"train_in_turns needs {' and '.join(missing)} in the environment (rank 0 hosts the "
+                           "store there); start it through gradwire.launch.spawn, run_in_turns or torchrun")
     torch.set_num_threads(1)
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
                           timeout=COLLECTIVE_TIMEOUT)
@@ -253,5 +257,7 @@ def run_in_turns(configs: list[TrainConfig], world_size: int, timeout: float = 1
     """
     from gradwire.launch import spawn
 
+    if not configs or not all(isinstance(c, TrainConfig) for c in configs):
+        raise ValueError(f"run_in_turns needs a non-empty list of TrainConfig, got {configs!r:.200}")
     by_rank = spawn(train_in_turns, world_size, (configs,), timeout=timeout)
     return [[by_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
