@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from gradwire.backend.process_group import cuda_inner_for
 from gradwire.launch import spawn
 from tests.backend import workers
 
@@ -20,6 +21,7 @@ def test_stats_events_and_trace(tmp_path):
         assert names == ["all_reduce", "broadcast", "all_reduce"]
         assert all(e["dur"] > 0 for e in r["trace"]["traceEvents"] if e["ph"] == "X")
         assert r["events"] == 0 and r["empty"]["total"]["calls"] == 0
+        assert r["cuda_inner"] == [None]  # one live group; no CUDA op chose a CUDA backend
 
 
 def test_unsupported_op_names_op_and_backend():
@@ -32,10 +34,25 @@ def test_topology_that_does_not_match_world_size_is_rejected():
     assert "2x4" in msg or "8" in msg
 
 
+def test_cuda_inner_is_nccl_only_with_one_gpu_per_rank():
+    assert cuda_inner_for(["a/GPU-0", "a/GPU-1", "b/GPU-0"], True)[0] == "nccl"
+    name, why = cuda_inner_for(["a/GPU-0", "a/GPU-1", "a/GPU-0"], True)
+    assert name == "gloo" and "[0, 2]" in why and "a/GPU-0" in why
+    name, why = cuda_inner_for(["a/GPU-0", "a/GPU-1"], False)
+    assert name == "gloo" and "no nccl" in why
+
+
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (nccl inner group)")
-def test_cuda_tensors_run_on_nccl():
-    world = min(2, torch.cuda.device_count())
-    res = spawn(workers.cuda_allreduce, world, timeout=120)
-    total = sum(range(1, world + 1))
-    assert all(r[0] == [float(total)] * 3 and r[1] == 1 for r in res)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tensors_run_on_nccl_or_shared_gpu_gloo():
+    """Two ranks always: on a one-GPU machine they share it and run on gloo (NCCL refuses that)."""
+    world = 2
+    res = spawn(workers.cuda_ops, world, timeout=120)
+    expected_inner = "nccl" if torch.cuda.device_count() >= world else "gloo"
+    for rank, r in enumerate(res):
+        assert r["inner"] == [expected_inner]
+        assert r["all_reduce"] == [3.0] * 3
+        assert r["broadcast"] == [1.0] * 5
+        assert r["all_gather"] == [[0] * 4, [1] * 4]
+        assert r["all_to_all"] == [rank, 10 + rank]
+        assert r["calls"] == {"all_reduce": 2, "broadcast": 1, "all_gather": 1, "all_to_all": 1}

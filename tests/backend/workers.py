@@ -197,8 +197,10 @@ def accounting(rank: int, world: int, trace_path: str) -> dict:
     path = gradwire.export_trace(f"{trace_path}.{rank}")
     trace = json.loads(path.read_text())
     after = gradwire.stats(reset=True)
+    from gradwire.backend import groups
+
     return {"stats": s.as_dict(), "events": len(gradwire.events()), "trace": trace, "after_reset": after.as_dict(),
-            "empty": gradwire.stats().as_dict()}
+            "empty": gradwire.stats().as_dict(), "cuda_inner": [g.cuda_inner for g in groups().values()]}
 
 
 def unsupported_op(rank: int, world: int) -> str:
@@ -218,14 +220,30 @@ def bad_topology(rank: int, world: int) -> str:
     return "no error"
 
 
-def cuda_allreduce(rank: int, world: int) -> list:
+def cuda_ops(rank: int, world: int) -> dict:
+    """The ops DDP and the compression hooks use, on CUDA tensors; which inner backend ran them."""
     torch.cuda.set_device(rank % torch.cuda.device_count())
     _init(rank, world, "gradwire", "10gbe")
-    t = torch.ones(1000, device="cuda") * (rank + 1)
-    dist.all_reduce(t)
     import gradwire
 
-    return [t.cpu().tolist()[:3], gradwire.stats().as_dict()["all_reduce"]["calls"]]
+    t = torch.ones(1000, device="cuda") * (rank + 1)
+    dist.all_reduce(t)
+    b = torch.full((5,), float(rank), device="cuda")
+    dist.broadcast(b, src=world - 1)
+    rows = torch.empty(world, 4, dtype=torch.uint8, device="cuda")
+    dist.all_gather(list(rows.unbind(0)), torch.full((4,), rank, dtype=torch.uint8, device="cuda"))
+    send = torch.arange(world, dtype=torch.uint8, device="cuda") + 10 * rank
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)
+    w = dist.all_reduce(torch.ones(3, device="cuda"), async_op=True)
+    w.get_future().wait()
+    stats = gradwire.stats().as_dict()
+    from gradwire.backend import groups
+
+    return {"all_reduce": t.cpu().tolist()[:3], "broadcast": b.cpu().tolist(), "all_gather": rows.cpu().tolist(),
+            "all_to_all": recv.cpu().tolist(),
+            "inner": sorted({str(g.cuda_inner) for g in groups().values()}),
+            "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all")}}
 
 
 def virtual_sendrecv(rank: int, world: int, net: str, nbytes: int, pause_s: float) -> dict:

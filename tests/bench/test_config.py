@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from gradwire.bench.config import BenchConfig, parse_bench_size, sweep_sizes
 from gradwire.cli.main import main
@@ -32,6 +33,8 @@ def test_sweep_multiplies_by_the_factor() -> None:
     ({"backend": "mpi"}, "unknown backend 'mpi'; valid: gloo, nccl, gradwire"),
     ({"iters": 0}, "-n (iterations) must be >= 1"),
     ({"net": "2gbe"}, "unknown preset"),
+    ({"device": "gpu"}, "unknown device 'gpu'; valid: auto, cpu, cuda"),
+    ({"backend": "nccl", "device": "cpu"}, "backend nccl runs CUDA tensors only"),
 ])
 def test_bad_config_names_the_problem(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -51,7 +54,7 @@ def test_world_too_small_for_the_op() -> None:
     (["--op", "all_reduse"], "unknown collective 'all_reduse'"),
     (["-d", "complex"], "unknown dtype 'complex'"),
     (["--op", "sendrecv", "--world-size", "1"], "sendrecv needs a world size >= 2"),
-])
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda needs CUDA GPUs")]))
 def test_cli_bad_input_exits_2_with_a_clear_message(argv: list, message: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
@@ -61,3 +64,9 @@ def test_cli_bad_input_exits_2_with_a_clear_message(argv: list, message: str, ca
 def test_doctor_needs_two_ranks(capsys: pytest.CaptureFixture) -> None:
     assert main(["doctor", "--world-size", "1"]) == 2
     assert "world size >= 2" in capsys.readouterr().err
+
+
+def test_device_resolves_per_backend() -> None:
+    assert BenchConfig(backend="nccl").device_type == "cuda"
+    assert BenchConfig(backend="gradwire").device_type == "cpu"
+    assert BenchConfig(backend="gradwire", device="cuda").device_type == "cuda"

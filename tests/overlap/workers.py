@@ -163,3 +163,36 @@ def exposure(rank: int, world: int, names: list[str], steps: int, compute_s: flo
         network = split_exposed(events, waits)
         out[name] = (sum(comm), sum(b - a for w in waits for a, b in w), sum(network))
     return out
+
+
+def cpu_and_cuda(rank: int, world: int, names: list[str], steps: int) -> dict[str, dict]:
+    """Per strategy: the same training (start, data, steps) on CPU and on CUDA; final parameters and losses."""
+    from gradwire.backend import groups
+    from gradwire.overlap import parse_strategy
+    from gradwire.train import build_model
+
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    torch.backends.cudnn.deterministic = True
+    _init(rank, world)
+    loss_fn, out = nn.CrossEntropyLoss(), {}
+    for name in names:
+        out[name] = {}
+        for device in ("cpu", "cuda"):
+            compressor, spec = parse_strategy(name)
+            strategy = spec.build(compressor, momentum=0.9)
+            model = build_model("cnn", seed=rank).to(device)  # the start comes from rank 0
+            module = strategy.wrap(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=strategy.optimizer_momentum)
+            strategy.attach(opt)
+            losses = []
+            for x, y in _batches(rank, steps, batch=32):
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(module(x.to(device)), y.to(device))
+                loss.backward()
+                strategy.step(opt)
+                losses.append(loss.item())
+            strategy.finish(opt)
+            params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            out[name][device] = {"params": params.cpu(), "losses": losses, "on_device": params.device.type}
+    out["inner"] = sorted({str(g.cuda_inner) for g in groups().values()})
+    return out

@@ -1,4 +1,8 @@
-"""A plain DDP script that knows nothing of gradwire (run with torchrun)."""
+"""A plain DDP script that knows nothing of gradwire (run with torchrun).
+
+``PLAIN_DDP_DEVICE=cuda``: the model on the GPU and the nccl backend, as GPU
+scripts are written (ranks beyond the GPU count share one).
+"""
 import json
 import os
 
@@ -10,14 +14,18 @@ STEPS = 4
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
+    device = os.environ.get("PLAIN_DDP_DEVICE", "cpu")
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(device)
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for _ in range(STEPS):
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(torch.randn(32, 64)), torch.randint(0, 10, (32,))).backward()
+        x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+        torch.nn.functional.cross_entropy(ddp(x.to(device)), y.to(device)).backward()
         opt.step()
     if dist.get_rank() == 0 and os.environ.get("PLAIN_DDP_OUT"):
         nparams = sum(p.numel() for p in model.parameters())

@@ -5,16 +5,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
 
 from gradwire.launch import free_port
 
 HERE = Path(__file__).parent
 
 
-def test_profile_plain_ddp_script(tmp_path):
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                       reason="needs CUDA")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_profile_plain_ddp_script(tmp_path, device):
+    """On cuda the script asks for nccl: on a one-GPU machine its 2 ranks share the GPU, which
+    NCCL refuses; under the profile the gradwire backend runs them (on gloo) and counts the same bytes."""
     out = tmp_path / "prof"
     facts = tmp_path / "facts.json"
-    env = dict(os.environ, PLAIN_DDP_OUT=str(facts), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PLAIN_DDP_OUT=str(facts), OMP_NUM_THREADS="1", PLAIN_DDP_DEVICE=device)
     cmd = [sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe", "--out", str(out), "--",
            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            f"--master-port={free_port()}", str(HERE / "plain_ddp.py")]

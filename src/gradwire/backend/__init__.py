@@ -5,6 +5,7 @@ Importing this module registers the backend name ``gradwire`` with
 """
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,14 @@ from gradwire.net import NetworkModel
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
-    "clock", "configure", "current_spec", "events", "export_trace", "network", "register", "reset_stats", "stats",
+    "clock", "configure", "current_spec", "events", "export_trace", "groups", "network", "register", "reset_stats",
+    "stats",
 ]
 
 BACKEND_NAME = "gradwire"
 _model: NetworkModel | None = None
+#: this process's live gradwire groups by group id (torch hides the Python object behind its wrapper)
+_groups: "weakref.WeakValueDictionary[str, GradwireProcessGroup]" = weakref.WeakValueDictionary()
 
 
 def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
@@ -35,8 +39,10 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
         _model = NetworkModel(current_spec(), world)
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
-    return GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
-                                global_ranks, str(opts.group_id), _model)
+    group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
+                                 global_ranks, str(opts.group_id), _model)
+    _groups[group.group_id] = group
+    return group
 
 
 def register() -> None:
@@ -48,6 +54,11 @@ def register() -> None:
 def network() -> NetworkModel | None:
     """The network model of the current default ``gradwire`` group, if any."""
     return _model
+
+
+def groups() -> dict[str, GradwireProcessGroup]:
+    """This process's live ``gradwire`` groups by group id, e.g. to read ``cuda_inner``."""
+    return dict(_groups)
 
 
 def stats(reset: bool = False) -> Stats:

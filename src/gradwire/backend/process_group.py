@@ -2,7 +2,12 @@
 
 Each op runs on a real inner backend (gloo for CPU tensors, nccl for CUDA
 tensors, created lazily on first use), so every result is exactly what that
-backend computes. What the simulation adds is *when* the op completes:
+backend computes. NCCL refuses two ranks on one GPU ("Duplicate GPU
+detected"), yet simulating 4 ranks on a one-GPU workstation is a main use: at
+the first CUDA op the ranks exchange their devices' identities, and where two
+share a GPU (or nccl is missing) CUDA tensors run on gloo, which takes CUDA
+tensors for the ops DDP and the hooks use (all_reduce, broadcast, all_gather,
+all_to_all) and stages them through host memory. What the simulation adds is *when* the op completes:
 
 1. At issue, the network model prices the op (seconds, bytes on the wire) for
    this group's ranks, and the op queues on the group's link: it starts at
@@ -27,6 +32,8 @@ Traps:
 """
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -41,9 +48,10 @@ from gradwire.backend.accounting import LEDGER, Event
 from gradwire.backend.completer import CLOCK, COMPLETER
 from gradwire.net import NetSpec, NetworkModel, OpCost
 
-__all__ = ["GradwireProcessGroup", "GradwireWork"]
+__all__ = ["GradwireProcessGroup", "GradwireWork", "cuda_inner_for"]
 
 _AVG = dist.ReduceOp.AVG
+_LOG = logging.getLogger("gradwire")
 
 
 def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
@@ -230,7 +238,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._virtual = model.spec.clock == "virtual"
         self._gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
         self._nccl: Any = None
+        #: the inner backend of CUDA tensors, chosen at the first CUDA op: "nccl" or "gloo"
+        self.cuda_inner: str | None = None
         self._lock = threading.Lock()
+        self._cuda_lock = threading.Lock()
         self._seq = 0
         self._tx_busy = 0.0
         self._rx_busy = 0.0
@@ -256,19 +267,41 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 inner.shutdown()
 
     @property
+    def group_id(self) -> str:
+        return self._group_id
+
+    @property
     def network(self) -> NetworkModel:
         return self._model
 
     def _inner(self, tensors: Sequence[torch.Tensor]) -> Any:
         if tensors and tensors[0].is_cuda:
-            if self._nccl is None:
+            if self.cuda_inner is None:
+                self._choose_cuda_inner(tensors[0].device)
+            return self._nccl if self.cuda_inner == "nccl" else self._gloo
+        return self._gloo
+
+    def _choose_cuda_inner(self, device: torch.device) -> None:
+        """nccl when every rank of the group has a GPU of its own, else gloo (module doc).
+
+        Collective: every rank reaches its first CUDA op in the same order, so
+        the exchange through the group's store lines up.
+        """
+        with self._cuda_lock:
+            if self.cuda_inner is not None:
+                return
+            store = dist.PrefixStore("gradwire/cuda/", self._store)
+            store.set(str(self.rank()), _device_identity(device))
+            ids = [store.get(str(r)).decode() for r in range(self.size())]
+            name, why = cuda_inner_for(ids, dist.is_nccl_available())
+            if name == "nccl":
                 from torch.distributed.distributed_c10d import ProcessGroupNCCL
 
-                self._nccl = ProcessGroupNCCL(
-                    dist.PrefixStore("gradwire/nccl/", self._store), self.rank(), self.size(),
-                )
-            return self._nccl
-        return self._gloo
+                self._nccl = ProcessGroupNCCL(dist.PrefixStore("gradwire/nccl/", self._store),
+                                              self.rank(), self.size())
+            elif self.rank() == 0:
+                _LOG.info("gradwire group %s: CUDA tensors run on gloo (%s)", self._group_id, why)
+            self.cuda_inner = name
 
     def _price(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
         """The model's price of one op; without jitter it depends on no seq, so it is cached."""
@@ -432,6 +465,30 @@ def _translate(exc: BaseException, op: str, backend: str) -> BaseException:
     if isinstance(exc, RuntimeError) and any(k in msg for k in ("not support", "cannot use", "unsupported")):
         return NotImplementedError(f"gradwire: op '{op}' is not supported by the inner backend {backend}: {exc}")
     return exc
+
+
+def cuda_inner_for(device_ids: Sequence[str], nccl_available: bool) -> tuple[str, str]:
+    """The inner backend for CUDA tensors, from every rank's GPU identity; and why.
+
+    >>> cuda_inner_for(["h/GPU-a", "h/GPU-b"], True)
+    ('nccl', 'one GPU per rank')
+    >>> cuda_inner_for(["h/GPU-a", "h/GPU-a"], True)[0]
+    'gloo'
+    """
+    shared = sorted({i for i in device_ids if list(device_ids).count(i) > 1})
+    if shared:
+        ranks = [r for r, i in enumerate(device_ids) if i == shared[0]]
+        return "gloo", f"ranks {ranks} share GPU {shared[0]}; NCCL needs one GPU per rank"
+    if not nccl_available:
+        return "gloo", "this torch build has no nccl"
+    return "nccl", "one GPU per rank"
+
+
+def _device_identity(device: torch.device) -> str:
+    """host and GPU UUID (its index where torch does not expose the UUID)"""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"{socket.gethostname()}/{uuid if uuid is not None else index}"
 
 
 def _backend_name(inner: Any) -> str:

@@ -89,6 +89,8 @@ class BenchConfig:
     """seconds for the whole run before the ranks are killed"""
     progress: bool = False
     """show a progress bar on rank 0's stderr"""
+    device: str = "auto"
+    """tensors on cpu or cuda; auto: cuda for nccl, cpu otherwise (gloo and gradwire take both)"""
 
     def __post_init__(self) -> None:
         if not self.ops:
@@ -98,6 +100,10 @@ class BenchConfig:
                 raise ValueError(f"unknown collective {op!r}; valid: {', '.join(COLLECTIVE_NAMES)} or all")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"unknown device {self.device!r}; valid: auto, cpu, cuda")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValueError("backend nccl runs CUDA tensors only; use --device cuda (or auto), or gloo for cpu")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.redop not in REDOPS:
@@ -133,6 +139,13 @@ class BenchConfig:
                 raise ValueError(f"{op} needs a world size >= {need}, got {world_size}")
         if self.root >= world_size:
             raise ValueError(f"-r (root {self.root}) must be a rank of the world (0..{world_size - 1})")
+
+    @property
+    def device_type(self) -> str:
+        """``cpu`` or ``cuda``: the resolved :attr:`device`"""
+        if self.device != "auto":
+            return self.device
+        return "cuda" if self.backend == "nccl" else "cpu"
 
     @property
     def sizes(self) -> list[int]:

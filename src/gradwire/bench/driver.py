@@ -94,8 +94,9 @@ def run(config: BenchConfig) -> BenchResult:
     """Run the benchmark: spawn ``config.world_size`` ranks, or be one rank under torchrun."""
     import torch
 
-    if config.backend == "nccl" and not torch.cuda.is_available():
-        raise ValueError("backend nccl needs CUDA GPUs and this machine has none; use gloo or gradwire")
+    if config.device_type == "cuda" and not torch.cuda.is_available():
+        what = "backend nccl needs" if config.backend == "nccl" else "--device cuda needs"
+        raise ValueError(f"{what} CUDA GPUs and this machine has none; use gloo or gradwire on cpu")
     if under_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         config.check_world(world)
@@ -124,8 +125,8 @@ def run_rank(rank: int, world: int, config: BenchConfig, external: bool = False)
         # at import, before the launcher's OMP_NUM_THREADS applied; more threads
         # than cores made the 1 MB copy of an out-of-place call take 10-45 ms.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    if config.backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    if config.device_type == "cuda":  # ranks beyond the GPU count share them (gradwire: on gloo)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     dist.init_process_group(config.backend, rank=rank, world_size=world,
                             timeout=timedelta(seconds=config.timeout))
     try:
@@ -149,7 +150,8 @@ def run_in_group(config: BenchConfig) -> BenchResult:
 
     rank, world = dist.get_rank(), dist.get_world_size()
     config.check_world(world)
-    device = torch.device(f"cuda:{torch.cuda.current_device()}") if config.backend == "nccl" else torch.device("cpu")
+    cuda = config.device_type == "cuda"
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
     model = gradwire.network() if config.backend == "gradwire" else None
     if model is not None and model.is_zero:
         model = None

@@ -31,6 +31,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--net", metavar="SPEC",
                    help="network spec: simulated with --backend gradwire; with gloo/nccl only priced in model(us)")
     p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks to spawn (default 2)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="tensors on cpu or cuda (default auto: cuda for nccl, else cpu)")
     p.add_argument("-b", "--minbytes", type=_size, default=32 << 20, metavar="SIZE",
                    help="smallest size, K/M/G = powers of 1024 (default 32M)")
     p.add_argument("-e", "--maxbytes", type=_size, default=32 << 20, metavar="SIZE", help="largest size (default 32M)")
@@ -69,7 +71,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ops=tuple(dict.fromkeys(ops)), backend=args.backend, net=args.net, world_size=args.world_size,
         min_bytes=args.minbytes, max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,
         warmup=args.warmup_iters, check=bool(args.check), dtype=args.datatype, redop=args.redop,
-        root=args.root, timeout=args.timeout, progress=not args.no_progress and sys.stderr.isatty(),
+        root=args.root, timeout=args.timeout, device=args.device, progress=not args.no_progress and sys.stderr.isatty(),
     )
 
 
