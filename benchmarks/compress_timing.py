@@ -29,7 +29,7 @@ from gradwire.compress import get_compressor, roundtrip
 OUT = Path(__file__).parent / "results" / "compress_timing.json"
 NAMES = ["none", "fp16", "bf16", "int8", "qsgd", "terngrad", "onebit", "signum", "topk:0.01", "randomk:0.01",
          "powersgd:4"]
-#: acceptance: largest ratio to fp16
+#: acceptance on CPU (a training rank's thread): largest ratio to fp16
 TARGETS = {"onebit": 1.0, "topk:0.01": 2.0}
 
 
@@ -64,9 +64,10 @@ def main() -> None:
     rows = []
     for name in args.names:
         ratio = med[name] / med["fp16"] if "fp16" in med else float("nan")
+        target = None if x.is_cuda else TARGETS.get(name)
         rows.append({"name": name, "median_ms": 1e3 * med[name], "min_ms": 1e3 * min(times[name]),
-                     "ratio_to_fp16": ratio, "target": TARGETS.get(name),
-                     "meets_target": None if name not in TARGETS else ratio <= TARGETS[name]})
+                     "ratio_to_fp16": ratio, "target": target,
+                     "meets_target": None if target is None else ratio <= target})
     where = f"{args.threads} thread(s)" if not x.is_cuda else torch.cuda.get_device_name(x.device)
     meta = {"numel": args.numel, "repeats": args.repeats, "threads": args.threads, "device": args.device,
             "device_name": where, "torch": torch.__version__}

@@ -55,4 +55,5 @@ def test_cuda_tensors_run_on_nccl_or_shared_gpu_gloo():
         assert r["broadcast"] == [1.0] * 5
         assert r["all_gather"] == [[0] * 4, [1] * 4]
         assert r["all_to_all"] == [rank, 10 + rank]
-        assert r["calls"] == {"all_reduce": 2, "broadcast": 1, "all_gather": 1, "all_to_all": 1}
+        assert r["recv"] == [float(1 - rank)] * 6  # point-to-point: staged through the host on gloo
+        assert r["calls"] == {"all_reduce": 2, "broadcast": 1, "all_gather": 1, "all_to_all": 1, "send": 2}

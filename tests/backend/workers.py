@@ -237,13 +237,18 @@ def cuda_ops(rank: int, world: int) -> dict:
     dist.all_to_all_single(recv, send)
     w = dist.all_reduce(torch.ones(3, device="cuda"), async_op=True)
     w.get_future().wait()
+    mine, got = torch.full((6,), float(rank), device="cuda"), torch.empty(6, device="cuda")
+    peer = (rank + 1) % world
+    first, then = (lambda: dist.send(mine, peer), lambda: dist.recv(got, peer))
+    for fn in ((first, then) if rank == 0 else (then, first)):
+        fn()
     stats = gradwire.stats().as_dict()
     from gradwire.backend import groups
 
     return {"all_reduce": t.cpu().tolist()[:3], "broadcast": b.cpu().tolist(), "all_gather": rows.cpu().tolist(),
-            "all_to_all": recv.cpu().tolist(),
+            "all_to_all": recv.cpu().tolist(), "recv": got.cpu().tolist(),
             "inner": sorted({str(g.cuda_inner) for g in groups().values()}),
-            "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all")}}
+            "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all", "send")}}
 
 
 def virtual_sendrecv(rank: int, world: int, net: str, nbytes: int, pause_s: float) -> dict:

@@ -181,7 +181,11 @@ def cpu_and_cuda(rank: int, world: int, names: list[str], steps: int) -> dict[st
             compressor, spec = parse_strategy(name)
             strategy = spec.build(compressor, momentum=0.9)
             model = build_model("cnn", seed=rank).to(device)  # the start comes from rank 0
-            module = strategy.wrap(model)
+            try:
+                module = strategy.wrap(model)
+            except RuntimeError as exc:  # torch-powersgd on CPU where CUDA is (torch_hooks.py)
+                out[name][device] = {"refused": str(exc)}
+                continue
             opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=strategy.optimizer_momentum)
             strategy.attach(opt)
             losses = []

@@ -443,20 +443,47 @@ class GradwireProcessGroup(dist.ProcessGroup):
                             lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
-        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.send(tensors, dst, tag),
+        staged = self._host_staged(tensors)
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.send(staged, dst, tag),
                             src=self._ranks[self.rank()], dst=self._ranks[dst])
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> GradwireWork:
-        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv(tensors, src, tag),
-                            src=self._ranks[src], dst=self._ranks[self.rank()])
+        staged = self._host_staged(tensors, copy=False)
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv(staged, src, tag),
+                            post=_copy_back(staged, tensors), src=self._ranks[src], dst=self._ranks[self.rank()])
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> GradwireWork:
         me = self._ranks[self.rank()]
-        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv_anysource(tensors, tag), src=None, dst=me)
+        staged = self._host_staged(tensors, copy=False)
+        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv_anysource(staged, tag),
+                            post=_copy_back(staged, tensors), src=None, dst=me)
+
+    def _host_staged(self, tensors: list[torch.Tensor], copy: bool = True) -> list[torch.Tensor]:
+        """CUDA tensors of point-to-point ops on gloo, staged in host memory.
+
+        gloo's send/recv take CPU tensors only; given CUDA memory they abort the
+        process ("writev: Bad address") instead of raising, so they never see it.
+        """
+        if not (tensors and tensors[0].is_cuda and self._inner(tensors) is self._gloo):
+            return tensors
+        return [t.cpu() if copy else torch.empty(t.shape, dtype=t.dtype) for t in tensors]
 
     def barrier(self, opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BarrierOptions()
         return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
+
+
+def _copy_back(staged: list[torch.Tensor], tensors: list[torch.Tensor]) -> Callable[[], Any] | None:
+    """After a staged recv: copy the host buffers into the caller's CUDA tensors."""
+    if staged is tensors:
+        return None
+
+    def copy() -> list[torch.Tensor]:
+        for dst, src in zip(tensors, staged):
+            dst.copy_(src)
+        return list(tensors)
+
+    return copy
 
 
 def _translate(exc: BaseException, op: str, backend: str) -> BaseException:
@@ -487,8 +514,10 @@ def cuda_inner_for(device_ids: Sequence[str], nccl_available: bool) -> tuple[str
 def _device_identity(device: torch.device) -> str:
     """host and GPU UUID (its index where torch does not expose the UUID)"""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-    return f"{socket.gethostname()}/{uuid if uuid is not None else index}"
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", ""))
+    if not uuid or " at 0x" in uuid:  # no UUID, or an object without a string form
+        uuid = f"cuda:{index}"
+    return f"{socket.gethostname()}/{uuid}"
 
 
 def _backend_name(inner: Any) -> str:

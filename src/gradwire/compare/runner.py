@@ -135,6 +135,7 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
     Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
     """
     from gradwire.launch import RankError, spawn
+    from gradwire.train.loop import CPU_ONLY
 
     by_index = {t.index: t for t in trainings}
     parts: dict[int, dict[int, dict]] = {}
@@ -147,7 +148,7 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
 
     runs = len({t.run for t in trainings})
     try:
-        spawn(_ranks, cfg.workers, (trainings,), timeout=cfg.timeout * runs, on_report=arrived)
+        spawn(_ranks, cfg.workers, (trainings,), timeout=cfg.timeout * runs, on_report=arrived, env=CPU_ONLY)
     except (RankError, TimeoutError) as exc:
         return str(exc)
     return None

@@ -8,6 +8,13 @@
 They are the compression, so they compose with no gradwire compressor, and the
 optimizer keeps its momentum (PyTorch's hooks feed back the error of the
 gradient, not of the momentum).
+
+Trap: PyTorch's ``powerSGD_hook`` calls ``torch.cuda.synchronize(device)`` with
+the bucket's device whenever CUDA is available, so a CPU model on a machine
+with a GPU fails inside the hook's callback ("Expected a cuda device, but got:
+cpu"). ``torch-powersgd`` refuses that case at ``wrap`` with the way out;
+gradwire's own trainings (``compare``, ``run_training``) hide the GPUs from
+their CPU ranks.
 """
 from __future__ import annotations
 
@@ -42,6 +49,15 @@ class TorchPowerSGDStrategy(SyncStrategy):
         super().__init__(compressor, momentum, group)
         self.rank = R
         self.start = start
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        on_cpu = any(p.device.type == "cpu" for p in model.parameters())
+        if on_cpu and torch.cuda.is_available():
+            raise RuntimeError(
+                "torch-powersgd: PyTorch's powerSGD_hook cannot train a CPU model on a machine with CUDA "
+                "(it calls torch.cuda.synchronize on the CPU bucket's device); move the model to the GPU, "
+                "hide the GPUs (CUDA_VISIBLE_DEVICES=) or use gradwire's powersgd:R")
+        return super().wrap(model)
 
     def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps

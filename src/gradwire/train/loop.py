@@ -205,11 +205,17 @@ def train_rank(config: TrainConfig) -> RunResult:
     return result
 
 
+#: the environment of CPU training ranks: GPUs hidden, so that no library takes the CUDA path
+#: for CPU tensors (PyTorch's powerSGD_hook synchronizes "the bucket's CUDA device" whenever
+#: CUDA is available, and fails on a CPU bucket)
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def run_training(config: TrainConfig, world_size: int, timeout: float = 600.0) -> list[RunResult]:
     """Spawn ``world_size`` ranks of :func:`train_worker`; return their results by rank."""
     from gradwire.launch import spawn
 
-    return spawn(train_worker, world_size, (config,), timeout=timeout)
+    return spawn(train_worker, world_size, (config,), timeout=timeout, env=CPU_ONLY)
 
 
 def train_in_turns(rank: int, world: int, configs: list[TrainConfig],
@@ -259,5 +265,5 @@ def run_in_turns(configs: list[TrainConfig], world_size: int, timeout: float = 1
 
     if not configs or not all(isinstance(c, TrainConfig) for c in configs):
         raise ValueError(f"run_in_turns needs a non-empty list of TrainConfig, got {configs!r:.200}")
-    by_rank = spawn(train_in_turns, world_size, (configs,), timeout=timeout)
+    by_rank = spawn(train_in_turns, world_size, (configs,), timeout=timeout, env=CPU_ONLY)
     return [[by_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
