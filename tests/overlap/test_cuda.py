@@ -34,7 +34,8 @@ def results() -> list[dict]:
 
 def test_cuda_inner_backend(results):
     expected = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
-    assert all(r["inner"] in ([expected], [expected, "None"]) for r in results), [r["inner"] for r in results]
+    # the default group and delayed's second group chose it; groups that saw no CUDA op report None
+    assert all(set(r["inner"]) - {"None"} == {expected} for r in results), [r["inner"] for r in results]
 
 
 @pytest.mark.parametrize("name", list(NAMES))

@@ -27,6 +27,11 @@ Traps:
   ``max(own start + model, real end of the inner op)``: the simulation does not
   exchange issue times (that would be an extra collective per op), so skew
   between ranks is not added to the modelled time.
+- CUDA: an inner work's future completes when its kernels are queued, and our
+  futures carry no CUDA events; a helper thread waits for the device before
+  our future completes (``_Pending._on_inner``). Without that, a hook reading
+  the result in a ``then`` callback (PyTorch's fp16 hook, local SGD's average)
+  read it before gloo's copy back to the GPU landed: ranks diverged.
 - Python process groups bypass the dispatcher, so torch.profiler shows only the
   inner gloo events; we add ``record_function`` ranges when a profiler runs.
 """
@@ -102,10 +107,43 @@ class _Pending:
         # cycle that would leave gloo's objects to the cyclic GC (see shutdown)
         self.inner = None
         try:
-            value = self._outcome(inner_future.value())
+            value = inner_future.value()
         except BaseException as exc:  # noqa: BLE001 - the caller must see it
-            assert self.future is not None
-            self.future.set_exception(self._fail(exc))
+            self._set_failed(exc)
+            return
+        device = _cuda_device(value)
+        if device is not None:
+            # A CUDA work's future completes when its kernels (or gloo's copies back
+            # to the device) are queued, not done; this callback runs on a stream
+            # that waits for them. Our future carries no CUDA events, so its users
+            # would read the tensors early: mark that stream's end here and wait for
+            # it on a helper thread (never on this one: for nccl it is the caller's).
+            with torch.cuda.device(device):
+                done = torch.cuda.Event()
+                done.record(torch.cuda.current_stream(device))
+            _pool().submit(self._after_device, done, value)
+            return
+        self._complete(value)
+
+    def _after_device(self, done: Any, value: Any) -> None:
+        try:
+            done.synchronize()
+            self._complete(value)
+        except BaseException as exc:  # noqa: BLE001
+            self._set_failed(exc)
+
+    def _set_failed(self, exc: BaseException) -> None:
+        assert self.future is not None
+        self.future.set_exception(self._fail(exc))
+
+    def _complete(self, inner_value: Any) -> None:
+        try:
+            value = self._outcome(inner_value)
+            device = _cuda_device(value) if self.post is not None else None
+            if device is not None:  # the post-processing kernels (AVG's divide, a staged recv's copy)
+                torch.cuda.current_stream(device).synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            self._set_failed(exc)
             return
         self.event.inner_done = CLOCK.now()
         done = self.event.modelled_done
@@ -551,16 +589,30 @@ def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tens
 _WAIT_POOL: Any = None
 
 
+def _pool() -> Any:
+    """Threads that wait for inner works (and CUDA events) so that no caller blocks."""
+    global _WAIT_POOL
+    if _WAIT_POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
+    return _WAIT_POOL
+
+
+def _cuda_device(value: Any) -> torch.device | None:
+    """The GPU of a future's value (a tensor or a list of them), None for host memory"""
+    tensors = value if isinstance(value, (list, tuple)) else [value]
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            return t.device
+    return None
+
+
 def _future_of(work: Any) -> Future:
     """The inner work's future; for works without one, a thread waits for it."""
     try:
         return work.get_future()
     except RuntimeError:
-        global _WAIT_POOL
-        if _WAIT_POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
         fut: Future = Future()
 
         def wait() -> None:
@@ -570,5 +622,5 @@ def _future_of(work: Any) -> Future:
             except BaseException as exc:  # noqa: BLE001
                 fut.set_exception(exc)
 
-        _WAIT_POOL.submit(wait)
+        _pool().submit(wait)
         return fut
