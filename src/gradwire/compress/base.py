@@ -123,6 +123,14 @@ class Compressor:
         out = self.decode(payload, ctx)
         return out.to(ctx.dtype).view(ctx.shape)
 
+    def decompress_into(self, payload: list[Tensor], ctx: Ctx, out: Tensor) -> Tensor:
+        """:meth:`decompress` written into ``out`` (``ctx.numel`` elements); returns ``out``.
+
+        Compressors that can decode in place override it; the default copies.
+        """
+        out.view(-1).copy_(self.decompress(payload, ctx).reshape(-1))
+        return out
+
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
         """Average the gathered payloads of all ranks (``Pattern.ALLGATHER``)."""
         if ctx.passthrough:

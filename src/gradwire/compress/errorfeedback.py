@@ -48,9 +48,22 @@ class ErrorFeedback:
         if r is None or r.shape != compensated.shape or r.dtype != compensated.dtype:
             r = torch.empty_like(compensated)
             self._residuals[key] = r
-        torch.sub(compensated, approx.view(compensated.shape), out=r)
+        torch.sub(compensated, approx.view(compensated.shape), out=r)  # approx may be r (see workspace)
         if not bool(torch.isfinite(r.sum())) and not bool(torch.isfinite(r).all()):
             r.zero_()
+        return r
+
+    def workspace(self, key: Hashable, like: Tensor) -> Tensor:
+        """The residual buffer of ``key`` (shaped like ``like``), lent out between ``compensate`` and ``update``.
+
+        Once ``compensate`` has added the residual, its buffer is free until
+        ``update`` writes the new one; a caller decodes its approximation into
+        it and passes it back as ``approx``, so no bucket-sized tensor is
+        allocated per step (``update`` computes ``compensated - approx`` in place).
+        """
+        r = self._residuals.get(key)
+        if r is None or r.shape != like.shape or r.dtype != like.dtype or r.device != like.device:
+            r = self._residuals[key] = torch.zeros_like(like)
         return r
 
     def residual(self, key: Hashable) -> Tensor | None:

@@ -82,6 +82,17 @@ class OneBitCompressor(Compressor):
             return unpack_signs(packed, ctx.numel, float(scales))
         return mul_blocks_(unpack_signs(packed, ctx.numel), scales, self.block)
 
+    def decompress_into(self, payload: list[Tensor], ctx: Ctx, out: Tensor) -> Tensor:
+        flat = out.view(-1)
+        if ctx.passthrough or out.dtype != torch.float32 or not flat.is_contiguous() or ctx.dtype != torch.float32:
+            return super().decompress_into(payload, ctx, out)
+        packed, scales = payload
+        if scales.numel() == 1:
+            unpack_signs(packed, ctx.numel, float(scales), out=flat)
+        else:
+            mul_blocks_(unpack_signs(packed, ctx.numel, out=flat), scales, self.block)
+        return out
+
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
         world = len(payloads)
         if ctx.passthrough or world < 2:

@@ -72,19 +72,30 @@ def pack_bits_torch(bits: Tensor) -> Tensor:
     return (groups * weights).sum(-1, dtype=torch.uint8)
 
 
-def decode_table(packed: Tensor, table: np.ndarray, n: int, scale: float = 1.0) -> Tensor:
+def decode_table(packed: Tensor, table: np.ndarray, n: int, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
     """Expand each byte of 1-D ``packed`` into a row of ``table`` times ``scale``; first ``n`` values.
 
-    Returns a float32 tensor of ``n`` elements (contiguous).
+    Returns a float32 tensor of ``n`` elements (contiguous): ``out`` (float32,
+    ``n`` elements, contiguous) when given. Writing into a buffer the caller
+    keeps avoids a fresh multi-MB allocation per call, which glibc serves from
+    new pages: their first-touch faults cost more than the lookup itself.
     """
     with np.errstate(invalid="ignore"):  # 0 * inf -> NaN is the wanted, visible result
         tab = table if scale == 1.0 else table * np.float32(scale)
     if packed.device.type != "cpu":
-        return decode_table_torch(packed, torch.from_numpy(tab), n)
-    # a byte always indexes one of the 256 rows: mode='clip' skips numpy's bounds-checking pass
-    out = np.take(tab, packed.numpy(), axis=0, mode="clip").reshape(-1)
-    return torch.from_numpy(out[:n])
-
+        rows = decode_table_torch(packed, torch.from_numpy(tab), n)
+        return rows if out is None else out.view(-1).copy_(rows)
+    idx = packed.numpy().reshape(-1)
+    if out is None:
+        # a byte always indexes one of the 256 rows: mode='clip' skips numpy's bounds-checking pass
+        return torch.from_numpy(np.take(tab, idx, axis=0, mode="clip").reshape(-1)[:n])
+    width = tab.shape[1]
+    whole = min(idx.size, n // width)  # bytes whose every value lands in out
+    dst = out.view(-1).numpy()
+    np.take(tab, idx[:whole], axis=0, mode="clip", out=dst[: whole * width].reshape(whole, width))
+    if whole * width < n:  # the last byte's values, cut at n
+        dst[whole * width :] = tab[idx[whole]][: n - whole * width]
+    return out
 
 def decode_table_torch(packed: Tensor, table: Tensor, n: int) -> Tensor:
     """:func:`decode_table` in torch ops on ``packed``'s device (CUDA): first ``n`` values."""
@@ -92,9 +103,9 @@ def decode_table_torch(packed: Tensor, table: Tensor, n: int) -> Tensor:
     return rows.index_select(0, packed.reshape(-1).long()).reshape(-1)[:n].contiguous()
 
 
-def unpack_signs(packed: Tensor, n: int, scale: float = 1.0) -> Tensor:
-    """Inverse of :func:`pack_signs` for 1-D data: ``scale * (+1 | -1)``, ``n`` float32 values."""
-    return decode_table(packed, SIGN_TABLE, n, scale)
+def unpack_signs(packed: Tensor, n: int, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
+    """Inverse of :func:`pack_signs` for 1-D data: ``scale * (+1 | -1)``, ``n`` float32 values (into ``out``)."""
+    return decode_table(packed, SIGN_TABLE, n, scale, out)
 
 
 def pack_codes2(codes: Tensor) -> Tensor:

@@ -83,15 +83,23 @@ def _check(compressor: Compressor) -> None:
         raise ValueError(f"{compressor.name} needs {compressor.rounds} rounds; two-phase takes one-round compressors")
 
 
-def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable = 0) -> tuple[Tensor, Tensor, Plan]:
-    """Phase 1 input: uint8 ``[world, row_bytes]`` rows, the local approximation (numel) and the plan."""
+def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable = 0,
+                 approx: Tensor | None = None) -> tuple[Tensor, Tensor, Plan]:
+    """Phase 1 input: uint8 ``[world, row_bytes]`` rows, the local approximation (numel) and the plan.
+
+    ``approx``: a buffer of ``flat``'s size and dtype to write the approximation into
+    (error feedback passes its residual buffer: see :meth:`ErrorFeedback.workspace`).
+    """
     _check(compressor)
     units = compressor.slice_units() if flat.is_floating_point() else None
     whole = None
     if units:
         bounds = chunk_bounds(flat.numel(), world, chunk_granule(compressor))
         payload, whole = compressor.compress(flat, key)
-        approx = compressor.decompress(payload, whole).reshape(-1)
+        if approx is None:
+            approx = compressor.decompress(payload, whole).reshape(-1)
+        else:
+            compressor.decompress_into(payload, whole, approx)
         payloads, ctxs = [], []
         for r, (start, count) in enumerate(bounds):
             if count:
@@ -104,7 +112,8 @@ def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable
     else:
         bounds = chunk_bounds(flat.numel(), world)
         payloads, ctxs = [], []
-        approx = torch.empty_like(flat)
+        if approx is None:
+            approx = torch.empty_like(flat)
         for r, (start, count) in enumerate(bounds):
             payload, ctx = compressor.compress(flat[start : start + count], (key, r))
             approx[start : start + count] = compressor.decompress(payload, ctx)
@@ -134,7 +143,8 @@ def server_reduce(
         avg = error_feedback.compensate(avg, server_key)
     payload, out_ctx = compressor.compress(avg, (server_key, rank))
     if error_feedback is not None:
-        error_feedback.update(server_key, avg, compressor.decompress(payload, out_ctx))
+        lent = error_feedback.workspace(server_key, avg)
+        error_feedback.update(server_key, avg, compressor.decompress_into(payload, out_ctx, lent))
     row, _ = serialize(payload, plan.row_bytes)
     return row
 
@@ -148,9 +158,9 @@ def gather_decode(rows: Tensor, plan: Plan, compressor: Compressor, out: Tensor 
         parts = [deserialize(rows[r], plan.layouts[r]) for r, (_, count) in enumerate(plan.bounds) if count]
         if parts:
             joined = [torch.cat(tensors) for tensors in zip(*parts)]
-            flat.copy_(compressor.decompress(joined, plan.whole).reshape(-1))
+            compressor.decompress_into(joined, plan.whole, flat)
         return out
     for r, (start, count) in enumerate(plan.bounds):
         if count:
-            flat[start : start + count] = compressor.decompress(deserialize(rows[r], plan.layouts[r]), plan.ctxs[r])
+            compressor.decompress_into(deserialize(rows[r], plan.layouts[r]), plan.ctxs[r], flat[start : start + count])
     return out

@@ -113,7 +113,8 @@ def exchange(
     if error_feedback is not None:
         error_feedback.compensate(flat, key)
     if compressor.pattern is Pattern.TWO_PHASE:
-        send, approx, plan = twophase.split_encode(flat, world, compressor, key)
+        lend = error_feedback.workspace(key, flat) if error_feedback is not None else None
+        send, approx, plan = twophase.split_encode(flat, world, compressor, key, approx=lend)
         if error_feedback is not None:
             error_feedback.update(key, flat, approx)
         return then_async(gate, lambda _: _two_phase(flat, key, compressor, send, plan, group, error_feedback, token))

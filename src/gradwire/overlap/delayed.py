@@ -146,6 +146,9 @@ class DelayedStrategy(Strategy):
         self._momentum: Dict[int, Tensor] = {}
         self._bucket_momentum: Dict[Tuple[int, ...], Tensor] = {}
         self._launches: List[_Launch] = []
+        #: per bucket layout, two spent buffers (local vector, the one sent) for the next launch:
+        #: a fresh bucket-sized tensor per step costs glibc's new pages (page faults), not a copy
+        self._spare: Dict[Tuple[int, ...], Tuple[Tensor, Tensor]] = {}
         self._previous: Optional[List[_Launch]] = None
         #: optimizer steps skipped (``naive``: step 0 has nothing to apply)
         self.skipped = 0
@@ -189,12 +192,13 @@ class DelayedStrategy(Strategy):
             raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of {numel}; "
                                "DDP's bucket layout is not what the strategy expects")
         key = tuple(id(p) for p in params)  # survives DDP's bucket rebuild only where the layout does
+        local, sent = self._spare.pop(key, None) or (torch.empty_like(grad), torch.empty_like(grad))
         if self.compressor is None:
-            local = grad.detach().clone()  # DDP reuses the bucket buffer next step
+            local.copy_(grad)  # DDP reuses the bucket buffer next step
         else:
             m = self._momentum_buffer(key, params, grad)
-            local = torch.add(grad, m, alpha=self.momentum, out=m).clone()  # m = beta m + g, one pass
-        self._launches.append(_Launch(key, params, grad, local, self._reducer.launch(local.clone(), key=key)))
+            local.copy_(torch.add(grad, m, alpha=self.momentum, out=m))  # m = beta m + g, one pass
+        self._launches.append(_Launch(key, params, grad, local, self._reducer.launch(sent.copy_(local), key=key)))
 
     def _averages(self, launches: List[_Launch]) -> List[Tensor]:
         """Wait for a step's averages (the wait is exposed communication)."""
@@ -236,6 +240,8 @@ class DelayedStrategy(Strategy):
                     torch.add(launch.local, avg, out=u).sub_(prev.local)
                 else:  # u = g_t + avg_{t-1} - g_{t-1}
                     u.add_(avg).sub_(prev.local)
+                if avg is not None:  # step t-1's vectors are spent: step t+1 writes into them
+                    self._spare[prev.key] = (prev.local, avg)
         optimizer.step()
 
     def _step_per_parameter(self, launches: List[_Launch], previous: Optional[List[_Launch]]) -> None:
