@@ -50,10 +50,11 @@ def test_cuda_tensors_run_on_nccl_or_shared_gpu_gloo():
     res = spawn(workers.cuda_ops, world, timeout=120)
     expected_inner = "nccl" if torch.cuda.device_count() >= world else "gloo"
     for rank, r in enumerate(res):
-        assert r["inner"] == [expected_inner]
+        assert r["inner"] == [expected_inner, "None"]  # the pair group saw only a send: no choice made
+        assert r["hello"] == [0.0, 0.0]
         assert r["all_reduce"] == [3.0] * 3
         assert r["broadcast"] == [1.0] * 5
         assert r["all_gather"] == [[0] * 4, [1] * 4]
         assert r["all_to_all"] == [rank, 10 + rank]
         assert r["recv"] == [float(1 - rank)] * 6  # point-to-point: staged through the host on gloo
-        assert r["calls"] == {"all_reduce": 2, "broadcast": 1, "all_gather": 1, "all_to_all": 1, "send": 2}
+        assert r["calls"] == {"all_reduce": 2, "broadcast": 1, "all_gather": 1, "all_to_all": 1, "send": 3}

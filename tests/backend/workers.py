@@ -226,6 +226,14 @@ def cuda_ops(rank: int, world: int) -> dict:
     _init(rank, world, "gradwire", "10gbe")
     import gradwire
 
+    # a point-to-point op first, on a group of its own: it must not wait for a choice that
+    # only a collective can make (the ranks outside the pair would never join it)
+    pair = dist.new_group([0, 1])
+    hello = torch.full((2,), float(rank), device="cuda")
+    if rank == 0:
+        dist.send(hello, 1, group=pair)
+    elif rank == 1:
+        dist.recv(hello, 0, group=pair)
     t = torch.ones(1000, device="cuda") * (rank + 1)
     dist.all_reduce(t)
     b = torch.full((5,), float(rank), device="cuda")
@@ -246,8 +254,8 @@ def cuda_ops(rank: int, world: int) -> dict:
     from gradwire.backend import groups
 
     return {"all_reduce": t.cpu().tolist()[:3], "broadcast": b.cpu().tolist(), "all_gather": rows.cpu().tolist(),
-            "all_to_all": recv.cpu().tolist(), "recv": got.cpu().tolist(),
-            "inner": sorted({str(g.cuda_inner) for g in groups().values()}),
+            "all_to_all": recv.cpu().tolist(), "recv": got.cpu().tolist(), "hello": hello.cpu().tolist(),
+            "inner": [str(g.cuda_inner) for g in groups().values()],  # in creation order: default, pair
             "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all", "send")}}
 
 

@@ -312,9 +312,17 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def network(self) -> NetworkModel:
         return self._model
 
-    def _inner(self, tensors: Sequence[torch.Tensor]) -> Any:
+    def _inner(self, tensors: Sequence[torch.Tensor], collective: bool = True) -> Any:
+        """The inner backend of an op on ``tensors``.
+
+        Only a collective (every rank takes part) may make the CUDA choice, which
+        is an exchange between all ranks; point-to-point ops before it run on gloo,
+        staged (the two peers are in the same state, so they agree).
+        """
         if tensors and tensors[0].is_cuda:
             if self.cuda_inner is None:
+                if not collective:
+                    return self._gloo
                 self._choose_cuda_inner(tensors[0].device)
             return self._nccl if self.cuda_inner == "nccl" else self._gloo
         return self._gloo
@@ -366,7 +374,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         opts: Any = None,
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend."""
-        inner = self._inner(tensors)
+        inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
         sends, receives = (src == me, dst == me) if op == "send" else (True, True)
         with self._lock:
@@ -502,7 +510,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         gloo's send/recv take CPU tensors only; given CUDA memory they abort the
         process ("writev: Bad address") instead of raising, so they never see it.
         """
-        if not (tensors and tensors[0].is_cuda and self._inner(tensors) is self._gloo):
+        if not (tensors and tensors[0].is_cuda and self._inner(tensors, collective=False) is self._gloo):
             return tensors
         return [t.cpu() if copy else torch.empty(t.shape, dtype=t.dtype) for t in tensors]
 
