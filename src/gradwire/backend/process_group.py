@@ -6,8 +6,9 @@ backend computes. NCCL refuses two ranks on one GPU ("Duplicate GPU
 detected"), yet simulating 4 ranks on a one-GPU workstation is a main use: at
 the first CUDA op the ranks exchange their devices' identities, and where two
 share a GPU (or nccl is missing) CUDA tensors run on gloo, which takes CUDA
-tensors for the ops DDP and the hooks use (all_reduce, broadcast, all_gather,
-all_to_all) and stages them through host memory. What the simulation adds is *when* the op completes:
+tensors for the collectives and stages them through host memory (send/recv,
+which gloo takes on the CPU only, are staged here). What the simulation adds
+is *when* the op completes:
 
 1. At issue, the network model prices the op (seconds, bytes on the wire) for
    this group's ranks, and the op queues on the group's link: it starts at
