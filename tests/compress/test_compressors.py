@@ -337,3 +337,50 @@ def test_time_roundtrip_returns_seconds():
     assert 0 < time_roundtrip("onebit", numel=10_000, repeats=2) < 5
     with pytest.raises(ValueError):
         time_roundtrip("onebit", numel=10, repeats=0)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if get_compressor(n).rounds == 1])
+@pytest.mark.parametrize("n", [1, 7, 8, 513, 20_001])
+def test_decompress_into_equals_decompress(name, n):
+    """Decoding into a caller's buffer (reused: it holds stale values) gives exactly decompress()."""
+    comp = get_compressor(name)
+    payload, ctx = comp.compress(rand(n, seed=n), 0)
+    out = torch.full((n,), 7.0)
+    assert comp.decompress_into(payload, ctx, out) is out
+    assert torch.equal(out, comp.decompress(payload, ctx).reshape(-1))
+    strided = torch.full((2 * n,), 7.0)[::2]  # not contiguous: the generic copy path
+    assert torch.equal(comp.decompress_into(payload, ctx, strided), out)
+
+
+@pytest.mark.parametrize("name", ["onebit", "int8"])
+def test_decompress_into_a_buffer_of_the_wrong_size_says_so(name):
+    comp = get_compressor(name)
+    payload, ctx = comp.compress(rand(100), 0)
+    with pytest.raises(ValueError, match="out holds 99 elements, the payload decodes to 100"):
+        comp.decompress_into(payload, ctx, torch.empty(99))
+
+
+def test_error_feedback_lends_its_residual_buffer():
+    """workspace() is the residual's own buffer; update() with it as approx computes c - approx in place."""
+    ef = ErrorFeedback()
+    c = rand(64)
+    lent = ef.workspace("k", c)
+    assert lent is ef.residual("k") and torch.equal(lent, torch.zeros(64))
+    approx = torch.sign(c)
+    lent.copy_(approx)
+    ef.update("k", c, lent)
+    assert torch.equal(ef.residual("k"), c - approx)
+    assert ef.workspace("k", c) is ef.residual("k")  # same shape: the same buffer
+    assert ef.workspace("k", rand(8)).shape == (8,)  # another shape: a fresh zero residual
+
+
+@pytest.mark.parametrize("name", ["onebit", "onebit:block=0"])  # sliced whole encoding; chunk by chunk
+def test_split_encode_into_a_given_buffer_matches(name):
+    comp = get_compressor(name)
+    x = rand(50_001)
+    rows, approx, plan = twophase.split_encode(x, 4, comp)
+    buf = torch.full_like(x, 7.0)
+    rows2, approx2, _ = twophase.split_encode(x, 4, get_compressor(name), approx=buf)
+    assert approx2 is buf and torch.equal(approx2, approx) and torch.equal(rows2, rows)
+    out = torch.full_like(x, 7.0)
+    assert torch.equal(twophase.gather_decode(rows, plan, comp, out=out), twophase.gather_decode(rows, plan, comp))

@@ -126,9 +126,10 @@ class Compressor:
     def decompress_into(self, payload: list[Tensor], ctx: Ctx, out: Tensor) -> Tensor:
         """:meth:`decompress` written into ``out`` (``ctx.numel`` elements); returns ``out``.
 
-        Compressors that can decode in place override it; the default copies.
+        Compressors that can decode in place override it (calling :func:`check_out`); the default copies.
         """
-        out.view(-1).copy_(self.decompress(payload, ctx).reshape(-1))
+        check_out(out, ctx)
+        out.copy_(self.decompress(payload, ctx).reshape(out.shape))
         return out
 
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:
@@ -172,6 +173,13 @@ def roundtrip(compressor: Compressor, tensor: Tensor, key: Hashable = 0) -> Tens
 def payload_nbytes(payload: list[Tensor]) -> int:
     """Bytes the payload puts on the wire."""
     return sum(p.numel() * p.element_size() for p in payload)
+
+
+def check_out(out: Tensor, ctx: Ctx) -> None:
+    """Raise ValueError unless ``out`` can take the ``ctx.numel`` decoded values."""
+    if out.numel() != ctx.numel:
+        raise ValueError(f"decompress_into: out holds {out.numel()} elements, the payload decodes to {ctx.numel}; "
+                         f"pass a tensor of {ctx.numel} elements")
 
 
 def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor, Layout]:

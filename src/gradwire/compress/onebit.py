@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Compressor, Ctx, Pattern
+from .base import Compressor, Ctx, Pattern, check_out
 from .blocks import block_scales, mul_blocks_
 from .packing import SIGN_TABLE, decode_table, pack_signs, unpack_signs
 
@@ -83,9 +83,10 @@ class OneBitCompressor(Compressor):
         return mul_blocks_(unpack_signs(packed, ctx.numel), scales, self.block)
 
     def decompress_into(self, payload: list[Tensor], ctx: Ctx, out: Tensor) -> Tensor:
-        flat = out.view(-1)
-        if ctx.passthrough or out.dtype != torch.float32 or not flat.is_contiguous() or ctx.dtype != torch.float32:
+        check_out(out, ctx)
+        if ctx.passthrough or out.dtype != torch.float32 or not out.is_contiguous() or ctx.dtype != torch.float32:
             return super().decompress_into(payload, ctx, out)
+        flat = out.view(-1)
         packed, scales = payload
         if scales.numel() == 1:
             unpack_signs(packed, ctx.numel, float(scales), out=flat)
