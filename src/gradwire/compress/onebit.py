@@ -77,21 +77,20 @@ class OneBitCompressor(Compressor):
         return (8, self.block) if self.block else None  # one scale for the whole tensor is not local
 
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
+        return self._decode(payload, ctx.numel)
+
+    def _decode(self, payload: list[Tensor], n: int, out: Tensor | None = None) -> Tensor:
+        """Signs times their block's scale: ``n`` float32 values (written into ``out`` when given)."""
         packed, scales = payload
         if scales.numel() == 1:
-            return unpack_signs(packed, ctx.numel, float(scales))
-        return mul_blocks_(unpack_signs(packed, ctx.numel), scales, self.block)
+            return unpack_signs(packed, n, float(scales), out=out)
+        return mul_blocks_(unpack_signs(packed, n, out=out), scales, self.block)
 
     def decompress_into(self, payload: list[Tensor], ctx: Ctx, out: Tensor) -> Tensor:
-        check_out(out, ctx)
         if ctx.passthrough or out.dtype != torch.float32 or not out.is_contiguous() or ctx.dtype != torch.float32:
-            return super().decompress_into(payload, ctx, out)
-        flat = out.view(-1)
-        packed, scales = payload
-        if scales.numel() == 1:
-            unpack_signs(packed, ctx.numel, float(scales), out=flat)
-        else:
-            mul_blocks_(unpack_signs(packed, ctx.numel, out=flat), scales, self.block)
+            return super().decompress_into(payload, ctx, out)  # the generic copy
+        check_out(out, ctx)
+        self._decode(payload, ctx.numel, out=out.view(-1))
         return out
 
     def combine(self, payloads: list[list[Tensor]], ctx: Ctx) -> Tensor:

@@ -97,6 +97,7 @@ def decode_table(packed: Tensor, table: np.ndarray, n: int, scale: float = 1.0, 
         dst[whole * width :] = tab[idx[whole]][: n - whole * width]
     return out
 
+
 def decode_table_torch(packed: Tensor, table: Tensor, n: int) -> Tensor:
     """:func:`decode_table` in torch ops on ``packed``'s device (CUDA): first ``n`` values."""
     rows = table.to(packed.device)
