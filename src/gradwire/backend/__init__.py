@@ -5,6 +5,7 @@ Importing this module registers the backend name ``gradwire`` with
 """
 from __future__ import annotations
 
+import os
 import weakref
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
 from gradwire.backend.process_group import GradwireProcessGroup, GradwireWork
 from gradwire.net import NetworkModel
+from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
@@ -36,7 +38,8 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     global_ranks = list(opts.global_ranks_in_group)
     if not global_ranks or _model is None:  # the default group: (re)build the model
         world = opts.group_size if not global_ranks else dist.get_world_size()
-        _model = NetworkModel(current_spec(), world)
+        # topology=auto: nodes and ranks per node of a torchrun launch (GROUP_RANK, LOCAL_WORLD_SIZE)
+        _model = NetworkModel(resolve_topology(current_spec(), world, os.environ), world)
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,

@@ -74,7 +74,8 @@ def spec_table(spec: NetSpec) -> Table:
         if f.name == "stragglers":
             text = ", ".join(s.to_string() for s in value) or "none"
         elif f.name == "topology":
-            text = "flat (one rank per node)" if value is None else f"{value[0]} nodes x {value[1]} ranks"
+            text = ("flat (one rank per node)" if value is None else "auto (torchrun's layout)"
+                    if value == "auto" else f"{value[0]} nodes x {value[1]} ranks")
         elif value is None:
             text = "same as inter-node link"
         elif f.name in ("bandwidth", "intra_bandwidth"):

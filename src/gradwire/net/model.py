@@ -28,7 +28,7 @@ import numpy as np
 
 from gradwire.net.algorithms import OPS, Group, check_op, choose
 from gradwire.net.link import Link
-from gradwire.net.spec import NetSpec, parse_spec
+from gradwire.net.spec import AUTO_TOPOLOGY, NetSpec, parse_spec
 
 #: shape of the Lomax (Pareto II) jitter; 3 gives a mean of jitter/2, like uniform
 PARETO_SHAPE = 3.0
@@ -85,6 +85,9 @@ class NetworkModel:
         self.spec: NetSpec = parse_spec(spec)
         self.world_size: int = world_size
         topo = self.spec.topology
+        if topo == AUTO_TOPOLOGY:
+            raise ValueError("topology=auto is resolved with torchrun's environment when the gradwire backend creates "
+                             "its group; to price it here write topology=NODESxRANKS")
         if topo is not None and topo[0] * topo[1] != world_size:
             raise ValueError(
                 f"topology {topo[0]}x{topo[1]} holds {topo[0] * topo[1]} ranks but world_size is {world_size}; "
@@ -228,7 +231,7 @@ def describe(
     Send goes from rank 0 to the last rank, so it crosses nodes when there are any.
     """
     spec = parse_spec(spec)
-    if spec.topology is not None:
+    if isinstance(spec.topology, tuple):  # topology=auto: NetworkModel says it cannot be priced here
         world_sizes = (spec.topology[0] * spec.topology[1],)
     rows: list[DescribeRow] = []
     for world in dict.fromkeys(world_sizes):

@@ -16,12 +16,17 @@ is unlimited bandwidth, zero latency, TCP framing. Keys: see :data:`SPEC_KEYS`;
     bandwidth=1gbit,latency=50us,jitter=10us,loss=0.01%
     100gbe,topology=2x4,intra=nvlink,algorithm=hierarchical
     1gbe,straggler=3:link=0.5:compute=2
+    1gbe,topology=auto,intra=loopback
+
+``topology=auto`` is resolved when the gradwire backend creates its group:
+nodes and ranks per node are read in torchrun's environment (see
+:func:`resolve_topology`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
@@ -31,6 +36,8 @@ from gradwire.net.units import (
 
 JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
 CLOCKS: tuple[str, ...] = ("realtime", "virtual")
+#: ``topology=auto``: read the layout in torchrun's environment (:func:`resolve_topology`)
+AUTO_TOPOLOGY = "auto"
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
 
 
@@ -157,8 +164,8 @@ class NetSpec:
     """random packet-loss probability in [0, 1); TCP follows Mathis, others resend"""
     algorithm: str = "auto"
     """collective algorithm: auto picks the cheapest per op and size (see gradwire.net.algorithms)"""
-    topology: tuple[int, int] | None = None
-    """(nodes, ranks_per_node); None = flat, every rank its own node"""
+    topology: tuple[int, int] | str | None = None
+    """(nodes, ranks_per_node); None = flat, every rank its own node; ``"auto"`` = torchrun's layout (resolve_topology)"""
     intra_bandwidth: float | None = None
     """intra-node line rate in bits/s; None = same as the inter-node link"""
     intra_latency: float | None = None
@@ -192,7 +199,7 @@ class NetSpec:
         if not 0 <= loss < 1:
             raise ValueError(f"loss must be in [0, 100%), got {loss!r} (write '0.01%' or '0.0001')")
         set_("loss", loss)
-        if self.topology is not None:
+        if self.topology is not None and self.topology != AUTO_TOPOLOGY:
             topo = tuple(self.topology)
             if len(topo) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in topo):
                 raise ValueError(f"topology must be (nodes, ranks_per_node) with both >= 1, got {self.topology!r}")
@@ -247,14 +254,16 @@ def _apply_preset(spec: NetSpec, name: str) -> NetSpec:
     return replace(spec, name=p.name, bandwidth=p.bandwidth, latency=p.latency, protocol=p.protocol)
 
 
-def _parse_topology(text: str) -> tuple[int, int] | None:
+def _parse_topology(text: str) -> tuple[int, int] | str | None:
     if text.lower() in ("flat", "none"):
         return None
+    if text.lower() == AUTO_TOPOLOGY:
+        return AUTO_TOPOLOGY
     nodes, sep, per_node = text.lower().partition("x")
     try:
         return int(nodes), int(per_node)
     except ValueError:
-        raise ValueError(f"bad topology {text!r}; write NODESxRANKS_PER_NODE like '2x4', or 'flat'") from None
+        raise ValueError(f"bad topology {text!r}; write NODESxRANKS_PER_NODE like '2x4', 'flat' or 'auto'") from None
 
 
 def _parse_seed(text: str) -> int:
@@ -268,7 +277,7 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "bandwidth": format_bandwidth, "intra_bandwidth": format_bandwidth,
     "latency": format_time, "intra_latency": format_time, "jitter": format_time,
     "loss": format_fraction, "seed": str,
-    "topology": lambda t: "flat" if t is None else f"{t[0]}x{t[1]}",
+    "topology": lambda t: "flat" if t is None else t if t == AUTO_TOPOLOGY else f"{t[0]}x{t[1]}",
     "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str,
 }
 
@@ -322,3 +331,31 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         else:
             raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
     return replace(spec, **updates, stragglers=tuple(stragglers.values()))
+
+
+def resolve_topology(spec: NetSpec, world_size: int, env: Mapping[str, str]) -> NetSpec:
+    """Fix ``topology=auto`` to ``NODESxRANKS`` with torchrun's variables in ``env``; other specs pass unchanged.
+
+    torchrun gives every worker ``LOCAL_WORLD_SIZE`` (ranks on its node) and
+    places the ranks of node ``GROUP_RANK`` at ``GROUP_RANK * LOCAL_WORLD_SIZE +
+    LOCAL_RANK``, the contiguous layout a ``NxM`` topology prices. A launch that
+    breaks it (nodes of different sizes) cannot be written as ``NxM`` and is
+    refused rather than priced wrongly.
+    """
+    if spec.topology != AUTO_TOPOLOGY:
+        return spec
+    if "LOCAL_WORLD_SIZE" not in env:
+        raise ValueError("topology=auto reads the layout in torchrun's LOCAL_WORLD_SIZE and GROUP_RANK, which this "
+                         "process lacks; launch it with torchrun or write topology=NODESxRANKS")
+    per_node = int(env["LOCAL_WORLD_SIZE"])
+    if per_node < 1 or world_size % per_node:
+        raise ValueError(f"topology=auto: {world_size} ranks do not split into nodes of LOCAL_WORLD_SIZE={per_node}")
+    nodes = world_size // per_node
+    if "GROUP_WORLD_SIZE" in env and int(env["GROUP_WORLD_SIZE"]) != nodes:
+        raise ValueError(f"topology=auto: {env['GROUP_WORLD_SIZE']} nodes of different sizes (world {world_size}, "
+                         f"this node {per_node}) cannot be priced as NODESxRANKS")
+    if all(k in env for k in ("RANK", "GROUP_RANK", "LOCAL_RANK")) and \
+            int(env["RANK"]) != int(env["GROUP_RANK"]) * per_node + int(env["LOCAL_RANK"]):
+        raise ValueError(f"topology=auto: rank {env['RANK']} is not rank {env['LOCAL_RANK']} of node "
+                         f"{env['GROUP_RANK']} in a contiguous NODESxRANKS layout")
+    return replace(spec, topology=(nodes, per_node))

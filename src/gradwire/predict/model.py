@@ -102,7 +102,7 @@ def predict(profile: StepProfile, net: str, world: int) -> Prediction:
     if world < 2:
         raise ValueError(f"world size must be >= 2, got {world}")
     spec = parse_spec(net)
-    if spec.topology is not None:  # keep ranks per node, scale the number of nodes
+    if isinstance(spec.topology, tuple):  # keep ranks per node, scale the number of nodes (auto: refused by the model)
         per_node = spec.topology[1]
         if world % per_node:
             raise ValueError(f"world size {world} is not a multiple of {per_node} ranks per node ({net})")
