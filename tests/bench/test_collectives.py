@@ -6,6 +6,7 @@ import torch
 
 from gradwire.bench.collectives import COLLECTIVES, Ctx, fill, reference_reduce
 from gradwire.net import NetworkModel, busbw_factor
+from tests.net import textbook as tb
 
 NCCL_TESTS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -72,8 +73,13 @@ def test_fill_is_exact_in_half_precision(redop: str) -> None:
     assert not torch.equal(fill(ctx, 0, 64), fill(ctx, 1, 64))  # ranks differ
 
 
-def test_sendrecv_model_overlaps_send_and_recv_on_full_duplex_link() -> None:
-    model = NetworkModel("bandwidth=1gbit,latency=1ms,protocol=none", 2)
-    one = model.cost("send", 1 << 20, src=0, dst=1).seconds
-    assert COLLECTIVES["sendrecv"].model_seconds(model, 1 << 20) == pytest.approx(one)
-    assert COLLECTIVES["all_reduce"].model_seconds(model, 1 << 20) == model.cost("all_reduce", 1 << 20).seconds
+@pytest.mark.parametrize("p", tb.P)
+def test_model_seconds_are_the_textbook_costs(p: int) -> None:
+    """What the gradwire backend charges per call: the cheapest textbook algorithm (tests/net/textbook.py)."""
+    alpha, beta, n = 1e-3, 8 / 1e9, 3 << 20
+    model = NetworkModel("bandwidth=1gbit,latency=1ms,protocol=none", p)
+    for name, coll in COLLECTIVES.items():
+        best, _ = tb.auto(coll.model_op, p, n, alpha, beta)
+        assert coll.model_seconds(model, n) == pytest.approx(best, rel=1e-12), name
+    # send and recv overlap on a full-duplex link: one message time, not two
+    assert COLLECTIVES["sendrecv"].model_seconds(model, n) == pytest.approx(alpha + n * beta, rel=1e-12)

@@ -41,18 +41,33 @@ def test_fit_needs_two_sizes() -> None:
         fit_points([(1, 1000, 1.0)], "all_reduce")
 
 
-def _synthetic(spec: str, world: int) -> BenchResult:
-    model = NetworkModel(spec, world)
-    rows = [Row("all_reduce", n, n // 4, "float", "sum", -1, "in-place", model.cost("all_reduce", n).seconds * 1e6,
-                None, None, 0) for n in (1 << 12, 1 << 16, 1 << 20, 1 << 24)]
-    return BenchResult(BenchConfig(), world, "gradwire", spec, True, [], rows)
+# all_reduce at p = 4 (tests/net/textbook.py): (steps, bytes / n) of each algorithm
+_ALL_REDUCE_P4 = {"ring": (6, 1.5), "tree": (4, 4), "recursive_doubling": (2, 2), "rabenseifner": (4, 1.5)}
 
 
-@pytest.mark.parametrize("spec", ["bandwidth=1gbit,latency=2ms,protocol=none", "10gbe,algorithm=ring", "1gbe"])
-def test_fitted_spec_reproduces_the_model(spec: str) -> None:
-    fit = fit_result(_synthetic(spec, 4))
+def _synthetic(spec: str, alpha: float, beta: float, algorithm: str) -> BenchResult:
+    """A 4-rank all_reduce sweep whose times are the textbook costs (auto: the cheapest algorithm)."""
+    def seconds(n: int) -> float:
+        algs = _ALL_REDUCE_P4 if algorithm == "auto" else {algorithm: _ALL_REDUCE_P4[algorithm]}
+        return min(steps * alpha + volume * n * beta for steps, volume in algs.values())
+
+    rows = [Row("all_reduce", n, n // 4, "float", "sum", -1, "in-place", seconds(n) * 1e6, None, None, 0)
+            for n in (1 << 12, 1 << 16, 1 << 20, 1 << 24)]
+    return BenchResult(BenchConfig(), 4, "gradwire", spec, True, [], rows)
+
+
+@pytest.mark.parametrize("spec, alpha, beta, algorithm", [
+    ("bandwidth=1gbit,latency=2ms,protocol=none", 2e-3, 8 / 1e9, "auto"),
+    ("10gbe,algorithm=ring", 20e-6, 8 / 10e9 * 1514 / 1448, "ring"),
+    ("1gbe", 50e-6, 8 / 1e9 * 1514 / 1448, "auto"),
+])
+def test_fitted_spec_reproduces_the_model(spec: str, alpha: float, beta: float, algorithm: str) -> None:
+    fit = fit_result(_synthetic(spec, alpha, beta, algorithm))
     truth = parse_spec(spec)
     fitted = parse_spec(fit.spec)
+    assert fit.overall.alpha == pytest.approx(alpha, rel=1e-6)
+    assert fit.overall.beta == pytest.approx(beta, rel=1e-6)
+    assert fit.overall.rms_error < 1e-9
     assert fitted.latency == pytest.approx(truth.latency, rel=1e-3)
     assert fitted.bandwidth == pytest.approx(truth.bandwidth, rel=1e-3)
     assert fitted.protocol == truth.protocol
