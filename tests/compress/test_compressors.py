@@ -239,9 +239,21 @@ def test_empty_integer_and_noncontiguous_tensors(name):
     ints = torch.arange(10)
     assert torch.equal(roundtrip(comp, ints), ints)
     x = rand(7 * 9).view(7, 9).t()  # not contiguous
-    y = roundtrip(comp, x)
-    assert y.shape == x.shape
-    assert torch.isfinite(y).all()
+    assert not x.is_contiguous()
+    torch.manual_seed(0)
+    y = roundtrip(get_compressor(name), x)
+    torch.manual_seed(0)
+    dense = roundtrip(get_compressor(name), x.contiguous())  # a fresh compressor: the same random draws
+    assert y.shape == x.shape and y.dtype == x.dtype
+    # element (i, j) of the result belongs to element (i, j) of the input, not to its place in memory
+    assert torch.equal(y, dense), name
+    if name in ("none", "fp16", "bf16"):
+        torch.testing.assert_close(y, x, rtol=1e-2, atol=0)
+    elif name.startswith("powersgd"):
+        assert rel_err(y, x) < 0.5  # rank 4 of a 9 x 7 matrix keeps most of it
+    else:  # the sign survives wherever the compressor keeps an element
+        kept = y != 0
+        assert kept.any() and torch.equal(torch.sign(y[kept]), torch.sign(x[kept])), name
 
 
 @pytest.mark.parametrize("name", ALL)
