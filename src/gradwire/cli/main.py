@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gradwire.cli.doctor",
     "gradwire.cli.net",
     "gradwire.cli.demo",
+    "gradwire.cli.emulate",
 )
 
 

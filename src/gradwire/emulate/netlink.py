@@ -1,0 +1,201 @@
+"""The netlink adapter (pyroute2): probe the kernel, build a :class:`~gradwire.emulate.plan.Plan`, take it down.
+
+Build order, all inside namespaces this run creates (nothing touches the
+host's own namespace):
+
+1. one namespace per node and one for the switch;
+2. in the switch: the bridge, then per node a veth pair whose far end moves
+   into the node's namespace and is renamed ``gw-eth``;
+3. in each node: lo up, the address, ``gw-eth`` up;
+4. the qdiscs of every :class:`~gradwire.emulate.plan.Port`: the rate limiter
+   at the root (tbf, or htb with one class 1:1 that takes all traffic), and
+   netem under it (or at the root without a rate).
+
+Teardown deletes the switch ports (each takes its veth pair and both ends'
+qdiscs with it) and then the namespaces, so nothing is left for the kernel to
+reap later. Every namespace is opened with ``flags=0``: pyroute2 would
+otherwise create a missing one (its default is ``O_CREAT``).
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Iterable
+
+from pyroute2 import IPRoute, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from gradwire.emulate.host import EmulationUnavailable, alive, kill_inside
+from gradwire.emulate.layout import BRIDGE, NODE_IF, PREFIX, Layout, RunId, port_if
+from gradwire.emulate.plan import Capabilities, Plan, Port
+
+__all__ = ["build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown"]
+
+TC_H_ROOT = 0xFFFFFFFF
+_ROOT_HANDLE = 0x10000  # 1:
+_CLASS = 0x10001  # 1:1, tbf's one class or htb's class for all traffic
+_NETEM_HANDLE = 0x20000  # 2:
+_PROBED = ("tbf", "htb", "netem")
+
+
+def _ipr(namespace: str) -> IPRoute:
+    return IPRoute(netns=namespace, flags=0)
+
+
+def _index(ipr: IPRoute, name: str) -> int:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        raise RuntimeError(f"interface {name} is missing")
+    return found[0]
+
+
+def probe(run: RunId) -> Capabilities:
+    """Try what this kernel can do in a scratch namespace, then remove it.
+
+    Raises:
+        EmulationUnavailable: no namespace, veth pair or bridge can be made
+            here; the message says what is needed.
+    """
+    name = f"{PREFIX}{run}-probe"
+    try:
+        netns.create(name)
+    except OSError as exc:
+        raise EmulationUnavailable(f"cannot create a network namespace ({exc.strerror or exc}); gradwire emulate "
+                                   "needs CAP_SYS_ADMIN and CAP_NET_ADMIN (root, or a privileged container)") from None
+    try:
+        with _ipr(name) as ipr:
+            for kind, what in (("veth", "veth pairs (CONFIG_VETH)"), ("bridge", "bridges (CONFIG_BRIDGE)")):
+                try:
+                    if kind == "veth":
+                        ipr.link("add", ifname="gw-a", kind="veth", peer={"ifname": "gw-b"})
+                    else:
+                        ipr.link("add", ifname=BRIDGE, kind="bridge")
+                except NetlinkError as exc:
+                    raise EmulationUnavailable(f"gradwire emulate needs {what}; this kernel refused one "
+                                               f"({os.strerror(exc.code)})") from None
+            index = _index(ipr, "gw-a")
+            found = set()
+            for kind in _PROBED:
+                try:
+                    ipr.tc("add", kind, index=index, **_probe_args(kind))
+                except NetlinkError:
+                    continue
+                found.add(kind)
+                ipr.tc("del", index=index, parent=TC_H_ROOT)
+    finally:
+        remove([name])
+    return Capabilities(frozenset(found))
+
+
+def _probe_args(kind: str) -> dict:
+    if kind == "tbf":
+        return {"rate": 125_000, "burst": 32 << 10, "limit": 64 << 10}
+    if kind == "htb":
+        return {"handle": _ROOT_HANDLE, "default": 1}
+    return {"delay": 1000}
+
+
+def build(plan: Plan) -> None:
+    """Create the namespaces, links, addresses and qdiscs of ``plan``.
+
+    On an error it raises with what was built left in place: the caller
+    tears it down (:func:`teardown`), as :class:`~gradwire.emulate.runner.Emulation` does.
+    """
+    lay = plan.layout
+    for name in lay.namespaces:
+        netns.create(name)
+    with _ipr(lay.switch_ns) as sw:
+        sw.link("add", ifname=BRIDGE, kind="bridge")
+        bridge = _index(sw, BRIDGE)
+        sw.link("set", index=bridge, state="up")
+        for node in range(lay.nodes):
+            far = f"{PREFIX}h{node}"
+            sw.link("add", ifname=port_if(node), kind="veth", peer={"ifname": far})
+            sw.link("set", index=_index(sw, far), net_ns_fd=lay.node_ns(node))
+            sw.link("set", index=_index(sw, port_if(node)), master=bridge, state="up")
+    for node in range(lay.nodes):
+        with _ipr(lay.node_ns(node)) as ipr:
+            ipr.link("set", index=_index(ipr, "lo"), state="up")
+            index = _index(ipr, f"{PREFIX}h{node}")
+            ipr.link("set", index=index, ifname=NODE_IF)
+            addr = lay.address(node)
+            ipr.addr("add", index=index, address=str(addr.ip), prefixlen=addr.network.prefixlen)
+            ipr.link("set", index=index, state="up")
+    for port in plan.ports:
+        _shape(port)
+
+
+def _shape(port: Port) -> None:
+    with _ipr(port.namespace) as ipr:
+        index = _index(ipr, port.device)
+        parent = TC_H_ROOT
+        rate = port.rate
+        if rate is not None and rate.kind == "tbf":
+            ipr.tc("add", "tbf", index=index, handle=_ROOT_HANDLE, rate=rate.rate_bytes, burst=rate.burst,
+                   limit=rate.limit)
+            parent = _CLASS
+        elif rate is not None:
+            ipr.tc("add", "htb", index=index, handle=_ROOT_HANDLE, default=_CLASS & 0xFFFF)
+            ipr.tc("add-class", "htb", index=index, handle=_CLASS, parent=_ROOT_HANDLE, rate=rate.rate_bytes,
+                   ceil=rate.rate_bytes, burst=rate.burst, cburst=rate.burst)
+            parent = _CLASS
+        imp = port.impairment
+        if imp is not None:
+            ipr.tc("add", "netem", index=index, handle=_NETEM_HANDLE, parent=parent, delay=imp.delay * 1e6,
+                   jitter=imp.jitter * 1e6, loss=imp.loss * 100, limit=10_000)
+
+
+def qdisc_kinds(namespace: str, device: str) -> list[str]:
+    """Kinds of the qdiscs on ``device`` in ``namespace``, root first (``noqueue`` when unshaped)."""
+    with _ipr(namespace) as ipr:
+        index = _index(ipr, device)
+        return [q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(index=index)]
+
+
+def links(namespace: str | None = None) -> list[str]:
+    """Interface names in ``namespace`` (None: this process's own) that carry :data:`PREFIX`."""
+    with (IPRoute() if namespace is None else _ipr(namespace)) as ipr:
+        names = [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
+    return [n for n in names if n.startswith(PREFIX)]
+
+
+def namespaces() -> list[str]:
+    """Every namespace name on this host that carries :data:`PREFIX`."""
+    return sorted(n for n in netns.listnetns() if n.startswith(PREFIX))
+
+
+def stale() -> list[str]:
+    """Namespaces of ours whose owning run is gone (killed before it could clean up)."""
+    found = []
+    for name in namespaces():
+        run = RunId.of_namespace(name)
+        if run is not None and not alive(run):
+            found.append(name)
+    return found
+
+
+def teardown(layout: Layout) -> list[str]:
+    """Remove everything ``layout`` created, whatever state a failed build left; return what could not go."""
+    if os.path.exists(f"/run/netns/{layout.switch_ns}"):
+        try:
+            with _ipr(layout.switch_ns) as sw:
+                for name in [port_if(i) for i in range(layout.nodes)] + [BRIDGE]:
+                    found = sw.link_lookup(ifname=name)
+                    if found:
+                        sw.link("del", index=found[0])
+        except (OSError, NetlinkError):
+            pass  # removing the namespaces below still takes the links with them
+    return remove(layout.namespaces)
+
+
+def remove(names: Iterable[str]) -> list[str]:
+    """Kill what runs inside each namespace, then remove it; return the names that are still there."""
+    left = []
+    for name in names:
+        kill_inside(name)
+        try:
+            netns.remove(name)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                left.append(f"{name} ({exc.strerror})")
+    return left

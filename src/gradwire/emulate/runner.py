@@ -1,0 +1,216 @@
+"""Run a command on an emulated cluster: clean up stale sets, probe, plan, build, launch, wait, tear down.
+
+Teardown is guaranteed on every way out this process can see:
+
+- normal exit and errors: :class:`Emulation` removes the network in ``__exit__``
+  (and in ``__enter__`` when building fails half way);
+- Ctrl-C, SIGTERM and SIGHUP: :func:`run` turns each into an exception in the
+  main thread, forwards the signal to the agents, gives them :data:`GRACE_SECONDS`
+  to stop their workers, kills what is left inside the namespaces and removes
+  the network; during the removal further signals are ignored, so a second
+  Ctrl-C cannot cut it short;
+- ``kill -9``, which no process can catch: the agents get SIGTERM from the
+  kernel (``PR_SET_PDEATHSIG``) and the next run removes the namespaces
+  it finds with a dead owner (:func:`prepare`), or ``gradwire emulate --clean`` does.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from ipaddress import IPv4Network
+from types import FrameType
+from typing import Callable, Iterator, Sequence
+
+from gradwire.emulate import netlink
+from gradwire.emulate.agents import agent_env, start_agent, torchrun_argv
+from gradwire.emulate.host import EmulationUnavailable, check_host, this_run
+from gradwire.emulate.layout import DEFAULT_PORT, DEFAULT_SUBNET, Layout
+from gradwire.emulate.plan import Plan, plan_network
+from gradwire.net.spec import NetSpec
+
+__all__ = ["Emulation", "GRACE_SECONDS", "Stopped", "clean", "prepare", "run"]
+
+#: seconds the agents get to stop their workers after a signal, before everything inside is killed
+GRACE_SECONDS = 15.0
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A signal asked this process to stop (BaseException, like KeyboardInterrupt: nothing should swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread.
+
+    Trap: pyroute2 forks helper children (to open a socket inside a
+    namespace) and stops them with SIGTERM. A forked child inherits this
+    handler; were it to raise there, the exception would unwind the child
+    out of its helper and into a copy of this program, building the network a
+    second time from inside a namespace. In any process but this one the
+    handler dies of the signal, as the child would have without it.
+    """
+    owner = os.getpid()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Stopped(signum)
+
+    old = {s: signal.signal(s, handler) for s in _FORWARDED}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in _FORWARDED}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def clean() -> list[str]:
+    """Remove the namespaces of runs that died without cleaning up; return their names."""
+    check_host()
+    found = netlink.stale()
+    left = netlink.remove(found)
+    if left:
+        raise EmulationUnavailable(f"could not remove stale namespaces: {', '.join(left)}")
+    return found
+
+
+def prepare(
+    spec: NetSpec,
+    nodes: int,
+    per_node: int,
+    *,
+    subnet: IPv4Network | str = DEFAULT_SUBNET,
+    port: int = DEFAULT_PORT,
+    shaper: str = "auto",
+    burst: int | None = None,
+) -> tuple[Plan, list[str]]:
+    """Check the host, remove stale sets, probe the kernel and plan; returns ``(plan, stale names removed)``.
+
+    Raises:
+        EmulationUnavailable: not root, no namespaces, no veth or bridge.
+        gradwire.emulate.plan.Unsupported: the spec asks for what the kernel cannot do.
+    """
+    removed = clean()
+    run_id = this_run()
+    caps = netlink.probe(run_id)
+    layout = Layout(nodes, per_node, run_id, IPv4Network(subnet), port)
+    return plan_network(spec, layout, caps, shaper, burst), removed
+
+
+class Emulation:
+    """The network of a plan, present inside the ``with`` block and gone after it.
+
+    Example::
+
+        plan, _ = prepare(parse_spec("bandwidth=1gbit"), nodes=2, per_node=1)
+        with Emulation(plan):
+            ...  # processes entered into plan.layout.node_ns(i) see a shaped network
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __enter__(self) -> "Emulation":
+        try:
+            netlink.build(self.plan)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every namespace, link and qdisc of the plan (idempotent); raise if something stays."""
+        with _signals_ignored():
+            left = netlink.teardown(self.plan.layout)
+        if left:
+            raise EmulationUnavailable(f"could not remove {', '.join(left)}; `gradwire emulate --clean` retries")
+
+
+def run(
+    plan: Plan,
+    cmd: Sequence[str],
+    *,
+    timeout: float | None = None,
+    grace: float = GRACE_SECONDS,
+    on_start: Callable[[list[subprocess.Popen]], None] | None = None,
+) -> int:
+    """Build the network, run ``cmd`` under one torchrun agent per node, tear down; return the exit code.
+
+    Exit code: 0 when every agent succeeded; the first failing agent's code
+    (the others are stopped then); ``128 + signal`` after SIGINT/SIGTERM/SIGHUP;
+    124 when ``timeout`` seconds passed.
+    """
+    lay = plan.layout
+    argvs = [torchrun_argv(lay, node, cmd) for node in range(lay.nodes)]  # a bad command fails before building
+    env = agent_env(os.environ, plan.model_spec.to_string())
+    agents: list[subprocess.Popen] = []
+    with _signals_raise():
+        try:
+            with Emulation(plan):
+                try:
+                    for node, argv in enumerate(argvs):
+                        agents.append(start_agent(lay.node_ns(node), argv, env))
+                    if on_start is not None:
+                        on_start(agents)
+                    return _wait(agents, timeout, grace)
+                except Stopped as stop:
+                    _stop(agents, stop.signum, grace)
+                    return 128 + stop.signum
+                finally:
+                    _stop(agents, signal.SIGTERM, grace)
+        except Stopped as stop:  # a signal while building or tearing down: the network is gone already
+            return 128 + stop.signum
+
+
+def _wait(agents: list[subprocess.Popen], timeout: float | None, grace: float) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        codes = [a.poll() for a in agents]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            _stop(agents, signal.SIGTERM, grace)
+            return failed[0]
+        if all(c == 0 for c in codes):
+            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            _stop(agents, signal.SIGTERM, grace)
+            return 124
+        time.sleep(0.1)
+
+
+def _stop(agents: list[subprocess.Popen], signum: int, grace: float) -> None:
+    """Send ``signum`` to the live agents, wait up to ``grace`` s, then kill the rest."""
+    live = [a for a in agents if a.poll() is None]
+    for a in live:
+        with contextlib.suppress(ProcessLookupError):
+            a.send_signal(signum)
+    deadline = time.monotonic() + grace
+    for a in live:
+        try:
+            a.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            a.kill()
+            a.wait()
