@@ -1,0 +1,165 @@
+"""Real packets vs the model: `gradwire bench` (gloo) on emulated links next to the gradwire model of the same spec.
+
+For each link rate (100 Mbit/s, 1 Gbit/s) and layout (2 nodes x 1 rank, 2 nodes
+x 2 ranks) it runs, as root::
+
+    gradwire emulate --net bandwidth=RATE --nodes 2 --nproc-per-node M -- \\
+        gradwire bench -b 1M -e 64M -f 2 -n N -w 1 --fit --net MODEL_SPEC --json ...
+
+where MODEL_SPEC is the spec `gradwire emulate` prints for that network, with
+gloo's algorithm: ``bandwidth=RATE,algorithm=ring`` (plus ``topology=2x2`` and
+a free loopback inside a node for 2 x 2). The model column is the model's
+price; the fit column prices each row with the alpha and beta that
+``bench --fit`` calibrated on the same sweep, and the cross-fit column with
+those calibrated on the other layout at the same rate (a prediction, not a
+fit). An unshaped sweep over the same namespaces (``--net custom``) measures
+what gloo and the host cost without a link limit: a row counts as
+link-dominated when that cost is at most a tenth of the modelled link time.
+
+Checks, over the link-dominated rows: model within 5 % of measured, fit
+within 3 %. Writes benchmarks/results/emulate_bench.json (and the raw
+sweeps under benchmarks/results/emulate_bench/); exits 1 if a check fails.
+
+    sudo python benchmarks/emulate_bench.py [--iters-slow 3] [--iters-fast 5]   # ~10 min on 2 cores
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+RATES = {"100mbit": 100e6, "1gbit": 1e9}
+LAYOUTS = {"2x1": (2, 1), "2x2": (2, 2)}
+#: a row is link-dominated when the unshaped time is at most this share of the modelled time
+DOMINANCE = 0.1
+GRADWIRE = [sys.executable, "-m", "gradwire.cli.main"]
+
+
+def load() -> dict:
+    """The machine's load averages and the uptime line, to judge how quiet the timings were."""
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {"loadavg": list(os.getloadavg()), "uptime": uptime, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def sweep(net: str, layout: str, iters: int, model_net: str | None, out: Path) -> dict:
+    """One emulated `gradwire bench` sweep; returns its JSON (rank 0 writes it before teardown)."""
+    nodes, per_node = LAYOUTS[layout]
+    out.unlink(missing_ok=True)
+    bench = [*GRADWIRE, "bench", "-b", "1M", "-e", "64M", "-f", "2", "-n", str(iters), "-w", "1",
+             "--json", str(out), "--no-progress"]
+    if model_net:
+        bench += ["--net", model_net, "--fit"]
+    cmd = [*GRADWIRE, "emulate", "--net", net, "--nodes", str(nodes), "--nproc-per-node", str(per_node),
+           "--timeout", "1800", "--", *bench]
+    before = load()
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if not out.exists():
+        raise RuntimeError(f"{' '.join(cmd)} wrote no result (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    data = json.loads(out.read_text())
+    data["run"] = {"command": " ".join(cmd[2:]).replace(sys.executable + " -m gradwire.cli.main", "gradwire"),
+                   "exit_code": proc.returncode, "seconds": time.monotonic() - t0, "load_before": before,
+                   "load_after": load(), "emulate_lines": [ln for ln in proc.stderr.splitlines()
+                                                           if ln.startswith("gradwire emulate:")]}
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"  {net} {layout}: {time.monotonic() - t0:.0f} s, exit {proc.returncode}", flush=True)
+    return data
+
+
+def model_spec(rate: str, layout: str) -> str:
+    nodes, per_node = LAYOUTS[layout]
+    spec = f"bandwidth={rate},algorithm=ring"
+    return spec if per_node == 1 else f"{spec},topology={nodes}x{per_node},intra=loopback"
+
+
+def fitted_us(fit: dict, p: int, size: int) -> float:
+    from gradwire.bench.fit import terms
+
+    steps, volume = terms("all_reduce", "ring", p, size)
+    return (fit["overall"]["alpha"] * steps + fit["overall"]["beta"] * volume) * 1e6
+
+
+def analyse(shaped: dict, baseline: dict, cross_fit: dict) -> dict:
+    """Per row: model, fit and cross-fit errors against the measurement, and whether the link dominates."""
+    base = {(r["size"], r["placement"]): r["time_us"] for r in baseline["rows"]}
+    p = shaped["world_size"]
+    rows = []
+    for r in shaped["rows"]:
+        measured, model = r["time_us"], r["model_us"]
+        fit, cross = fitted_us(shaped["fit"], p, r["size"]), fitted_us(cross_fit, p, r["size"])
+        unshaped = base[(r["size"], r["placement"])]
+        rows.append({
+            "size": r["size"], "placement": r["placement"], "measured_us": measured, "model_us": model,
+            "fit_us": fit, "cross_fit_us": cross, "unshaped_us": unshaped,
+            "link_dominated": unshaped <= DOMINANCE * model, "wrong": r["wrong"],
+            "model_error_pct": 100 * (model / measured - 1), "fit_error_pct": 100 * (fit / measured - 1),
+            "cross_fit_error_pct": 100 * (cross / measured - 1),
+        })
+    dom = [r for r in rows if r["link_dominated"]]
+
+    def worst(key: str, among: list) -> float | None:
+        return max((abs(r[key]) for r in among), default=None)
+
+    return {
+        "rows": rows, "fit_spec": shaped["fit"]["spec"], "fit_rms_error": shaped["fit"]["overall"]["rms_error"],
+        "link_dominated_sizes": sorted({r["size"] for r in dom}),
+        "max_model_error_pct_dominated": worst("model_error_pct", dom),
+        "max_fit_error_pct_dominated": worst("fit_error_pct", dom),
+        "max_cross_fit_error_pct_dominated": worst("cross_fit_error_pct", dom),
+        "max_model_error_pct_all": worst("model_error_pct", rows),
+        "wrong": sum(r["wrong"] or 0 for r in rows),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters-slow", type=int, default=3, help="timed iterations at 100 Mbit/s (default 3)")
+    ap.add_argument("--iters-fast", type=int, default=5, help="timed iterations at 1 Gbit/s and unshaped (default 5)")
+    args = ap.parse_args()
+    raw = RESULTS / "emulate_bench"
+    raw.mkdir(parents=True, exist_ok=True)
+    started = load()
+    print(f"load at start: {started['uptime']}", flush=True)
+    baselines = {lay: sweep("custom", lay, args.iters_fast, None, raw / f"unshaped_{lay}.json") for lay in LAYOUTS}
+    shaped = {(rate, lay): sweep(f"bandwidth={rate}", lay, args.iters_slow if rate == "100mbit" else args.iters_fast,
+                                 model_spec(rate, lay), raw / f"{rate}_{lay}.json")
+              for rate in RATES for lay in LAYOUTS}
+    results = {}
+    ok = True
+    for (rate, lay), data in shaped.items():
+        other = next(o for o in LAYOUTS if o != lay)
+        a = analyse(data, baselines[lay], shaped[(rate, other)]["fit"])
+        a["command"] = data["run"]["command"]
+        a["exit_code"] = data["run"]["exit_code"]
+        a["load_before"], a["load_after"] = data["run"]["load_before"], data["run"]["load_after"]
+        results[f"{rate}_{lay}"] = a
+        good = (a["max_model_error_pct_dominated"] is not None and a["max_model_error_pct_dominated"] <= 5
+                and a["max_fit_error_pct_dominated"] <= 3 and a["wrong"] == 0)
+        ok &= good
+        print(f"\n{rate} {lay} (n={data['world_size']}): fitted {a['fit_spec']}; link-dominated sizes "
+              f"{[s >> 20 for s in a['link_dominated_sizes']]} MiB")
+        print(f"  {'size':>6} {'placement':>12} {'measured ms':>12} {'model':>8} {'err':>7} {'fit':>7} "
+              f"{'cross':>7} {'unshaped ms':>12}")
+        for r in a["rows"]:
+            print(f"  {r['size'] >> 20:>4}MB {r['placement']:>12} {r['measured_us'] / 1e3:>12.1f} "
+                  f"{r['model_us'] / 1e3:>8.1f} {r['model_error_pct']:>+6.1f}% {r['fit_error_pct']:>+6.1f}% "
+                  f"{r['cross_fit_error_pct']:>+6.1f}% {r['unshaped_us'] / 1e3:>12.1f}{'' if r['link_dominated'] else '  (host-bound)'}")
+        print(f"  {'PASS' if good else 'FAIL'}: link-dominated rows: model within "
+              f"{a['max_model_error_pct_dominated']:.1f}% (<= 5), fit within {a['max_fit_error_pct_dominated']:.1f}% (<= 3)")
+    out = RESULTS / "emulate_bench.json"
+    out.write_text(json.dumps({
+        "description": __doc__.splitlines()[0], "dominance_threshold": DOMINANCE, "load_at_start": started,
+        "load_at_end": load(), "unshaped": {lay: b["run"]["command"] for lay, b in baselines.items()},
+        "all_checks_pass": ok, "results": results,
+    }, indent=2) + "\n")
+    print(f"\n{'PASS' if ok else 'FAIL'}; wrote {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

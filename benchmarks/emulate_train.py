@@ -1,0 +1,154 @@
+"""Digits training on 2 nodes x 2 ranks: step time over emulated links (gloo, real packets) vs the simulated network.
+
+Each round runs the same DDP training (``sync``, the wide digits CNN, 2.4 MB
+of gradient per step) twice per link rate, in alternating order:
+
+- emulated, as root: ``gradwire emulate --net bandwidth=RATE --nodes 2
+  --nproc-per-node 2 -- python emulate_train.py --worker ... --backend gloo``;
+- simulated: two torchrun agents on this host (``--nnodes 2 --node-rank i``,
+  static rendezvous on 127.0.0.1) with the gradwire backend and
+  ``GRADWIRE_NET=bandwidth=RATE,topology=auto,intra=loopback,algorithm=ring``:
+  the model spec ``gradwire emulate`` prints for that network, with gloo's ring;
+  ``topology=auto`` takes the 2 x 2 layout from torchrun's environment.
+
+The step time of a run is the mean over ranks of each rank's median step
+(after ``--skip`` warm-up steps); the check is simulated within 10 % of
+emulated, per rate, on the median over rounds. Writes
+benchmarks/results/emulate_train.json; exits 1 if a check fails.
+
+    sudo python benchmarks/emulate_train.py [--rates 100mbit 1gbit] [--steps 40] [--rounds 2]   # ~6 min
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+SCRIPT = str(Path(__file__).resolve())
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank: join the group of ``--backend``, train, write rank<R>.json, leave without teardown."""
+    import torch
+    import torch.distributed as dist
+
+    import gradwire  # noqa: F401 - registers the gradwire backend
+    from gradwire.train.loop import TrainConfig, train_rank
+
+    torch.set_num_threads(1)
+    dist.init_process_group(args.backend)
+    config = TrainConfig(strategy="sync", net=os.environ.get("GRADWIRE_NET", "loopback"), model=args.model,
+                         epochs=1000, max_steps=args.steps, seed=0)
+    result = train_rank(config)
+    rank = dist.get_rank()
+    net = gradwire.network()
+    (Path(args.worker) / f"rank{rank}.json").write_text(json.dumps({
+        "rank": rank, "step_seconds": result.step_seconds, "step_exposed": result.step_exposed,
+        "test_accuracy": result.test_accuracy, "model_spec": net.spec.to_string() if net else None,
+        "emulated_net": os.environ.get("GRADWIRE_EMULATED_NET"),
+    }))
+    sys.stdout.flush()
+    os._exit(0)  # the result is written; gloo's teardown may abort (see gradwire.launch)
+
+
+def _worker_argv(out: Path, backend: str, args: argparse.Namespace) -> list[str]:
+    return [SCRIPT, "--worker", str(out), "--backend", backend, "--steps", str(args.steps), "--model", args.model]
+
+
+def emulated(rate: str, out: Path, args: argparse.Namespace) -> int:
+    cmd = [sys.executable, "-m", "gradwire.cli.main", "emulate", "--net", f"bandwidth={rate}", "--nodes", "2",
+           "--nproc-per-node", "2", "--timeout", "900", "--", *_worker_argv(out, "gloo", args)]
+    return subprocess.run(cmd, capture_output=True, text=True).returncode
+
+
+def simulated(rate: str, out: Path, args: argparse.Namespace) -> int:
+    from gradwire.launch import free_port
+
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               GRADWIRE_NET=f"bandwidth={rate},topology=auto,intra=loopback,algorithm=ring")
+    port = free_port()
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=2",
+         "--rdzv-backend=static", f"--rdzv-endpoint=127.0.0.1:{port}", "--no-python", sys.executable,
+         *_worker_argv(out, "gradwire", args)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for node in (0, 1)]
+    return max(a.wait(timeout=900) for a in agents)
+
+
+def step_time(out: Path, skip: int) -> dict:
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    if len(ranks) != 4:
+        raise RuntimeError(f"{out}: {len(ranks)} of 4 ranks wrote a result")
+    medians = [statistics.median(r["step_seconds"][skip:]) for r in ranks]
+    return {"step_seconds": statistics.mean(medians), "per_rank_median": medians,
+            "exposed_median": statistics.mean(statistics.median(r["step_exposed"][skip:]) for r in ranks),
+            "model_spec": ranks[0]["model_spec"], "emulated_net": ranks[0]["emulated_net"],
+            "test_accuracy": ranks[0]["test_accuracy"]}
+
+
+def load() -> dict:
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {"loadavg": list(os.getloadavg()), "uptime": uptime, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", nargs="+", default=["100mbit", "1gbit"])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the median (default 5)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="cnn-wide")
+    ap.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    runs: list[dict] = []
+    started = load()
+    print(f"load at start: {started['uptime']}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            for rate in args.rates:
+                order = ("emulated", "simulated") if rnd % 2 == 0 else ("simulated", "emulated")
+                for mode in order:
+                    out = Path(tmp) / f"{rnd}-{rate}-{mode}"
+                    out.mkdir()
+                    before, t0 = load(), time.monotonic()
+                    code = (emulated if mode == "emulated" else simulated)(rate, out, args)
+                    run = {"round": rnd, "rate": rate, "mode": mode, "exit_code": code,
+                           "seconds": time.monotonic() - t0, "load_before": before, "load_after": load(),
+                           **step_time(out, args.skip)}
+                    runs.append(run)
+                    print(f"  round {rnd} {rate:>7} {mode:>9}: {run['step_seconds'] * 1e3:7.1f} ms/step "
+                          f"(exit {code}, {run['seconds']:.0f} s, load {before['loadavg'][0]:.1f})", flush=True)
+    summary = {}
+    ok = True
+    for rate in args.rates:
+        emu = statistics.median(r["step_seconds"] for r in runs if r["rate"] == rate and r["mode"] == "emulated")
+        sim = statistics.median(r["step_seconds"] for r in runs if r["rate"] == rate and r["mode"] == "simulated")
+        err = 100 * (sim / emu - 1)
+        summary[rate] = {"emulated_step_ms": emu * 1e3, "simulated_step_ms": sim * 1e3, "error_pct": err,
+                         "within_10pct": abs(err) <= 10}
+        ok &= abs(err) <= 10
+        print(f"{rate}: emulated {emu * 1e3:.1f} ms/step, simulated {sim * 1e3:.1f} ms/step ({err:+.1f}%)")
+    out = RESULTS / "emulate_train.json"
+    out.write_text(json.dumps({
+        "description": __doc__.splitlines()[0],
+        "command": f"python benchmarks/emulate_train.py --rates {' '.join(args.rates)} --steps {args.steps} "
+                   f"--skip {args.skip} --rounds {args.rounds} --model {args.model}",
+        "load_at_start": started, "load_at_end": load(), "all_within_10pct": ok, "summary": summary, "runs": runs,
+    }, indent=2) + "\n")
+    print(f"{'PASS' if ok else 'FAIL'}; wrote {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
