@@ -13,6 +13,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from gradwire.backend import compat
 from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
@@ -49,9 +50,10 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
 
 
 def register() -> None:
-    """Register the ``gradwire`` backend (idempotent)."""
+    """Register the ``gradwire`` backend (idempotent), and let ``dist.monitored_barrier`` take its groups."""
     if BACKEND_NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+    compat.install()
 
 
 def network() -> NetworkModel | None:

@@ -30,7 +30,7 @@ Traps:
   between ranks is not added to the modelled time.
 - CUDA: an inner work's future completes when its kernels are queued, and our
   futures carry no CUDA events; a helper thread waits for the device before
-  our future completes (``_Pending._on_inner``). Without that, a hook reading
+  our future completes (``work.Pending._on_inner``). Without that, a hook reading
   the result in a ``then`` callback (PyTorch's fp16 hook, local SGD's average)
   read it before gloo's copy back to the GPU landed: ranks diverged.
 - Python process groups bypass the dispatcher, so torch.profiler shows only the
@@ -39,9 +39,9 @@ Traps:
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
-import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -50,8 +50,9 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
-from gradwire.backend.accounting import LEDGER, Event
-from gradwire.backend.completer import CLOCK, COMPLETER
+from gradwire.backend.accounting import Event
+from gradwire.backend.completer import CLOCK
+from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost
 
 __all__ = ["GradwireProcessGroup", "GradwireWork", "cuda_inner_for"]
@@ -62,191 +63,6 @@ _LOG = logging.getLogger("gradwire")
 
 def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-class _Pending:
-    """One op in flight: completes exactly once, from whichever path gets there first.
-
-    Two paths lead to completion. A blocking call (``asyncOp=False``, what
-    ``dist.all_reduce(t)`` sends) waits on the inner work in the caller's
-    thread and completes inline; that avoids a hand-off to gloo's callback
-    thread, which costs more than the rest of the wrapper on small messages.
-    An async call, or anyone asking for the future, chains a callback on the
-    inner future, and the completer thread finishes it at the modelled time.
-    """
-
-    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "future", "lock", "finished", "value", "backend")
-
-    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
-                 backend: str) -> None:
-        self.backend = backend
-        self.event = event
-        self.sent_bytes = sent_bytes
-        self.inner = inner
-        self.post = post
-        self.virtual = virtual
-        self.future: Future | None = None
-        self.lock = threading.Lock()
-        self.finished = False
-        self.value: Any = None
-
-    def chain(self) -> Future:
-        with self.lock:
-            if self.future is None:
-                self.future = Future()
-                if self.finished:  # completed inline already: hand over the outcome
-                    self.future.set_result(self.value)
-                else:
-                    _future_of(self.inner).then(self._on_inner)
-            return self.future
-
-    def _outcome(self, inner_value: Any) -> Any:
-        return self.post() if self.post is not None else inner_value
-
-    def _on_inner(self, inner_future: Future) -> None:
-        # drop the inner work: it holds the future that holds this callback, a
-        # cycle that would leave gloo's objects to the cyclic GC (see shutdown)
-        self.inner = None
-        try:
-            value = inner_future.value()
-        except BaseException as exc:  # noqa: BLE001 - the caller must see it
-            self._set_failed(exc)
-            return
-        device = _cuda_device(value)
-        if device is not None:
-            # A CUDA work's future completes when its kernels (or gloo's copies back
-            # to the device) are queued, not done; this callback runs on a stream
-            # that waits for them. Our future carries no CUDA events, so its users
-            # would read the tensors early: mark that stream's end here and wait for
-            # it on a helper thread (never on this one: for nccl it is the caller's).
-            with torch.cuda.device(device):
-                done = torch.cuda.Event()
-                done.record(torch.cuda.current_stream(device))
-            _pool().submit(self._after_device, done, value)
-            return
-        self._complete(value)
-
-    def _after_device(self, done: Any, value: Any) -> None:
-        try:
-            done.synchronize()
-            self._complete(value)
-        except BaseException as exc:  # noqa: BLE001
-            self._set_failed(exc)
-
-    def _set_failed(self, exc: BaseException) -> None:
-        assert self.future is not None
-        self.future.set_exception(self._fail(exc))
-
-    def _complete(self, inner_value: Any) -> None:
-        try:
-            value = self._outcome(inner_value)
-            device = _cuda_device(value) if self.post is not None else None
-            if device is not None:  # the post-processing kernels (AVG's divide, a staged recv's copy)
-                torch.cuda.current_stream(device).synchronize()
-        except BaseException as exc:  # noqa: BLE001
-            self._set_failed(exc)
-            return
-        self.event.inner_done = CLOCK.now()
-        done = self.event.modelled_done
-        if self.virtual:
-            if self.event.op == "send":  # point-to-point: applied when observed (see completer.py)
-                CLOCK.defer(done)
-            else:
-                CLOCK.advance_to(done)
-            self._finish(value)
-        elif done <= time.perf_counter():
-            self._finish(value)
-        else:
-            COMPLETER.at(done, lambda: self._finish(value))
-
-    def _finish(self, value: Any) -> None:
-        self._record()
-        assert self.future is not None
-        self.future.set_result(value)
-
-    def _record(self) -> None:
-        e = self.event
-        e.completed = CLOCK.now()
-        LEDGER.record(e, self.sent_bytes, e.inner_done - e.issued)
-
-    def _fail(self, exc: BaseException) -> BaseException:
-        """Record the failed op; return the error the caller should see (unsupported ops translated)."""
-        exc = _translate(exc, self.event.op, self.backend)
-        e = self.event
-        e.error = f"{type(exc).__name__}: {exc}"
-        e.inner_done = CLOCK.now()
-        self._record()
-        return exc
-
-    def wait_inline(self) -> None:
-        """Block until done in this thread (no future was handed out)."""
-        with self.lock:
-            if self.future is not None or self.finished:
-                chained = self.future
-            else:
-                chained = None
-                try:
-                    self.inner.wait()
-                    self.inner = None
-                    value = self._outcome(None)
-                except BaseException as exc:
-                    new = self._fail(exc)
-                    if new is exc:
-                        raise
-                    raise new from exc
-                e = self.event
-                e.inner_done = CLOCK.now()
-                if self.virtual:
-                    CLOCK.advance_to(e.modelled_done)
-                else:
-                    lag = e.modelled_done - time.perf_counter()
-                    if lag > 0:
-                        time.sleep(lag)
-                self._record()
-                self.value = value
-                self.finished = True
-        if chained is not None:
-            chained.wait()
-
-
-class GradwireWork(dist._Work):
-    """A Work that completes when the simulated network delivers the data."""
-
-    def __init__(self, pending: _Pending, op: str) -> None:
-        super().__init__()
-        self._pending = pending
-        self._op = op
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        t0 = time.perf_counter()
-        self._pending.wait_inline()
-        if self._pending.virtual:  # a deferred point-to-point completion is observed here
-            CLOCK.advance_to(self._pending.event.modelled_done)
-        LEDGER.add_blocked(self._op, time.perf_counter() - t0)
-        return True
-
-    def get_future(self) -> Future:
-        return self._pending.chain()
-
-    def is_completed(self) -> bool:
-        p = self._pending
-        return p.finished or (p.future is not None and p.future.done())
-
-    def is_success(self) -> bool:
-        return self.is_completed() and self.exception() is None
-
-    def exception(self) -> BaseException | None:
-        if not self.is_completed() or self._pending.future is None:
-            return None
-        try:
-            self._pending.future.value()
-        except BaseException as exc:  # noqa: BLE001
-            return exc
-        return None
-
-    def result(self) -> Any:
-        self.wait()
-        return self.get_future().value()
 
 
 class GradwireProcessGroup(dist.ProcessGroup):
@@ -271,11 +87,15 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
         self._store = store
         self._timeout = timeout
+        self._timeout_s = seconds_of(timeout) or math.inf
         self._ranks = tuple(global_ranks) if global_ranks else tuple(range(size))
         self._group_id = group_id
+        #: torch names every group (``setGroupName``); functional collectives find it by that name
+        self._group_name = group_id
         self._model = model
         self._virtual = model.spec.clock == "virtual"
-        self._gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
+        gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
+        self._gloo = _inner_group(gloo, "cpu", store, rank, size, timeout)
         self._nccl: Any = None
         #: the inner backend of CUDA tensors, chosen at the first CUDA op: "nccl" or "gloo"
         self.cuda_inner: str | None = None
@@ -284,6 +104,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._tx_busy = 0.0
         self._rx_busy = 0.0
+        #: works launched between start_coalescing and end_coalescing
+        self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
         # a reference cycle, leaving the inner gloo group to the cyclic GC, which can
         # free it on one of gloo's own threads and abort the process at exit
@@ -293,6 +115,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
     # ---- plumbing -------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "gradwire"
+
+    def getGroupName(self) -> str:  # noqa: N802 - torch's name, read by ``group.group_name``
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802 - torch's name, called by init/new_group
+        self._group_name = name
 
     def shutdown(self) -> None:
         """Shut the inner backends down from the calling thread (``destroy_process_group``).
@@ -312,6 +140,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
     @property
     def network(self) -> NetworkModel:
         return self._model
+
+    @property
+    def global_ranks(self) -> tuple[int, ...]:
+        """The global ranks of this group, in group-rank order; the network prices ops on their nodes."""
+        return self._ranks
 
     def _inner(self, tensors: Sequence[torch.Tensor], collective: bool = True) -> Any:
         """The inner backend of an op on ``tensors``.
@@ -344,8 +177,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if name == "nccl":
                 from torch.distributed.distributed_c10d import ProcessGroupNCCL
 
-                self._nccl = ProcessGroupNCCL(dist.PrefixStore("gradwire/nccl/", self._store),
-                                              self.rank(), self.size())
+                nccl = ProcessGroupNCCL(dist.PrefixStore("gradwire/nccl/", self._store), self.rank(), self.size())
+                self._nccl = _inner_group(nccl, "cuda", self._store, self.rank(), self.size(), self._timeout)
             elif self.rank() == 0:
                 _LOG.info("gradwire group %s: CUDA tensors run on gloo (%s)", self._group_id, why)
             self.cuda_inner = name
@@ -373,6 +206,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         src: int | None = None,
         dst: int | None = None,
         opts: Any = None,
+        source_of: Callable[[], int] | None = None,
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend."""
         inner = self._inner(tensors, collective=op != "send")
@@ -396,14 +230,18 @@ class GradwireProcessGroup(dist.ProcessGroup):
         try:
             work = start_inner(inner)
         except RuntimeError as exc:
-            new = _translate(exc, op, _backend_name(inner))
+            new = translate(exc, op, _backend_name(inner))
             if new is exc:
                 raise
             raise new from exc
-        pending = _Pending(event, cost.sent_bytes, work, post, self._virtual, _backend_name(inner))
+        timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
+        pending = Pending(event, cost.sent_bytes, work, post, self._virtual, _backend_name(inner), timeout)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
-        return GradwireWork(pending, op)
+        result = GradwireWork(pending, op, source_of)
+        if self._coalesced is not None:
+            self._coalesced.append(result)
+        return result
 
     # ---- collectives ----------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
@@ -414,8 +252,13 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post, opts=opts)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+        """One all_reduce of the tensors' total bytes, as the inner backend runs it (one flat buffer)."""
         opts = opts or c10d.AllreduceCoalescedOptions()
-        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts), opts=opts)
+        post = None
+        if opts.reduceOp == _AVG:
+            opts, post = _sum_then_divide(c10d.AllreduceCoalescedOptions, opts, tensors, self.size())
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts),
+                            post=post, opts=opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BroadcastOptions()
@@ -425,6 +268,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         opts = opts or c10d.ReduceOptions()
         post = None
         if opts.reduceOp == _AVG:
+            _check_avg(tensors)  # on every rank: a root-only error would leave the others waiting
             root = opts.rootRank
             opts, post = _sum_then_divide(c10d.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
             opts.rootRank = root
@@ -447,6 +291,19 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> GradwireWork:
+        """``all_gather_into_tensor`` of several tensors in one launch (``_coalescing_manager``, FSDP).
+
+        Priced as one all_gather of the outputs' total bytes: a coalesced launch
+        pays the latency steps once and moves all the bytes.
+        """
+        opts = opts or c10d.AllgatherOptions()
+        return self._launch("all_gather", _nbytes(outputs), inputs,
+                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.ReduceScatterOptions()
         post = None
@@ -464,6 +321,18 @@ class GradwireProcessGroup(dist.ProcessGroup):
                             lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
 
     _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> GradwireWork:
+        """``reduce_scatter_tensor`` of several tensors in one launch; priced as one op of the inputs' total bytes."""
+        opts = opts or c10d.ReduceScatterOptions()
+        post = None
+        if opts.reduceOp == _AVG:
+            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
+        return self._launch("reduce_scatter", _nbytes(inputs), inputs,
+                            lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(
         self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -497,13 +366,24 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> GradwireWork:
         staged = self._host_staged(tensors, copy=False)
         return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv(staged, src, tag),
-                            post=_copy_back(staged, tensors), src=self._ranks[src], dst=self._ranks[self.rank()])
+                            post=_copy_back(staged, tensors), src=self._ranks[src], dst=self._ranks[self.rank()],
+                            source_of=lambda: src)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> GradwireWork:
+        """A receive from whichever rank sends first; its Work tells the sender (``_source_rank``).
+
+        The sender is unknown at issue, so the op is priced on the slowest link of the group.
+        """
         me = self._ranks[self.rank()]
         staged = self._host_staged(tensors, copy=False)
-        return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv_anysource(staged, tag),
-                            post=_copy_back(staged, tensors), src=None, dst=me)
+        inner_work: list[Any] = []
+
+        def start(b: Any) -> Any:
+            inner_work.append(b.recv_anysource(staged, tag))
+            return inner_work[0]
+
+        return self._launch("send", _nbytes(tensors), tensors, start, post=_copy_back(staged, tensors), src=None,
+                            dst=me, source_of=lambda: inner_work[0]._source_rank())
 
     def _host_staged(self, tensors: list[torch.Tensor], copy: bool = True) -> list[torch.Tensor]:
         """CUDA tensors of point-to-point ops on gloo, staged in host memory.
@@ -519,6 +399,45 @@ class GradwireProcessGroup(dist.ProcessGroup):
         opts = opts or c10d.BarrierOptions()
         return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
 
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier on the inner group, priced as a barrier.
+
+        Rank 0 collects every other rank within ``timeout`` (default: the
+        group's) and raises naming the first rank (or, with ``wait_all_ranks``,
+        every rank) that did not arrive; the others raise when rank 0 gives up.
+        """
+        limit = timeout if isinstance(timeout, timedelta) and timeout.total_seconds() > 0 else self._timeout
+
+        def start(b: Any) -> Any:
+            b.monitored_barrier(limit, wait_all_ranks)
+            done: Future = Future()
+            done.set_result([])
+            return c10d._create_work_from_future(done)
+
+        opts = c10d.BarrierOptions()
+        opts.asyncOp = False
+        self._launch("barrier", 0, [], start, opts=opts).wait()
+
+    # ---- coalescing -------------------------------------------------------
+    def start_coalescing(self, device: torch.device) -> None:
+        """Begin collecting ops into one Work (``_coalescing_manager(group, device)``).
+
+        The ops still start at once, each priced with its own pattern on the
+        link (point-to-point sends and receives overlap on the full-duplex NIC);
+        ``end_coalescing`` hands back one Work for all of them.
+        """
+        if self._coalesced is not None:
+            raise RuntimeError("gradwire: start_coalescing called while this group is already coalescing; "
+                               "call end_coalescing first")
+        self._coalesced = []
+
+    def end_coalescing(self, device: torch.device) -> dist._Work:
+        """The Work of every op since ``start_coalescing``; it completes when they all have."""
+        if self._coalesced is None:
+            raise RuntimeError("gradwire: end_coalescing called without start_coalescing")
+        works, self._coalesced = self._coalesced, None
+        return CoalescedWork(works)
+
 
 def _copy_back(staged: list[torch.Tensor], tensors: list[torch.Tensor]) -> Callable[[], Any] | None:
     """After a staged recv: copy the host buffers into the caller's CUDA tensors."""
@@ -531,14 +450,6 @@ def _copy_back(staged: list[torch.Tensor], tensors: list[torch.Tensor]) -> Calla
         return list(tensors)
 
     return copy
-
-
-def _translate(exc: BaseException, op: str, backend: str) -> BaseException:
-    """An inner backend's "unsupported" error becomes a NotImplementedError naming op and backend."""
-    msg = str(exc).lower()
-    if isinstance(exc, RuntimeError) and any(k in msg for k in ("not support", "cannot use", "unsupported")):
-        return NotImplementedError(f"gradwire: op '{op}' is not supported by the inner backend {backend}: {exc}")
-    return exc
 
 
 def cuda_inner_for(device_ids: Sequence[str], nccl_available: bool) -> tuple[str, str]:
@@ -578,11 +489,41 @@ def _has_randomness(spec: NetSpec) -> bool:
     return bool(getattr(spec, "jitter", 0.0))
 
 
-def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tensor], size: int) -> tuple[Any, Callable[[], Any]]:
-    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide."""
+def _check_avg(tensors: Sequence[torch.Tensor]) -> None:
     for t in tensors:
         if not (t.is_floating_point() or t.is_complex()):
             raise ValueError(f"ReduceOp.AVG needs a floating point tensor, got {t.dtype}; use SUM and divide yourself")
+
+
+def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: int,
+                 timeout: timedelta) -> dist.ProcessGroup:
+    """A plain c10d ProcessGroup around one inner backend, as torch builds one for ``gloo`` / ``nccl``.
+
+    Through it the inner backend's C++ ops that its Python binding lacks
+    (``allgather_into_tensor_coalesced``, ``reduce_scatter_tensor_coalesced``)
+    are reachable. With ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` the backend is
+    wrapped in torch's ProcessGroupWrapper, which checks before every
+    collective that all ranks call the same op with the same shapes
+    ("Detected mismatch between collectives"). torch would wrap a built-in
+    backend itself, but it hands a Python process group through unwrapped.
+    """
+    from torch.distributed.distributed_c10d import (DebugLevel, ProcessGroupGloo, _create_process_group_wrapper,
+                                                    get_debug_level)
+
+    kind = dist.ProcessGroup.BackendType.GLOO if isinstance(backend, ProcessGroupGloo) else dist.ProcessGroup.BackendType.NCCL
+    if hasattr(backend, "_set_sequence_number_for_group"):
+        backend._set_sequence_number_for_group()
+    if get_debug_level() == DebugLevel.DETAIL:
+        backend = _create_process_group_wrapper(backend, f"gradwire/{device}", store, rank, size, timeout)
+    group = dist.ProcessGroup(store, rank, size)
+    group._set_default_backend(kind)
+    group._register_backend(torch.device(device), kind, backend)
+    return group
+
+
+def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tensor], size: int) -> tuple[Any, Callable[[], Any]]:
+    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide."""
+    _check_avg(tensors)
     summed = options_type()
     summed.reduceOp = dist.ReduceOp.SUM
     summed.timeout = opts.timeout
@@ -594,42 +535,3 @@ def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tens
 
     return summed, divide
 
-
-_WAIT_POOL: Any = None
-
-
-def _pool() -> Any:
-    """Threads that wait for inner works (and CUDA events) so that no caller blocks."""
-    global _WAIT_POOL
-    if _WAIT_POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
-    return _WAIT_POOL
-
-
-def _cuda_device(value: Any) -> torch.device | None:
-    """The GPU of a future's value (a tensor or a list of them), None for host memory"""
-    tensors = value if isinstance(value, (list, tuple)) else [value]
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
-            return t.device
-    return None
-
-
-def _future_of(work: Any) -> Future:
-    """The inner work's future; for works without one, a thread waits for it."""
-    try:
-        return work.get_future()
-    except RuntimeError:
-        fut: Future = Future()
-
-        def wait() -> None:
-            try:
-                work.wait()
-                fut.set_result(None)
-            except BaseException as exc:  # noqa: BLE001
-                fut.set_exception(exc)
-
-        _pool().submit(wait)
-        return fut

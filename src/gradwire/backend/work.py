@@ -1,0 +1,443 @@
+"""One op in flight: its completion, its failure, its timeout, and the Work torch sees.
+
+An op completes exactly once, at ``max(modelled completion, real end of the
+inner op)`` (realtime clock) or when the inner op ends (virtual clock, which
+then moves the simulated clock). It fails when the inner op fails, or when the
+simulated network would need longer than the op's timeout.
+
+Traps:
+- DDP's reducer reads a comm future in C++. ``torch.futures.Future.set_exception``
+  does not mark a C++ error: it stores the exception as the future's *value*
+  and installs a Python unwrap function that raises it, which only Python
+  callers run. The reducer then took the exception object for the bucket's
+  tensors and crashed the process (SIGSEGV inside backward) when a peer died.
+  The future handed out is therefore the ``then`` of a private one: a callback
+  that raises turns into a real C++ error, which the reducer rethrows as a
+  Python RuntimeError. Callers of ``Work.wait()`` get the original exception.
+- Timeouts follow what a real backend does (NCCL's watchdog, gloo's
+  ``Timed out waiting``): the clock runs from the op's issue, so time queued
+  behind earlier ops on the link counts. An op whose modelled completion lies
+  past ``issue + timeout`` fails with :class:`torch.distributed.DistBackendError`
+  at ``issue + timeout`` (realtime), or at once with the simulated clock moved
+  to that instant (virtual); the ranks price the op identically, so they all
+  raise on the same op. A wait with a timeout (``work.wait(timeout=...)``)
+  raises once that much time passed without completion (realtime: wall time;
+  virtual: simulated time first, then wall time for an inner op that is really
+  late), and leaves the op in flight, as gloo does.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from gradwire.backend.accounting import LEDGER, Event
+from gradwire.backend.completer import CLOCK, COMPLETER
+
+__all__ = ["CoalescedWork", "GradwireWork", "Pending", "seconds_of", "translate"]
+
+
+class _Failed:
+    """The value a private future carries when the op failed (see module doc)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _unwrap(source: Future) -> Any:
+    """Callback of the public future: pass the value on, or raise the op's error as a C++ error."""
+    value = source.value()
+    if isinstance(value, _Failed):
+        raise value.error.with_traceback(None)
+    return value
+
+
+def seconds_of(timeout: Any) -> float | None:
+    """A timeout in seconds; None for "no timeout" (None, zero or negative, torch's kNoTimeout/kUnset)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    return seconds if seconds > 0 else None
+
+
+class Pending:
+    """One op in flight: completes exactly once, from whichever path gets there first.
+
+    Two paths lead to completion. A blocking call (``asyncOp=False``, what
+    ``dist.all_reduce(t)`` sends) waits on the inner work in the caller's
+    thread and completes inline; that avoids a hand-off to gloo's callback
+    thread, which costs more than the rest of the wrapper on small messages.
+    An async call, or anyone asking for the future, chains a callback on the
+    inner future, and the completer thread finishes it at the modelled time.
+    """
+
+    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "backend", "timeout", "source", "future", "lock",
+                 "finished", "value", "error")
+
+    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
+                 backend: str, timeout: float) -> None:
+        self.event = event
+        self.sent_bytes = sent_bytes
+        self.inner = inner
+        self.post = post
+        self.virtual = virtual
+        self.backend = backend
+        #: seconds from issue after which the op fails (the group's or the op's timeout)
+        self.timeout = timeout
+        self.source: Future | None = None
+        self.future: Future | None = None
+        self.lock = threading.Lock()
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    # ---- the future path ------------------------------------------------
+    def chain(self) -> Future:
+        """The op's public future, created on first use."""
+        deliver = attach = False
+        with self.lock:
+            if self.future is None:
+                self.source = Future()
+                self.future = self.source.then(_unwrap)
+                # completed inline already: hand over the outcome; else follow the inner op
+                deliver, attach = self.finished, not self.finished
+            future = self.future
+        # outside the lock: user callbacks run on delivery, and an inner op that is
+        # already done runs _on_inner in this thread, which settles under the lock
+        if deliver:
+            self._deliver()
+        elif attach:
+            _future_of(self.inner).then(self._on_inner)
+        return future
+
+    def _deliver(self) -> None:
+        assert self.source is not None
+        self.source.set_result(_Failed(self.error) if self.error is not None else self.value)
+
+    def _on_inner(self, inner_future: Future) -> None:
+        # drop the inner work: it holds the future that holds this callback, a
+        # cycle that would leave gloo's objects to the cyclic GC (see shutdown)
+        self.inner = None
+        try:
+            value = inner_future.value()
+        except Exception as exc:  # noqa: BLE001 - the caller must see it
+            self._settle(None, self._fail(exc))
+            return
+        device = _cuda_device(value)
+        if device is not None:
+            # A CUDA work's future completes when its kernels (or gloo's copies back
+            # to the device) are queued, not done; this callback runs on a stream
+            # that waits for them. Our future carries no CUDA events, so its users
+            # would read the tensors early: mark that stream's end here and wait for
+            # it on a helper thread (never on this one: for nccl it is the caller's).
+            with torch.cuda.device(device):
+                done = torch.cuda.Event()
+                done.record(torch.cuda.current_stream(device))
+            _pool().submit(self._after_device, done, value)
+            return
+        self._complete(value)
+
+    def _after_device(self, done: Any, value: Any) -> None:
+        try:
+            done.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            self._settle(None, self._fail(exc))
+            return
+        self._complete(value)
+
+    def _outcome(self, inner_value: Any) -> Any:
+        return self.post() if self.post is not None else inner_value
+
+    def _complete(self, inner_value: Any) -> None:
+        try:
+            value = self._outcome(inner_value)
+            device = _cuda_device(value) if self.post is not None else None
+            if device is not None:  # the post-processing kernels (AVG's divide, a staged recv's copy)
+                torch.cuda.current_stream(device).synchronize()
+        except Exception as exc:  # noqa: BLE001
+            self._settle(None, self._fail(exc))
+            return
+        e = self.event
+        e.inner_done = CLOCK.now()
+        if self._late():
+            at = e.issued + self.timeout
+            if self.virtual:
+                CLOCK.advance_to(at)
+            if self.virtual or at <= time.perf_counter():
+                self._time_out()
+            else:
+                COMPLETER.at(at, self._time_out)
+            return
+        done = e.modelled_done
+        if self.virtual:
+            if e.op == "send":  # point-to-point: applied when observed (see completer.py)
+                CLOCK.defer(done)
+            else:
+                CLOCK.advance_to(done)
+            self._finish(value)
+        elif done <= time.perf_counter():
+            self._finish(value)
+        else:
+            COMPLETER.at(done, lambda: self._finish(value))
+
+    def _finish(self, value: Any) -> None:
+        self._record()
+        self._settle(value, None)
+
+    def _time_out(self) -> None:
+        self._settle(None, self._fail(self.timeout_error()))
+
+    def _settle(self, value: Any, error: BaseException | None) -> None:
+        with self.lock:
+            self.value, self.error, self.finished = value, error, True
+            source = self.source
+        if source is not None:
+            self._deliver()
+
+    # ---- accounting -----------------------------------------------------
+    def _record(self) -> None:
+        e = self.event
+        e.completed = CLOCK.now()
+        LEDGER.record(e, self.sent_bytes, e.inner_done - e.issued)
+
+    def _fail(self, exc: BaseException) -> BaseException:
+        """Record the failed op; return the error the caller should see (unsupported ops translated)."""
+        exc = translate(exc, self.event.op, self.backend)
+        e = self.event
+        e.error = f"{type(exc).__name__}: {exc}"
+        if not e.inner_done:
+            e.inner_done = CLOCK.now()
+        self._record()
+        return exc
+
+    def _late(self) -> bool:
+        """Would the simulated network finish this op only after its timeout?"""
+        return self.event.modelled_done > self.event.issued + self.timeout
+
+    def timeout_error(self) -> BaseException:
+        e = self.event
+        queued = e.started - e.issued
+        behind = f" after {queued:.3f} s queued behind earlier ops" if queued > 5e-4 else ""
+        return dist.DistBackendError(
+            f"gradwire: {e.op} of {e.payload_bytes} bytes (group {e.group}, seq {e.seq}) timed out: the simulated "
+            f"network needs {e.model_seconds:.3f} s for it{behind}, past the timeout of {self.timeout:g} s "
+            f"(Timeout(ms)={round(self.timeout * 1000)}). Pass a longer timeout to init_process_group or "
+            f"new_group, or simulate a faster network."
+        )
+
+    # ---- the inline path ------------------------------------------------
+    def wait_inline(self) -> None:
+        """Block until done in this thread; raise the op's error."""
+        with self.lock:
+            chained = self.future
+            if chained is None and not self.finished:
+                self._run_inline()
+        if chained is not None:
+            try:
+                chained.wait()
+            except Exception:
+                if self.error is not None:
+                    raise self.error from None
+                raise
+        elif self.error is not None:
+            raise self.error
+
+    def _run_inline(self) -> None:
+        """Wait for the inner work and the modelled time (caller holds the lock; no future exists)."""
+        try:
+            self.inner.wait()
+            self.inner = None
+            value = self._outcome(None)
+        except Exception as exc:
+            self.error, self.finished = self._fail(exc), True
+            if self.error is exc:
+                raise
+            raise self.error from exc
+        e = self.event
+        e.inner_done = CLOCK.now()
+        if self._late():
+            at = e.issued + self.timeout
+            if self.virtual:
+                CLOCK.advance_to(at)
+            else:
+                time.sleep(max(0.0, at - time.perf_counter()))
+            self.error, self.finished = self._fail(self.timeout_error()), True
+            raise self.error
+        if self.virtual:
+            CLOCK.advance_to(e.modelled_done)
+        else:
+            lag = e.modelled_done - time.perf_counter()
+            if lag > 0:
+                time.sleep(lag)
+        self._record()
+        self.value, self.finished = value, True
+
+    def wait_for(self, limit: float) -> None:
+        """Block at most ``limit`` seconds (simulated in virtual mode); raise if the op is not done by then."""
+        e = self.event
+        if self.virtual and not self.finished:
+            # when would the op end in simulated time: its completion, or its timeout failure
+            end = min(e.modelled_done, e.issued + self.timeout)
+            now = CLOCK.now()
+            if end > now + limit:
+                CLOCK.advance_to(now + limit)
+                raise self._wait_timeout(limit, end - now)
+        future = self.chain()
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(limit):
+            raise self._wait_timeout(limit, e.modelled_done - CLOCK.now())
+        if self.error is not None:
+            raise self.error
+        if self.virtual and e.op == "send":
+            CLOCK.advance_to(e.modelled_done)
+
+    def _wait_timeout(self, limit: float, remaining: float) -> BaseException:
+        e = self.event
+        left = f"; the simulated network needs {remaining:.3f} s more" if remaining > 0 else ""
+        return dist.DistBackendError(
+            f"gradwire: {e.op} of {e.payload_bytes} bytes (group {e.group}, seq {e.seq}) did not complete within "
+            f"wait(timeout={limit:g} s){left} (modelled time {e.model_seconds:.3f} s). The op is still in flight."
+        )
+
+
+class GradwireWork(dist._Work):
+    """A Work that completes when the simulated network delivers the data."""
+
+    def __init__(self, pending: Pending, op: str, source_of: Callable[[], int] | None = None) -> None:
+        super().__init__()
+        self._pending = pending
+        self._op = op
+        self._source_of = source_of
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Wait for the op; ``timeout`` (a timedelta) bounds the wait and raises past it, as gloo's does."""
+        t0 = time.perf_counter()
+        limit = seconds_of(timeout)
+        try:
+            if limit is None:
+                self._pending.wait_inline()
+                if self._pending.virtual:  # a deferred point-to-point completion is observed here
+                    CLOCK.advance_to(self._pending.event.modelled_done)
+            else:
+                self._pending.wait_for(limit)
+        finally:
+            LEDGER.add_blocked(self._op, time.perf_counter() - t0)
+        return True
+
+    def get_future(self) -> Future:
+        return self._pending.chain()
+
+    def is_completed(self) -> bool:
+        p = self._pending
+        return p.finished
+
+    def is_success(self) -> bool:
+        return self._pending.finished and self._pending.error is None
+
+    def exception(self) -> BaseException | None:
+        return self._pending.error if self._pending.finished else None
+
+    def result(self) -> Any:
+        self.wait()
+        return self._pending.value
+
+    def _source_rank(self) -> int:
+        """The group rank a receive from any source got its data from (``dist.recv(t)`` without ``src``)."""
+        if self._source_of is None:
+            raise RuntimeError("sourceRank() may only be called on work objects that correspond to a recv or "
+                               "recv-from-any call.")
+        return self._source_of()
+
+    source_rank = _source_rank
+
+
+class CoalescedWork(dist._Work):
+    """One Work for the ops of a coalescing block; done when all of them are, failed when any failed."""
+
+    def __init__(self, works: list[GradwireWork]) -> None:
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        limit = seconds_of(timeout)
+        end = None if limit is None else time.perf_counter() + limit
+        for w in self._works:
+            w.wait(None if end is None else timedelta(seconds=max(end - time.perf_counter(), 1e-3)))
+        return True
+
+    def get_future(self) -> Future:
+        futures = [w.get_future() for w in self._works]
+
+        def values(_: Future) -> list[Any]:
+            out: list[Any] = []
+            for f in futures:
+                v = f.value()  # raises the first failure
+                out.extend(v if isinstance(v, (list, tuple)) else [v])
+            return out
+
+        return torch.futures.collect_all(futures).then(values)
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self._works)
+
+    def exception(self) -> BaseException | None:
+        return next((e for e in (w.exception() for w in self._works) if e is not None), None)
+
+
+def translate(exc: BaseException, op: str, backend: str) -> BaseException:
+    """An inner backend's "unsupported" error becomes a NotImplementedError naming op and backend."""
+    msg = str(exc).lower()
+    if isinstance(exc, RuntimeError) and any(k in msg for k in ("not support", "cannot use", "unsupported")):
+        return NotImplementedError(f"gradwire: op '{op}' is not supported by the inner backend {backend}: {exc}")
+    return exc
+
+
+_WAIT_POOL: Any = None
+
+
+def _pool() -> Any:
+    """Threads that wait for inner works (and CUDA events) so that no caller blocks."""
+    global _WAIT_POOL
+    if _WAIT_POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
+    return _WAIT_POOL
+
+
+def _cuda_device(value: Any) -> torch.device | None:
+    """The GPU of a future's value (a tensor or a list of them), None for host memory"""
+    tensors = value if isinstance(value, (list, tuple)) else [value]
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            return t.device
+    return None
+
+
+def _future_of(work: Any) -> Future:
+    """The inner work's future; for works without one, a thread waits for it."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        fut: Future = Future()
+
+        def wait() -> None:
+            try:
+                work.wait()
+                fut.set_result(None)
+            except Exception as exc:  # noqa: BLE001
+                fut.set_exception(exc)
+
+        _pool().submit(wait)
+        return fut
