@@ -1,7 +1,12 @@
+import re
+
 import pytest
 
 from gradwire.launch import RankError, spawn
 from tests import workers
+
+#: what gloo says when the other end of a pair went away
+PEER_GONE = r"Connection (closed|reset) by peer"
 
 
 def test_spawn_returns_values_by_rank():
@@ -16,8 +21,22 @@ def test_failing_rank_reraises_with_traceback():
 
 
 def test_rank_dying_in_collective_does_not_hang_others():
-    with pytest.raises(RankError):
+    # whichever the parent hears first: rank 1's death, or rank 0's error about it (what rank 0 raises
+    # and when: test_survivor_of_a_dead_peer_raises_at_once)
+    with pytest.raises(RankError) as info:
         spawn(workers.die_in_collective, 2, timeout=90)
+    err = info.value
+    assert (err.rank == 1 and "process exited with code 3" in str(err)) or (
+        err.rank == 0 and re.search(PEER_GONE, str(err))), str(err)
+
+
+def test_survivor_of_a_dead_peer_raises_at_once():
+    """The survivor's all_reduce raises a connection error well before the group's timeout (40 s)."""
+    survivor, peer = spawn(workers.survivor_of_a_dead_peer, 2, ("gloo", None, 40.0), timeout=90)
+    assert peer == {"child_exit": 3}
+    assert survivor["raised"] is not None and survivor["is_runtime_error"], survivor
+    assert re.search(PEER_GONE, survivor["message"]), survivor
+    assert survivor["seconds"] < 10, survivor  # noticed the closed socket; did not wait out the timeout
 
 
 def test_reports_arrive_in_order_before_a_failure():

@@ -1,0 +1,39 @@
+"""Rank functions for the timing tests: each measures what it compares inside one run."""
+from __future__ import annotations
+
+import datetime
+import time
+
+
+def overlap_in_one_run(rank: int, world: int, net: str, n_ops: int, nbytes: int, compute_s: float) -> dict:
+    """Two back-to-back phases of ``n_ops`` async all_reduces: wait at once, then compute first.
+
+    The warm-up op is left out of the modelled time (the counters are reset after it).
+    Per phase: seconds to issue the ops, seconds until the last one completed, modelled
+    seconds and calls of the phase's ops.
+    """
+    import torch
+    import torch.distributed as dist
+
+    import gradwire
+
+    gradwire.configure(net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    bufs = [torch.ones(nbytes // 4) for _ in range(n_ops)]
+    dist.all_reduce(torch.ones(1))  # warm-up: connections, first-call costs
+    phases = {}
+    for name, busy in (("wait", 0.0), ("compute", compute_s)):
+        dist.barrier()
+        gradwire.reset_stats()
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        issued = time.perf_counter() - t0
+        end = time.perf_counter() + busy
+        while time.perf_counter() < end:  # compute: a busy loop, as a training step's forward would be
+            pass
+        for w in works:
+            w.wait()
+        total = time.perf_counter() - t0
+        stats = gradwire.stats().ops["all_reduce"]
+        phases[name] = {"issued": issued, "total": total, "model": stats.model_seconds, "calls": stats.calls}
+    return phases
