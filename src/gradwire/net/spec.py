@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
 from gradwire.net.units import (
-    format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
+    _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
 )
 
 JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
@@ -39,6 +39,16 @@ CLOCKS: tuple[str, ...] = ("realtime", "virtual")
 #: ``topology=auto``: read the layout in torchrun's environment (:func:`resolve_topology`)
 AUTO_TOPOLOGY = "auto"
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
+
+# Ranges of the numeric fields: far past any real network, while the times the
+# model derives from them stay finite (bandwidth=1e-30bit priced a 4 KB
+# all_reduce at 1e34 s, and the first collective died with OverflowError).
+#: slowest and fastest finite link, bits/s (``inf`` = unlimited is allowed too)
+MIN_RATE, MAX_RATE = 1.0, 1e15
+#: longest latency or jitter, seconds
+MAX_TIME = 3600.0
+#: smallest and largest straggler factor (link speed, compute time)
+MIN_FACTOR, MAX_FACTOR = 1e-3, 1e3
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,9 @@ class Straggler:
             value = float(getattr(self, name))
             if not 0 < value < math.inf:
                 raise ValueError(f"straggler {name} factor must be a finite number > 0, got {value!r}")
+            if not MIN_FACTOR <= value <= MAX_FACTOR:
+                raise ValueError(f"straggler {name} factor must be between {MIN_FACTOR:g} and {MAX_FACTOR:g}, "
+                                 f"got {value!r}")
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -134,6 +147,9 @@ def _rate(value: Any, what: str) -> float:
     value = float(value)
     if not value > 0:  # also rejects NaN
         raise ValueError(f"{what} must be > 0 bits/s, got {value!r}")
+    if value != math.inf and not MIN_RATE <= value <= MAX_RATE:
+        raise ValueError(f"{what} must be between 1 bit/s and 1 Pbit/s (1e15 bits/s), or inf for "
+                         f"unlimited; got {value:g} bits/s")
     return value
 
 
@@ -141,6 +157,8 @@ def _duration(value: Any, what: str) -> float:
     value = float(value)
     if not 0 <= value < math.inf:
         raise ValueError(f"{what} must be a finite time >= 0 s, got {value!r}")
+    if value > MAX_TIME:
+        raise ValueError(f"{what} must be at most {MAX_TIME:g} s (an hour), got {value:g} s")
     return value
 
 
@@ -151,13 +169,13 @@ class NetSpec:
     name: str = "custom"
     """preset the spec started from, or ``custom``"""
     bandwidth: float = math.inf
-    """inter-node line rate in bits/s (``inf`` = unlimited)"""
+    """inter-node line rate in bits/s: 1 bit/s to 1 Pbit/s, or ``inf`` = unlimited"""
     latency: float = 0.0
-    """inter-node one-way latency in seconds (alpha)"""
+    """inter-node one-way latency in seconds (alpha), 0 to 3600"""
     protocol: str = "tcp"
     """framing on the inter-node link: tcp, rdma or none (see gradwire.net.link)"""
     jitter: float = 0.0
-    """jitter scale in seconds, added once per latency step of a collective"""
+    """jitter scale in seconds (0 to 3600), added once per latency step of a collective"""
     jitter_dist: str = "uniform"
     """uniform on [0, jitter], normal |N(0, jitter)|, or pareto (Lomax, shape 3, scale jitter)"""
     loss: float = 0.0
@@ -263,14 +281,14 @@ def _parse_topology(text: str) -> tuple[int, int] | str | None:
     try:
         return int(nodes), int(per_node)
     except ValueError:
-        raise ValueError(f"bad topology {text!r}; write NODESxRANKS_PER_NODE like '2x4', 'flat' or 'auto'") from None
+        raise ValueError(f"bad topology {_shown(text)}; write NODESxRANKS_PER_NODE like '2x4', 'flat' or 'auto'") from None
 
 
 def _parse_seed(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"seed must be an integer >= 0, got {text!r}") from None
+        raise ValueError(f"seed must be an integer >= 0, got {_shown(text)}") from None
 
 
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
@@ -306,9 +324,10 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
     spec = NetSpec()
-    for token in (t.strip() for t in text.split(",")):
+    for position, token in enumerate((t.strip() for t in text.split(",")), 1):
         if not token:
-            continue
+            raise ValueError(f"network spec {_shown(text)} has an empty token (number {position}); separate "
+                             "tokens with single commas, e.g. '10gbe,latency=200us'")
         key, sep, value = token.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not sep and key == "custom":

@@ -32,15 +32,54 @@ TIME_UNITS_HELP = "ns, us, ms, s (a unit is required, e.g. '50us')"
 SIZE_UNITS_HELP = "B, K/KB, M/MB, G/GB (decimal) or KiB, MiB, GiB (binary); a bare number is bytes"
 
 
+#: decimal exponents a number may have: every float (5e-324 to 1.8e308) fits, and Decimal's
+#: arithmetic stays far from its own limits
+_EXPONENTS = range(-400, 401)
+
+
+def _decimal(number: str, text: str, what: str) -> Decimal:
+    """``number`` as a Decimal; ValueError if its exponent is outside :data:`_EXPONENTS`.
+
+    Trap: Decimal reads ``1e99999999999999999999`` or 100,000 digits happily,
+    and the arithmetic that follows then raises decimal.Overflow (not a
+    ValueError) or silently rounds to zero.
+    """
+    try:
+        value = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"cannot read {what} {_shown(text)}: not a number") from None
+    if not value.is_finite() or (value and value.adjusted() not in _EXPONENTS):
+        raise ValueError(f"{what} {_shown(text)} is out of range: write a number between 1e-400 and 1e400")
+    return value
+
+
 def _split(text: str, what: str, units_help: str) -> tuple[Decimal, str]:
     match = _NUMBER.match(text)
     if not match:
-        raise ValueError(f"cannot read {what} {text!r}: expected a number with a unit ({units_help})")
-    return Decimal(match.group(1)), match.group(2)
+        raise ValueError(f"cannot read {what} {_shown(text)}: expected a number with a unit ({units_help})")
+    return _decimal(match.group(1), text, what), match.group(2)
 
 
-def _to_float(value: Decimal) -> float:
-    return float(value)
+def _shown(text: str, limit: int = 40) -> str:
+    """``repr(text)``, cut to ``limit`` characters: an error must not echo 100,000 digits."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _to_float(value: Decimal, text: str, what: str) -> float:
+    """``value`` as a float; ValueError if it is finite but no float can hold it.
+
+    Trap: ``float(Decimal)`` turns a number beyond 1.8e308 into ``inf`` and one
+    below 5e-324 into ``0.0`` without a word, so a 400-digit bandwidth would
+    silently mean "unlimited".
+    """
+    out = float(value)
+    if math.isinf(out) and value.is_finite():
+        raise ValueError(f"{what} {_shown(text)} is too large to represent (above 1.8e308)")
+    if out == 0 and value != 0:
+        raise ValueError(f"{what} {_shown(text)} is too small to represent (below 5e-324)")
+    return out
 
 
 def _shortest(value: float, scale: Decimal) -> str:
@@ -63,7 +102,7 @@ def parse_bandwidth(text: str) -> float:
         return math.inf
     number, unit = _split(text, "bandwidth", BANDWIDTH_UNITS_HELP)
     bits = _bandwidth_unit(unit, text)
-    return _to_float(number * bits)
+    return _to_float(number * bits, text, "bandwidth")
 
 
 def _bandwidth_unit(unit: str, text: str) -> Decimal:
@@ -114,7 +153,7 @@ def parse_time(text: str) -> float:
     scale = TIME_UNITS.get(unit.lower())
     if scale is None:
         raise ValueError(f"unknown time unit {unit!r} in {text!r}; valid units: {TIME_UNITS_HELP}")
-    return _to_float(number * scale)
+    return _to_float(number * scale, text, "time")
 
 
 def format_time(seconds: float) -> str:
@@ -141,10 +180,13 @@ def parse_fraction(text: str, what: str = "loss") -> float:
     raw = text.strip()
     percent = raw.endswith("%")
     try:
-        value = Decimal(raw[:-1] if percent else raw)
-    except InvalidOperation:
-        raise ValueError(f"cannot read {what} {text!r}: expected a percentage like '0.01%' or a fraction like '0.0001'") from None
-    return _to_float(value / 100 if percent else value)
+        value = _decimal(raw[:-1] if percent else raw, text, what)
+    except ValueError as exc:
+        if "out of range" in str(exc):
+            raise
+        raise ValueError(f"cannot read {what} {_shown(text)}: expected a percentage like '0.01%' "
+                         "or a fraction like '0.0001'") from None
+    return _to_float(value / 100 if percent else value, text, what)
 
 
 def format_fraction(value: float) -> str:
