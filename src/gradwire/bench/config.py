@@ -5,6 +5,7 @@ so a table from this tool can be read next to one from ``all_reduce_perf``.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -122,6 +123,8 @@ class BenchConfig:
             raise ValueError(f"-w (warm-up iterations) must be >= 0, got {self.warmup}")
         if self.root < 0:
             raise ValueError(f"-r (root) must be a rank >= 0, got {self.root}")
+        if not 0 < self.timeout < math.inf:  # also rejects NaN
+            raise ValueError(f"--timeout must be a finite number of seconds > 0, got {self.timeout!r}")
         if self.net is not None:
             from gradwire.net import parse_spec
 

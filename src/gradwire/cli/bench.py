@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig, parse_bench_size
+from gradwire.cli._args import check_world, output_file, positive_int, seconds
 
 
 def add_parser(subparsers: Any) -> None:
@@ -30,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--backend", default="gloo", help=f"{', '.join(BACKENDS)} (default gloo)")
     p.add_argument("--net", metavar="SPEC",
                    help="network spec: simulated with --backend gradwire; with gloo/nccl only priced in model(us)")
-    p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks to spawn (default 2)")
+    p.add_argument("--world-size", type=positive_int(1), default=2, metavar="N", help="ranks to spawn (default 2)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="tensors on cpu or cuda (default auto: cuda for nccl, else cpu)")
     p.add_argument("-b", "--minbytes", type=_size, default=32 << 20, metavar="SIZE",
@@ -43,14 +44,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("-d", "--datatype", default="float", metavar="TYPE", help=f"{', '.join(DTYPES)} (default float)")
     p.add_argument("-o", "--redop", default="sum", metavar="OP", help=f"{', '.join(REDOPS)} (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
-    p.add_argument("--json", metavar="FILE", help="write every row (and the fit) as JSON")
-    p.add_argument("--csv", metavar="FILE", help="write every row as CSV")
-    p.add_argument("--plot", metavar="FILE.png", help="plot time and busbw against size, measured and model")
+    p.add_argument("--json", type=output_file, metavar="FILE", help="write every row (and the fit) as JSON")
+    p.add_argument("--csv", type=output_file, metavar="FILE", help="write every row as CSV")
+    p.add_argument("--plot", type=output_file, metavar="FILE.png",
+                   help="plot time and busbw against size, measured and model")
     p.add_argument("--fit", action="store_true", help="fit alpha and beta to the sweep and print a --net spec")
     p.add_argument("--fit-algorithm", metavar="NAME",
                    help="algorithm assumed by --fit (default: the simulated network's, else ring)")
     p.add_argument("--fit-protocol", metavar="NAME", help="framing of the fitted spec: tcp, rdma, none")
-    p.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds before ranks are killed")
+    p.add_argument("--timeout", type=seconds, default=3600.0, metavar="S",
+                   help="seconds before ranks are killed, > 0 (default 3600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run_bench)
 
@@ -82,6 +85,9 @@ def run_bench(args: argparse.Namespace) -> int:
     from gradwire.bench import fit_result, format_table, plot, run, write_csv, write_json
 
     config = config_from_args(args)
+    if config.net is not None:  # a topology of another size fails here, not in every rank
+        torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+        check_world(config.net, int(os.environ["WORLD_SIZE"]) if torchrun else config.world_size)
     result = run(config)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 1 if result.wrong else 0

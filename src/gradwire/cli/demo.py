@@ -9,12 +9,14 @@ import argparse
 import time
 from typing import Any
 
+from gradwire.cli._args import check_world, positive_int
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="run a collective sweep and a few DDP steps on a simulated network")
     p.add_argument("--net", default="1gbe", help="network spec or preset (default: 1gbe)")
-    p.add_argument("--world-size", "-n", type=int, default=2, help="ranks to spawn, 2-8 (default: 2)")
-    p.add_argument("--steps", type=int, default=5, help="DDP training steps (default: 5)")
+    p.add_argument("--world-size", "-n", type=positive_int(2, 8), default=2, help="ranks to spawn, 2-8 (default: 2)")
+    p.add_argument("--steps", type=positive_int(1), default=5, help="DDP training steps, >= 1 (default: 5)")
     p.set_defaults(func=run)
 
 
@@ -67,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.net import parse_spec
 
     spec = parse_spec(args.net)
-    if not 2 <= args.world_size <= 8:
-        raise ValueError(f"--world-size must be between 2 and 8, got {args.world_size}")
+    check_world(args.net, args.world_size)
     console = Console()
     console.print(f"[bold]gradwire demo[/]: {args.world_size} ranks on [cyan]{spec.to_string()}[/]")
     res = spawn(_worker, args.world_size, (args.net, args.steps), timeout=300)[0]

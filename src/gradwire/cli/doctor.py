@@ -13,6 +13,8 @@ import argparse
 import os
 from typing import Any
 
+from gradwire.cli._args import positive_int, seconds
+
 
 def add_parser(subparsers: Any) -> None:
     """Register ``gradwire doctor``."""
@@ -21,10 +23,11 @@ def add_parser(subparsers: Any) -> None:
         description="Run on every rank (spawned, or under torchrun): compare versions, list backends "
         "and CUDA/NCCL, name gloo's interface, probe latency and bandwidth between each pair of ranks.",
     )
-    p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks to spawn (default 2)")
-    p.add_argument("--probe-bytes", type=int, default=4 << 20, metavar="B",
-                   help="message size of the bandwidth probe (default 4 MiB)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per collective (default 60)")
+    p.add_argument("--world-size", type=positive_int(2), default=2, metavar="N", help="ranks to spawn, >= 2 (default 2)")
+    p.add_argument("--probe-bytes", type=positive_int(4), default=4 << 20, metavar="B",
+                   help="message size of the bandwidth probe, >= 4 (default 4 MiB)")
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="S",
+                   help="seconds per collective, > 0 (default 60)")
     p.set_defaults(func=run)
 
 
@@ -35,8 +38,6 @@ def run(args: argparse.Namespace) -> int:
 
     from gradwire.bench.doctor import FAIL, OK, run_doctor
 
-    if args.probe_bytes < 4:
-        raise ValueError(f"--probe-bytes must be >= 4, got {args.probe_bytes}")
     report = run_doctor(args.world_size, args.timeout, args.probe_bytes)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0 if report.ok else 1

@@ -3,6 +3,11 @@
 Each command module exposes ``add_parser(subparsers)`` which registers its own
 parser and sets ``func`` to the function that runs it. Heavy imports (torch)
 happen inside those functions, so ``gradwire --version`` stays instant.
+
+Exit codes: 0 done; 1 the work ran and something failed (wrong data, a failed
+check, a file that could not be written); 2 bad input, refused before any work
+with one line ``gradwire <command>: error: ...`` (argparse's convention);
+130 interrupted (Ctrl-C). No traceback for any of these.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ COMMAND_MODULES: tuple[str, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     from gradwire import __version__
 
-    parser = argparse.ArgumentParser(
+    from gradwire.cli._args import Parser
+
+    parser = Parser(
         prog="gradwire",
         description="Simulate, measure and cut the cost of the network in PyTorch distributed training.",
     )
@@ -44,11 +51,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from gradwire.cli._args import fail
+
     try:
         return int(args.func(args) or 0)
-    except (ValueError, KeyError) as exc:  # bad input: say what was wrong, no traceback
-        print(f"gradwire {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # bad input: say what was wrong, no traceback
+        return fail(args.command, exc)
+    except OSError as exc:  # the machine refused (a file, a port, a timeout): one line too
+        return fail(args.command, exc, code=1)
+    except KeyboardInterrupt:
+        print(f"gradwire {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,10 +16,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gradwire.cli._args import check_world, positive_int
 from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
 from gradwire.net.model import DESCRIBE_SIZES
 from gradwire.net.spec import SPEC_KEYS
 from gradwire.net.units import human_bandwidth, human_size, human_time, parse_size
+
+#: largest buffer ``net describe`` prices: 1 PiB
+MAX_SIZE = 1 << 50
+#: most ranks ``net describe`` prices
+MAX_WORLD = 1 << 20
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,8 +40,8 @@ def add_parser(subparsers: Any) -> None:
 
     desc = actions.add_parser("describe", help="print a spec's fields and modelled times per collective")
     desc.add_argument("spec", metavar="SPEC", help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
-    desc.add_argument("--world-size", "-n", type=int, nargs="+", metavar="N", default=[2, 4, 8],
-                      help="world sizes to model (default: 2 4 8; a topology fixes its own)")
+    desc.add_argument("--world-size", "-n", type=positive_int(1, MAX_WORLD), nargs="+", metavar="N", default=None,
+                      help="world sizes to model (default: 2 4 8, or the one a topology holds)")
     desc.add_argument("--sizes", "-s", type=_size, nargs="+", metavar="SIZE",
                       default=list(DESCRIBE_SIZES), help="buffer sizes, e.g. 4KiB 1MiB 16MiB (default: 4KiB 1MiB 16MiB 256MiB)")
     desc.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
@@ -52,7 +58,10 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _size(text: str) -> int:
-    return parse_size(text)
+    size = parse_size(text)  # a ValueError reads "invalid size value: '1q'"
+    if not 1 <= size <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"a buffer size must be from 1 byte to 1 PiB, got {text!r}")
+    return size
 
 
 _size.__name__ = "size"  # argparse names the type in "invalid size value"
@@ -99,9 +108,11 @@ def _gbps(value: float) -> str:
 def run_describe(args: argparse.Namespace) -> int:
     """Print the spec and, per world size, the modelled time of every op and size."""
     spec = parse_spec(args.spec)
+    for world in args.world_size or ():  # a topology holds one world size: say so rather than price another
+        check_world(args.spec, world)
     console = Console()
     console.print(spec_table(spec))
-    rows = describe(spec, world_sizes=args.world_size, sizes=args.sizes, ops=args.ops)
+    rows = describe(spec, world_sizes=args.world_size or (2, 4, 8), sizes=args.sizes, ops=args.ops)
     for world in dict.fromkeys(r.world_size for r in rows):
         table = Table(title=f"world size {world}: modelled time, algbw/busbw in GB/s (nccl-tests conventions)",
                       title_justify="left")

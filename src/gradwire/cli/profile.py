@@ -10,18 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradwire.cli._args import output_dir
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("profile", help="run a training command under a simulated network and break down its communication",
                        description=__doc__.splitlines()[0])
     p.add_argument("--net", default="loopback", help="network spec or preset (default: loopback)")
-    p.add_argument("--out", default=None, help="folder for per-rank results and trace.json (default: a temp folder)")
+    p.add_argument("--out", type=output_dir, default=None,
+                   help="folder for per-rank results and trace.json, created if missing (default: a temp folder)")
     p.add_argument("--torch-profiler", action="store_true", help="also record torch.profiler events into the trace")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(func=run)
@@ -35,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise ValueError("no command given: use `gradwire profile --net SPEC -- python train.py ...`")
     spec = parse_spec(args.net)  # reject a bad spec before launching anything
+    _check_command(cmd[0])
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
@@ -62,6 +67,18 @@ def run(args: argparse.Namespace) -> int:
     (out / "profile.json").write_text(json.dumps({"net": spec.to_string(), "ranks": results}, indent=2))
     print(f"results: {out / 'profile.json'}")
     return code
+
+
+def _check_command(program: str) -> None:
+    """Raise ValueError unless ``program`` can be started (a path to an executable, or a name on PATH)."""
+    if os.sep in program:
+        path = Path(program)
+        if not path.exists():
+            raise ValueError(f"cannot run {program!r}: no such file")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise ValueError(f"cannot run {program!r}: not an executable file")
+    elif shutil.which(program) is None:
+        raise ValueError(f"cannot run {program!r}: no such command on PATH")
 
 
 def report(results: list[dict], net: str) -> None:

@@ -51,6 +51,8 @@ class Row:
     exposed_ms: float = float("nan")
     exposed_share: float = float("nan")
     error: str = ""
+    finished: bool = True
+    """False for a run an interrupted comparison did not finish (``ok`` is False then too)"""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,7 +69,8 @@ def _per_step(seed: dict, key: str) -> float:
 
 def _base_row(run: dict, target: float) -> Row:
     if not run["ok"]:
-        return Row(run["net"], run["strategy"], False, error=run["error"].strip().splitlines()[-1][:200])
+        return Row(run["net"], run["strategy"], False, error=run["error"].strip().splitlines()[-1][:200],
+                   finished=run.get("finished", True))
     seeds = run["seeds"]
     epochs = [_mean(s["epoch_seconds"]) for s in seeds]
     accs = [s["test_accuracy"] for s in seeds]
@@ -124,7 +127,7 @@ COLUMNS = [
 
 def _cells(r: Row) -> list[str]:
     if not r.ok:
-        return [r.strategy, "FAILED", "", "", "", r.error, "", ""]
+        return [r.strategy, "FAILED" if r.finished else "NOT FINISHED", "", "", "", r.error, "", ""]
     ttt = f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None else f"not reached (0/{r.seeds})"
     return [
         r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_epoch:.2f}",

@@ -20,6 +20,12 @@ rank's traceback, its remaining seeds are dropped, and the trainings not run
 yet go on in fresh processes. ``results.json`` is rewritten after every
 training, so nothing finished is lost; an earlier comparison in the same
 folder is moved to ``previous-<time>/``, not overwritten.
+
+A run is ``"finished"`` once all its seeds trained (``"ok": true``) or it
+failed (``"ok": false`` with the error). Until then it is ``"ok": false,
+"finished": false`` with the seeds it has so far, so a results.json read
+mid-way, or left by an interrupted comparison (Ctrl-C), never shows a run as
+good that did not train.
 """
 from __future__ import annotations
 
@@ -164,14 +170,20 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
             strategy's seeds that will not run).
 
     Returns:
-        ``{"config", "started", "runs"}``; each run: strategy, net, ok, ranks_agree,
-        seeds (one rank-0 summary per seed, in seed order), seconds; error if it failed.
+        ``{"config", "started", "runs"}``; each run: strategy, net, ok, finished,
+        ranks_agree, seeds (one rank-0 summary per seed, in seed order), seconds;
+        error unless ok.
+
+    Raises:
+        KeyboardInterrupt: after saving results.json with the finished trainings,
+            the unfinished runs marked ``"finished": false`` and ``"interrupted": true``.
     """
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, OUTPUTS)
     path = out / "results.json"
-    runs = {(net, s): {"strategy": s, "net": net, "ok": True, "ranks_agree": True, "seeds": [], "seconds": 0.0}
+    runs = {(net, s): {"strategy": s, "net": net, "ok": False, "finished": False, "error": "not run yet",
+                       "ranks_agree": True, "seeds": [], "seconds": 0.0}
             for net, s in _runs(cfg)}
     results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                      "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": list(runs.values())}
@@ -181,27 +193,41 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
         if on_training is not None:
             on_training(event)
 
-    for trainings in schedule(cfg):
-        pending = trainings
-        while pending:
-            finished: set[int] = set()
+    try:
+        for trainings in schedule(cfg):
+            pending = trainings
+            while pending:
+                finished: set[int] = set()
 
-            def done(t: Training, ranks: list[dict]) -> None:
-                finished.add(t.index)
-                run = runs[t.run]
-                run["seeds"].append(ranks[0])
-                run["seconds"] += ranks[0]["seconds"]
-                run["ranks_agree"] = run["ranks_agree"] and _agree(ranks)
-                tell({"strategy": t.strategy, "net": t.net, "seed": t.config.seed, "ok": True,
-                      "seconds": ranks[0]["seconds"]})
+                def done(t: Training, ranks: list[dict]) -> None:
+                    finished.add(t.index)
+                    run = runs[t.run]
+                    run["seeds"].append(ranks[0])
+                    run["seconds"] += ranks[0]["seconds"]
+                    run["ranks_agree"] = run["ranks_agree"] and _agree(ranks)
+                    if len(run["seeds"]) == len(cfg.seeds):
+                        run.update(ok=True, finished=True)
+                        run.pop("error", None)
+                    else:
+                        run["error"] = f"not finished: {len(run['seeds'])} of {len(cfg.seeds)} seeds so far"
+                    tell({"strategy": t.strategy, "net": t.net, "seed": t.config.seed, "ok": True,
+                          "seconds": ranks[0]["seconds"]})
 
-            error = _run_set(cfg, pending, done)
-            if error is None or len(finished) == len(pending):
-                break
-            failed = next(t for t in pending if t.index not in finished)
-            left = [t for t in pending if t.index not in finished and t is not failed]
-            pending = [t for t in left if t.run != failed.run]
-            runs[failed.run].update(ok=False, error=error)
-            tell({"strategy": failed.strategy, "net": failed.net, "seed": failed.config.seed, "ok": False,
-                  "seconds": 0.0, "error": error, "dropped": len(left) - len(pending)})
+                error = _run_set(cfg, pending, done)
+                if error is None or len(finished) == len(pending):
+                    break
+                failed = next(t for t in pending if t.index not in finished)
+                left = [t for t in pending if t.index not in finished and t is not failed]
+                pending = [t for t in left if t.run != failed.run]
+                runs[failed.run].update(ok=False, finished=True, error=error)
+                tell({"strategy": failed.strategy, "net": failed.net, "seed": failed.config.seed, "ok": False,
+                      "seconds": 0.0, "error": error, "dropped": len(left) - len(pending)})
+    except KeyboardInterrupt:
+        # Ctrl-C: keep every finished training, say which runs did not finish, then stop.
+        for run in runs.values():
+            if not run["finished"]:
+                run["error"] = f"interrupted after {len(run['seeds'])} of {len(cfg.seeds)} seeds"
+        results["interrupted"] = True
+        path.write_text(json.dumps(results, indent=1))
+        raise
     return results

@@ -1,0 +1,127 @@
+"""What every ``gradwire`` command shares: one-line errors and checked argument types.
+
+A bad invocation gets one line on stderr, ``gradwire <command>: error: <what
+was wrong and what is valid>``, and exit code 2 (argparse's convention), never
+a traceback and never minutes of work before the refusal. The types below run
+while argparse parses, so a bad number or an unwritable output path is refused
+before anything starts.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn
+
+from gradwire._files import OutputPathError, check_output_dir, check_output_file
+
+__all__ = ["Parser", "check_world", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: no usage block above them.
+
+    ``add_subparsers`` creates sub-parsers of the parser's own class, so every
+    command inherits this.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def _typed(name: str, check: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse ``type`` that reports ``check``'s ValueError text as the error."""
+
+    def convert(text: str) -> object:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+output_file = _typed("output_file", check_output_file)
+"""``type=``: a file to write later (see :func:`gradwire._files.check_output_file`)."""
+
+output_dir = _typed("output_dir", check_output_dir)
+"""``type=``: a folder to write into later (see :func:`gradwire._files.check_output_dir`)."""
+
+
+def _input_file(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise ValueError(f"{text!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{text!r} is a folder, not a file")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{text!r} is not readable")
+    return path
+
+
+input_file = _typed("input_file", _input_file)
+"""``type=``: an existing, readable file."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+seconds = _typed("seconds", _seconds)
+"""``type=``: a timeout, a finite number of seconds > 0."""
+
+
+def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], object]:
+    """``type=``: an integer in ``[minimum, maximum]`` (no upper bound when ``maximum`` is None)."""
+    valid = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected an integer {valid}, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise ValueError(f"must be an integer {valid}, got {value}")
+        return value
+
+    return _typed("int", check)
+
+
+def check_world(net: str, world: int) -> None:
+    """Refuse a network that cannot hold ``world`` ranks: a topology of another size, a straggler past the last rank.
+
+    The network model's own check, run before any rank starts (a spec whose
+    topology is resolved later, ``topology=auto``, is left to the backend).
+    """
+    from gradwire.net import NetworkModel, parse_spec
+
+    spec = parse_spec(net)
+    if not isinstance(spec.topology, str):
+        NetworkModel(spec, world)  # ValueError naming what the world size must be
+
+
+#: longest message :func:`fail` prints; an echoed 100,000-character input is cut
+MAX_MESSAGE = 500
+
+
+def one_line(message: object) -> str:
+    """``message`` on one line, cut to :data:`MAX_MESSAGE` characters."""
+    text = " ".join(str(message).split())
+    if len(text) > MAX_MESSAGE:
+        text = f"{text[:MAX_MESSAGE]}... ({len(text)} characters)"
+    return text
+
+
+def fail(command: str, message: object, code: int = 2) -> int:
+    """Print ``gradwire <command>: error: <message>`` on one line; return ``code``."""
+    print(f"gradwire {command}: error: {one_line(message)}", file=sys.stderr)
+    return code

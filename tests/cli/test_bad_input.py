@@ -1,0 +1,214 @@
+"""Bad invocations of every command: refused before any work, one line, exit code 2, no traceback.
+
+Most run in this process through ``main(argv)``; nothing may start: the
+launcher and subprocesses are replaced by a function that fails the test, so a
+case that is not refused fails at once instead of training for minutes. A few
+run as real processes, the way a user meets them.
+"""
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from gradwire.cli.main import main
+
+BIG = "1" * 120_000  # a 120,000-digit number
+
+
+def _files(tmp):
+    """Paths the corpus refers to: an existing file, an existing folder, profile files good and bad."""
+    afile = tmp / "afile"
+    afile.write_text("x")
+    folder = tmp / "folder"
+    folder.mkdir()
+    (tmp / "notjson.json").write_text("{profiles: nope")
+    (tmp / "nokey.json").write_text(json.dumps({"net": "1gbe"}))
+    (tmp / "short.json").write_text(json.dumps({"profiles": [{"strategy": "sync"}]}))
+    good = {"strategy": "sync", "world": 4, "compute_seconds": 0.01, "real_comm_seconds": 0.001,
+            "collectives": [{"op": "all_reduce", "nbytes": 1e6, "calls": 1}]}
+    (tmp / "negative.json").write_text(json.dumps({"profiles": [dict(good, compute_seconds=-1)]}))
+    (tmp / "badop.json").write_text(json.dumps({"profiles": [dict(good, collectives=[
+        {"op": "shout", "nbytes": 1, "calls": 1}])]}))
+    (tmp / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    return {"FILE": str(afile), "DIR": str(folder), "TMP": str(tmp)}
+
+
+# (argv, what the one line must mention); {FILE}, {DIR} and {TMP} stand for real paths
+CORPUS = [
+    # compare
+    ("compare --out /proc/x", "not writable"),
+    ("compare --out {FILE}", "is a file, not a folder"),
+    ("compare --out {FILE}/sub", "is a file, not a folder"),
+    ("compare --seeds 0", "--seeds"),
+    ("compare --workers 1", "from 2 to 16"),
+    ("compare --workers 99", "from 2 to 16"),
+    ("compare --epochs 0", "--epochs"),
+    ("compare --batch-size abc", "expected an integer"),
+    ("compare --strategies sync,bogus", "valid strategies"),
+    ("compare --model resnet", "valid models"),
+    ("compare --lr -1", "--lr must be > 0"),
+    ("compare --target 2", "--target must be in (0, 1]"),
+    ("compare --net 10gbe,speed=1", "unknown spec key 'speed'"),
+    ("compare --net 1gbe,topology=2x4 --workers 3", "topology 2x4 holds 8 ranks"),
+    # profile
+    ("profile --out /proc/x -- true", "not writable"),
+    ("profile --out {FILE} -- true", "is a file, not a folder"),
+    ("profile -- /nonexistent/cmd", "no such file"),
+    ("profile -- no-such-command-gradwire", "no such command on PATH"),
+    ("profile -- {DIR}", "not an executable"),
+    ("profile --net 1gbe", "no command given"),
+    ("profile --net bogus -- true", "unknown preset 'bogus'"),
+    # predict
+    ("predict --profiles /nonexistent.json", "does not exist"),
+    ("predict --profiles {DIR}", "is a folder"),
+    ("predict --profiles {TMP}/notjson.json", "is not JSON"),
+    ("predict --profiles {TMP}/binary.json", "not a text file"),
+    ("predict --profiles {TMP}/nokey.json", 'no "profiles" list'),
+    ("predict --profiles {TMP}/short.json", "profile 0 is not a step profile"),
+    ("predict --profiles {TMP}/negative.json", "compute_seconds must be a finite number >= 0"),
+    ("predict --profiles {TMP}/badop.json", "unknown collective 'shout'"),
+    ("predict --worlds 1", "world sizes >= 2"),
+    ("predict --worlds 2,x", "comma-separated integers"),
+    ("predict --measure-world 1", "--measure-world"),
+    ("predict --steps 2", "--steps"),
+    ("predict --json /proc/x/p.json", "not writable"),
+    ("predict --plot {FILE}/x.png", "is a file, not a folder"),
+    ("predict --strategies bogus", "valid strategies"),
+    ("predict --net topology=2x4", "topology 2x4 holds 8 ranks"),
+    # bench
+    ("bench --timeout -1", "finite number of seconds > 0"),
+    ("bench --timeout nan", "finite number of seconds > 0"),
+    ("bench --timeout soon", "expected a number of seconds"),
+    ("bench --json /proc/x/out.json", "not writable"),
+    ("bench --csv {FILE}/x.csv", "is a file, not a folder"),
+    ("bench --plot {DIR}", "is a folder; give a file name"),
+    ("bench --json ''", "the path is empty"),
+    ("bench --world-size 0", "--world-size"),
+    ("bench -b 0", "-b (min bytes) must be >= 1"),
+    ("bench -b 2M -e 1M", "must not exceed -e"),
+    ("bench -f 1", "-f (size factor) must be > 1"),
+    ("bench -n 0", "-n (iterations) must be >= 1"),
+    ("bench -d bogus", "unknown dtype 'bogus'"),
+    ("bench -o avg -d int32", "needs a floating point dtype"),
+    ("bench --op bogus", "unknown collective 'bogus'"),
+    ("bench --backend bogus", "unknown backend 'bogus'"),
+    ("bench -r 5", "-r (root 5) must be a rank"),
+    ("bench --backend gradwire --net 1gbe,topology=2x4 --world-size 3", "topology 2x4 holds 8 ranks"),
+    # doctor
+    ("doctor --timeout 0", "finite number of seconds > 0"),
+    ("doctor --world-size 1", "--world-size"),
+    ("doctor --probe-bytes 1", "--probe-bytes"),
+    # net
+    ("net describe bandwidth=1e-30bit", "bandwidth must be between 1 bit/s and 1 Pbit/s"),
+    ("net describe latency=1e300s", "latency must be at most 3600 s"),
+    ("net describe jitter=2e9ms", "jitter must be at most 3600 s"),
+    ("net describe ,,,,", "empty token"),
+    ("net describe 1gbe,", "empty token"),
+    (f"net describe bandwidth={BIG}bit", "out of range"),
+    (f"net describe seed={BIG}", "seed must be an integer"),
+    ("net describe bandwidth=1e400gbit", "too large to represent"),
+    ("net describe 1gbe,straggler=1:link=1e-9", "straggler link factor must be between"),
+    ("net describe 1gbe -s 0", "from 1 byte to 1 PiB"),
+    ("net describe 1gbe -s 1e30", "from 1 byte to 1 PiB"),
+    ("net describe 1gbe,topology=2x4 -n 3", "topology 2x4 holds 8 ranks"),
+    ("net describe 1gbe -n 0", "--world-size"),
+    ("net describe 1gbe,straggler=5:link=0.5 -n 4", "straggler rank 5"),
+    ("net describe loss=100%", "loss must be in [0, 100%)"),
+    ("net describe 1gbe --ops bogus", "invalid choice: 'bogus'"),
+    # demo
+    ("demo -n 1", "from 2 to 8"),
+    ("demo --steps 0", "--steps"),
+    ("demo --net 1gbe,,latency=1ms", "empty token"),
+    ("demo --net 1gbe,topology=2x4 -n 3", "topology 2x4 holds 8 ranks"),
+    # the command line itself
+    ("no-such-command", "invalid choice: 'no-such-command'"),
+    ("bench --no-such-flag", "unrecognized arguments: --no-such-flag"),
+]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a command starts anything: ranks, trainings, subprocesses."""
+    import gradwire.launch
+
+    def started(*args, **kwargs):
+        raise AssertionError("the command started work instead of refusing its input")
+
+    monkeypatch.setattr(gradwire.launch, "spawn", started)
+    monkeypatch.setattr(subprocess, "call", started)
+    monkeypatch.setattr(subprocess, "Popen", started)
+
+
+def _run(argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        return exc.code
+
+
+def _argv(text, paths):
+    for key, value in paths.items():
+        text = text.replace("{" + key + "}", value)
+    return shlex.split(text)
+
+
+def test_corpus_is_refused_in_one_line(tmp_path, capsys, no_work):
+    """Every case: exit code 2, nothing on stdout, one line on stderr that names the problem."""
+    assert len(CORPUS) >= 40
+    paths = _files(tmp_path)
+    refused, wrong = 0, []
+    for text, expected in CORPUS:
+        argv = _argv(text, paths)
+        code = _run(argv)
+        out, err = capsys.readouterr()
+        lines = err.strip().splitlines()
+        ok = (code == 2 and not out and len(lines) == 1 and lines[0].startswith("gradwire")
+              and "error: " in lines[0] and expected in lines[0] and "Traceback" not in err)
+        if ok:
+            refused += 1
+        else:
+            wrong.append(f"{text[:80]!r}: exit {code}, stdout {out[:200]!r}, stderr {err[:300]!r}")
+    assert not wrong, f"{refused} of {len(CORPUS)} refused cleanly; the others:\n" + "\n".join(wrong)
+
+
+def test_messages_echo_no_giant_input(capsys, no_work):
+    """A 120,000-digit value is named, not printed back whole."""
+    assert _run(["net", "describe", f"latency={BIG}us"]) == 2
+    err = capsys.readouterr().err
+    assert len(err) < 600 and "out of range" in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["net", "describe", ",,,,"], "empty token"),
+    (["bench", "--timeout", "-1"], "finite number of seconds > 0"),
+    (["profile", "--", "/nonexistent/cmd"], "no such file"),
+])
+def test_real_processes_refuse_in_one_line(argv, expected):
+    proc = subprocess.run([sys.executable, "-m", "gradwire.cli.main", *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.count("\n") == 1 and expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_interrupt_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in any command: one line, exit code 130."""
+    from gradwire.cli import net as net_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(net_cli, "run_presets", interrupted)
+    assert _run(["net", "presets"]) == 130
+    assert capsys.readouterr().err == "gradwire net: interrupted\n"
+
+
+def test_output_paths_are_checked_without_creating_anything(tmp_path):
+    from gradwire._files import check_output_dir, check_output_file
+
+    assert check_output_file(tmp_path / "new" / "deeper" / "out.json") == tmp_path / "new" / "deeper" / "out.json"
+    assert check_output_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []  # neither folders nor the probe file are left behind
+    (tmp_path / "old.json").write_text("{}")
+    assert check_output_file(tmp_path / "old.json").read_text() == "{}"  # an existing file is checked, not touched

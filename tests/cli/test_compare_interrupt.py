@@ -1,0 +1,58 @@
+"""Ctrl-C on `gradwire compare`: one line, finished trainings kept, unfinished runs never marked good."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_runs_and_marks_the_rest(tmp_path):
+    out = tmp_path / "cmp"
+    # compute-only (loopback) trains first and fast; sync on a 10 ms network takes seconds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "8",
+         "--seeds", "1", "--strategies", "sync", "--net", "bandwidth=100mbit,latency=10ms", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 100
+        for line in proc.stderr:
+            seen.append(line)
+            if "seed 0  ok" in line or time.monotonic() > deadline:
+                break
+        assert any("compute-only" in line and "ok" in line for line in seen), "".join(seen)
+        time.sleep(1.0)  # sync is training now
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        stdout, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = "".join(seen) + rest
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gradwire compare: interrupted; 1 of 2 trainings finished"), err
+    assert not stdout  # no table for an unfinished comparison
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["interrupted"] is True
+    runs = {r["strategy"]: r for r in saved["runs"]}
+    assert runs["compute-only"]["ok"] and runs["compute-only"]["finished"] and len(runs["compute-only"]["seeds"]) == 1
+    assert not runs["sync"]["ok"] and not runs["sync"]["finished"] and runs["sync"]["seeds"] == []
+    assert runs["sync"]["error"] == "interrupted after 0 of 1 seeds"
+    for r in saved["runs"]:
+        assert not (r["ok"] and not r["seeds"])  # never "ok" without a trained seed
+
+
+def test_unfinished_run_shows_as_not_finished_in_the_table():
+    from gradwire.compare.report import rows_of, to_markdown
+
+    results = {"config": {"target_accuracy": 0.9, "strategies": ["sync"]}, "runs": [
+        {"strategy": "sync", "net": "1gbe", "ok": False, "finished": False, "seeds": [],
+         "error": "interrupted after 0 of 3 seeds"}]}
+    (row,) = rows_of(results)
+    assert not row.ok and not row.finished
+    assert "NOT FINISHED" in to_markdown([row], 0.9) and "interrupted after 0 of 3 seeds" in to_markdown([row], 0.9)
