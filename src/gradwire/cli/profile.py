@@ -34,6 +34,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from gradwire._files import keep_previous
     from gradwire.net import parse_spec
+    from gradwire.profile.bootstrap import child_env
 
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     if not cmd:
@@ -43,14 +44,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
-    site = Path(__file__).resolve().parent.parent / "profile" / "_site"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["GRADWIRE_NET"] = spec.to_string()
-    env["GRADWIRE_PROFILE_DIR"] = str(out)
-    if args.torch_profiler:
-        env["GRADWIRE_PROFILE_TORCH"] = "1"
-    code = subprocess.call(cmd, env=env)
+    code = subprocess.call(cmd, env=child_env(spec.to_string(), out, args.torch_profiler))
     results = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if not results:
         print(f"gradwire profile: the command wrote no results (exit code {code}); "
@@ -95,13 +89,13 @@ def report(results: list[dict], net: str) -> None:
         table.add_row(op, f"{s['calls']:.0f}", _mb(s["payload_bytes"]), _mb(s["wire_bytes"]),
                       f"{s['model_seconds']:.3f}", f"{s['inner_seconds']:.3f}")
     console.print(table)
-    shares = Table(title="compute vs exposed communication (wall − thread CPU time)")
-    for col in ("rank", "wall (s)", "compute (s)", "exposed comm (s)", "exposed share"):
+    shares = Table(title="communication in flight, and the part the training thread waited for (exposed)")
+    for col in ("rank", "wall (s)", "communication (s)", "exposed (s)", "hidden (s)", "exposed share of wall"):
         shares.add_column(col, justify="right")
     for r in sorted(results, key=lambda r: r["rank"]):
         share = r["exposed_seconds"] / r["wall_seconds"] if r["wall_seconds"] else 0.0
-        shares.add_row(str(r["rank"]), f"{r['wall_seconds']:.3f}", f"{r['compute_seconds']:.3f}",
-                       f"{r['exposed_seconds']:.3f}", f"{share:.0%}")
+        shares.add_row(str(r["rank"]), f"{r['wall_seconds']:.3f}", f"{r['comm_seconds']:.3f}",
+                       f"{r['exposed_seconds']:.3f}", f"{r['hidden_seconds']:.3f}", f"{share:.0%}")
     console.print(shares)
 
 

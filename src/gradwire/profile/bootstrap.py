@@ -1,11 +1,17 @@
 """Run an unchanged script under the gradwire backend (used by ``gradwire profile``).
 
-``gradwire profile`` puts ``_site/`` on PYTHONPATH; its ``sitecustomize``
-imports this module in every Python process of the job, which:
+``gradwire profile`` starts the job with :func:`child_env`: ``_site/`` first
+on PYTHONPATH, the spec in ``GRADWIRE_NET``, the output folder in
+``GRADWIRE_PROFILE_DIR``. In every Python process of the job,
+``_site/sitecustomize.py`` runs the sitecustomize it shadows, then waits for
+``torch.distributed`` to be imported and wraps its ``init_process_group``.
+Only a call of that imports gradwire; it lands in :func:`init_process_group`
+here, which:
 
 1. makes ``init_process_group`` use backend ``gradwire`` whatever the script
    names (gloo, nccl, or the default), with the spec from ``GRADWIRE_NET``;
-2. starts a :class:`ProfileSession` right after init;
+2. starts a :class:`ProfileSession` right after init, so the rendezvous
+   (waiting for the other ranks to start) is not profiled;
 3. writes ``$GRADWIRE_PROFILE_DIR/rank<N>.json`` (and a trace) when the script
    calls ``destroy_process_group`` or exits — before teardown, because gloo
    teardown occasionally aborts the process.
@@ -16,10 +22,31 @@ import atexit
 import json
 import os
 from pathlib import Path
+from typing import Any, Callable, Mapping
+
+__all__ = ["DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
+NET_ENV = "GRADWIRE_NET"
 TORCH_PROFILER_ENV = "GRADWIRE_PROFILE_TORCH"
+#: the folder ``gradwire profile`` puts first on the job's PYTHONPATH
+SITE_DIR = Path(__file__).resolve().parent / "_site"
 _session = None
+_installed = False
+
+
+def child_env(net: str, out: Path, torch_profiler: bool = False,
+              base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a job run under the profile: ``base`` (default ``os.environ``) plus ours."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env[NET_ENV] = net
+    env[DIR_ENV] = str(out)
+    if torch_profiler:
+        env[TORCH_PROFILER_ENV] = "1"
+    else:
+        env.pop(TORCH_PROFILER_ENV, None)
+    return env
 
 
 def _dump() -> None:
@@ -37,36 +64,39 @@ def _dump() -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(result.as_dict()))
 
 
-def install() -> None:
-    """Patch torch.distributed in this process (idempotent)."""
-    if not os.environ.get(DIR_ENV):
-        return
-    import torch.distributed as dist
+def init_process_group(real_init: Callable[..., Any], backend: str | None = None, *args: Any, **kwargs: Any) -> None:
+    """Stand-in for ``torch.distributed.init_process_group`` in a profiled job.
 
-    import gradwire
+    ``real_init`` is torch's own; the backend the script names is replaced by
+    ``gradwire``, and ``device_id`` is dropped (it would bind a CUDA backend
+    that the gradwire group does not have).
+    """
+    global _session
     from gradwire.profile.session import ProfileSession
 
-    if getattr(dist.init_process_group, "_gradwire_patched", False):
+    _install()
+    kwargs.pop("device_id", None)
+    real_init("gradwire", *args, **kwargs)
+    _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
+
+
+def _install() -> None:
+    """Once per process: register the backend, dump on destroy_process_group and at exit."""
+    global _installed
+    if _installed:
         return
-    real_init, real_destroy = dist.init_process_group, dist.destroy_process_group
+    _installed = True
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
 
-    def init_process_group(backend: str | None = None, *args, **kwargs):  # type: ignore[no-untyped-def]
-        global _session
-        kwargs.pop("device_id", None)
-        real_init("gradwire", *args, **kwargs)
-        _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
+    import gradwire  # noqa: F401 - registers the backend
 
-    def destroy_process_group(*args, **kwargs):  # type: ignore[no-untyped-def]
+    real_destroy = dist.destroy_process_group
+
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs.get("group"):
             _dump()
         return real_destroy(*args, **kwargs)
 
-    init_process_group._gradwire_patched = True  # type: ignore[attr-defined]
-    dist.init_process_group = init_process_group
-    dist.destroy_process_group = destroy_process_group
-    import torch.distributed.distributed_c10d as c10d
-
-    c10d.init_process_group = init_process_group
-    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group
     atexit.register(_dump)
-    _ = gradwire  # registered on import

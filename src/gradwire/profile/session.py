@@ -5,14 +5,20 @@ the backend's counters and event log and this thread's CPU time:
 
 - per op type: calls, payload bytes, wire bytes, modelled seconds (from the
   backend's ledger, the same counters ``gradwire.stats()`` reports);
-- compute vs exposed communication. The training thread computes or waits;
-  waiting on a collective costs no CPU. With one compute thread per rank
-  (``OMP_NUM_THREADS=1``, gradwire's launcher default), ``exposed ≈ wall −
-  CPU time of the thread``. Trap: on an oversubscribed machine a rank that is
-  runnable but not scheduled also looks "exposed"; compare with a run on
-  ``loopback`` (see ``gradwire compare``) for a measure free of that;
+- communication time: how long at least one collective of this rank was in
+  flight (issue to completion, overlaps counted once), from the event log;
+- exposed communication: how long the thread that entered the session was
+  blocked waiting for a collective (:mod:`gradwire.profile.waits`: its
+  ``Work.wait`` and future waits, and DDP's wait at the end of backward),
+  counted only while a collective was in flight. So exposed <= communication,
+  and neither a busy machine (a thread waiting for a core) nor waiting for the
+  other ranks to start counts as communication. The rest of the region is
+  compute;
 - optionally torch.profiler's events, merged with the simulated network's
   events into one Chrome/Perfetto trace (one timeline, Unix-time based).
+
+Times are on gradwire's clock (:func:`gradwire.clock`): wall time on the
+realtime clock; on the virtual clock they include the simulated waiting.
 """
 from __future__ import annotations
 
@@ -25,8 +31,10 @@ from typing import Any
 
 import gradwire
 from gradwire.backend.accounting import LEDGER
+from gradwire.backend.completer import CLOCK
+from gradwire.profile.waits import WaitRecorder, length, overlap, union
 
-__all__ = ["ProfileResult", "ProfileSession", "profile", "merge_traces"]
+__all__ = ["ProfileResult", "ProfileSession", "communication", "profile", "merge_traces"]
 
 
 @dataclass
@@ -35,21 +43,27 @@ class ProfileResult:
 
     rank: int
     wall_seconds: float
-    cpu_seconds: float
+    """length of the profiled region"""
+    comm_seconds: float
+    """time with at least one collective of this rank in flight"""
+    exposed_seconds: float
+    """time the training thread was blocked on a collective in flight (<= comm_seconds)"""
     #: per op type and "total": calls, payload_bytes, sent_bytes, wire_bytes, model_seconds, ...
     ops: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
-    def exposed_seconds(self) -> float:
-        return max(0.0, self.wall_seconds - self.cpu_seconds)
+    def hidden_seconds(self) -> float:
+        """communication that ran while the training thread computed"""
+        return self.comm_seconds - self.exposed_seconds
 
     @property
     def compute_seconds(self) -> float:
+        """the region less exposed communication"""
         return self.wall_seconds - self.exposed_seconds
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["exposed_seconds"] = self.exposed_seconds
+        d["hidden_seconds"] = self.hidden_seconds
         d["compute_seconds"] = self.compute_seconds
         return d
 
@@ -68,6 +82,8 @@ class ProfileSession:
         self.torch_profiler = torch_profiler
         self.result: ProfileResult | None = None
         self._prof: Any = None
+        self._waits: WaitRecorder | None = None
+        self._start = 0.0
 
     def __enter__(self) -> "ProfileSession":
         gradwire.reset_stats()
@@ -76,8 +92,8 @@ class ProfileSession:
 
             self._prof = torch_profile(activities=[ProfilerActivity.CPU])
             self._prof.__enter__()
-        self._wall0 = time.perf_counter()
-        self._cpu0 = time.thread_time()
+        self._waits = WaitRecorder().start()  # watches the thread that enters: the training thread
+        self._start = CLOCK.now()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -87,8 +103,11 @@ class ProfileSession:
         """End the region (idempotent) and return its result."""
         if self.result is not None:
             return self.result
-        wall = time.perf_counter() - self._wall0
-        cpu = time.thread_time() - self._cpu0
+        if self._waits is None:
+            raise RuntimeError("stop() before the session started; use it as `with ProfileSession(): ...`")
+        end = CLOCK.now()
+        self._waits.stop()
+        comm, exposed = communication(self._start, end, gradwire.events(), self._waits.windows)
         torch_trace: dict | None = None
         if self._prof is not None:
             self._prof.__exit__(None, None, None)
@@ -96,7 +115,7 @@ class ProfileSession:
             self._prof.export_chrome_trace(str(tmp))
             torch_trace = json.loads(tmp.read_text())
             tmp.unlink(missing_ok=True)
-        self.result = ProfileResult(LEDGER.rank, wall, cpu, gradwire.stats().as_dict())
+        self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, gradwire.stats().as_dict())
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
             self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events(), torch_trace)))
@@ -104,6 +123,20 @@ class ProfileSession:
 
 
 profile = ProfileSession
+
+
+def communication(start: float, end: float, events: list[Any], waits: list[tuple[float, float]]) -> tuple[float, float]:
+    """(communication, exposed) seconds of the region ``[start, end]``.
+
+    Communication: the union of the ops' ``[issued, completed]`` spans.
+    Exposed: the part of it during which the thread was in one of ``waits``.
+    """
+
+    def clip(spans: Any) -> list[tuple[float, float]]:
+        return union((max(a, start), min(b, end)) for a, b in spans)
+
+    in_flight = clip((e.issued, e.completed or end) for e in events)
+    return length(in_flight), overlap(in_flight, clip(waits))
 
 
 def merge_traces(network_events: list[dict], torch_trace: dict | None) -> dict:
