@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import torch
 
 from gradwire.compress import (
-    COMPRESSORS, ErrorFeedback, Pattern, get_compressor, parse_compressor, payload_nbytes, roundtrip,
+    COMPRESSORS, ErrorFeedback, Pattern, StateKey, get_compressor, parse_compressor, payload_nbytes, roundtrip,
 )
 from gradwire.compress import twophase
 from gradwire.compress.base import deserialize, serialize
@@ -167,24 +167,28 @@ def test_unbiased_compressors_average_to_the_input(name):
 @pytest.mark.parametrize("name", ["onebit:allgather", "signum", "topk:0.01", "powersgd:2", "terngrad",
                                   "qsgd:4", "fp16"])
 def test_error_feedback_invariant(name):
-    comp, ef = get_compressor(name), ErrorFeedback()
+    comp, ef, k = get_compressor(name), ErrorFeedback(), StateKey.of("k", 5001)
     for step in range(3):
         g = rand(5001, step)
-        c = ef.compensate(g.clone(), "k")
+        c = ef.compensate(g.clone(), k)
         c_copy = c.clone()
-        y = roundtrip(comp, c, "k")
-        r = ef.update("k", c, y)
+        y = roundtrip(comp, c, k)
+        r = ef.update(k, c, y)
         torch.testing.assert_close(y + r, c_copy, rtol=1e-6, atol=1e-5)
 
 
-def test_error_feedback_state_dict_and_nonfinite_reset():
-    ef = ErrorFeedback()
-    ef.update(0, torch.ones(4), torch.zeros(4))
+def test_error_feedback_state_dict_and_nonfinite_step():
+    ef, k = ErrorFeedback(), StateKey.of("k", 4)
+    ef.update(k, torch.ones(4), torch.zeros(4))
     ef2 = ErrorFeedback()
     ef2.load_state_dict(pickle.loads(pickle.dumps(ef.state_dict())))
-    assert torch.equal(ef2.compensate(torch.zeros(4), 0), torch.ones(4))
-    ef.update(0, torch.tensor([1.0, float("nan"), 0, 0]), torch.zeros(4))
-    assert torch.equal(ef.residual(0), torch.zeros(4))
+    assert torch.equal(ef2.compensate(torch.zeros(4), k), torch.ones(4))
+    # a non-finite step leaves the residual as it was (the next clean step continues from it)
+    assert ef.update(k, torch.tensor([1.0, float("nan"), 0, 0]), torch.zeros(4)) is None
+    assert torch.equal(ef.residual(k), torch.ones(4))
+    # a tensor that does not fit its key is refused
+    with pytest.raises(ValueError, match="names 4 elements, the tensor has 5"):
+        ef.compensate(torch.zeros(5), k)
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 1001])
@@ -269,10 +273,11 @@ def test_nonfinite_in_one_tensor_leaves_another_unaffected():
     comp, ef = get_compressor("onebit:allgather"), ErrorFeedback()
     bad, good = rand(1000, 1), rand(1000, 2)
     bad[3] = float("nan")
-    for key, t in (("bad", bad), ("good", good)):
+    for key, t in ((StateKey.of("bad", 1000), bad), (StateKey.of("good", 1000), good)):
         ef.update(key, t, roundtrip(comp, t, key))
     assert torch.isfinite(roundtrip(comp, good, "good")).all()
-    assert torch.isfinite(ef.residual("good")).all()
+    assert torch.isfinite(ef.residual(StateKey.of("good", 1000))).all()
+    assert ef.residual(StateKey.of("bad", 1000)) is None  # the non-finite tensor stored no residual
 
 
 def test_randomk_indices_agree_for_the_same_key_and_step():
@@ -374,16 +379,17 @@ def test_decompress_into_a_buffer_of_the_wrong_size_says_so(name):
 
 def test_error_feedback_lends_its_residual_buffer():
     """workspace() is the residual's own buffer; update() with it as approx computes c - approx in place."""
-    ef = ErrorFeedback()
+    ef, k = ErrorFeedback(), StateKey.of("k", 64)
     c = rand(64)
-    lent = ef.workspace("k", c)
-    assert lent is ef.residual("k") and torch.equal(lent, torch.zeros(64))
+    lent = ef.workspace(k, c)
+    assert lent is ef.residual(k) and torch.equal(lent, torch.zeros(64))
     approx = torch.sign(c)
     lent.copy_(approx)
-    ef.update("k", c, lent)
-    assert torch.equal(ef.residual("k"), c - approx)
-    assert ef.workspace("k", c) is ef.residual("k")  # same shape: the same buffer
-    assert ef.workspace("k", rand(8)).shape == (8,)  # another shape: a fresh zero residual
+    ef.update(k, c, lent)
+    assert torch.equal(ef.residual(k), c - approx)
+    assert ef.workspace(k, c) is ef.residual(k)  # the same buffer every step
+    with pytest.raises(ValueError, match="names 64 elements"):
+        ef.workspace(k, rand(8))  # another size under the same key is an error, not a fresh residual
 
 
 @pytest.mark.parametrize("name", ["onebit", "onebit:block=0"])  # sliced whole encoding; chunk by chunk

@@ -39,36 +39,55 @@ def allreduce_names(rank: int, world: int, names: list[str], numel: int) -> dict
     return out
 
 
-def two_phase_vs_gather(rank: int, world: int, numel: int, name: str = "onebit") -> dict[str, Any]:
-    """Two-phase result and the reference built from an all_gather of the raw tensors."""
-    from gradwire.compress import ErrorFeedback, get_compressor, twophase
+def _onebit_dense(x: torch.Tensor, block: int = 512) -> torch.Tensor:
+    """onebit by hand: each 512-element block (aligned at the tensor's start) -> sign * sqrt(mean x^2)."""
+    out = torch.empty_like(x)
+    for start in range(0, x.numel(), block):
+        part = x[start:start + block]
+        rms = part.double().pow(2).mean().sqrt().float()
+        out[start:start + block] = torch.where(part < 0, -rms, rms)
+    return out
+
+
+def two_phase_vs_dense(rank: int, world: int, numel: int) -> dict[str, Any]:
+    """onebit's two-phase exchange with error feedback, and a dense reference computed from every rank's input.
+
+    The reference never calls the code under test: rank ``r`` compensates and
+    compresses its whole tensor (blocks of 512), each chunk's server averages
+    the ranks' approximations, compensates with its own residual and
+    re-compresses the chunk; the result is the concatenated chunks.
+    """
+    from gradwire.compress import ErrorFeedback
     from gradwire.hooks import allreduce_compressed
 
     _init(rank, world)
-    comp = get_compressor(name)
     ef = ErrorFeedback()
+    block = 512
+    length = max(block, block * -(-numel // (block * world)))  # chunks: multiples of the block, the last shorter
+    bounds = [(min(r * length, numel), max(0, min(length, numel - r * length))) for r in range(world)]
+    worker = [torch.zeros(numel) for _ in range(world)]
+    server = [torch.zeros(count) for _, count in bounds]
     results, refs = [], []
-    ref_worker = [ErrorFeedback() for _ in range(world)]
-    ref_server = [ErrorFeedback() for _ in range(world)]
     for step in range(3):  # several steps: the residuals take part
         t = _rank_tensor(rank, numel, seed=step)
-        gathered = [torch.empty(numel) for _ in range(world)]
-        dist.all_gather(gathered, t)
-        allreduce_compressed([t], comp, error_feedback=ef)
+        inputs = [_rank_tensor(r, numel, seed=step) for r in range(world)]
+        allreduce_compressed([t], "onebit", error_feedback=ef)
         results.append(t.clone())
-        # Reference: every rank's phase 1 and every server step, computed locally.
-        sends = []
+        approx = []
         for r in range(world):
-            c = ref_worker[r].compensate(gathered[r].clone(), 0)
-            send, approx, plan = twophase.split_encode(c, world, comp)
-            ref_worker[r].update(0, c, approx)
-            sends.append(send)
-        rows = torch.stack([
-            twophase.server_reduce(torch.stack([sends[src][dst] for src in range(world)]), plan, dst, comp,
-                                   ref_server[dst], 0)
-            for dst in range(world)
-        ])
-        refs.append(twophase.gather_decode(rows, plan, comp))
+            c = inputs[r] + worker[r]
+            approx.append(_onebit_dense(c, block))
+            worker[r] = c - approx[-1]
+        ref = torch.empty(numel)
+        for j, (start, count) in enumerate(bounds):
+            if not count:
+                continue
+            avg = sum(a[start:start + count] for a in approx) / world
+            a = avg + server[j]
+            sent = _onebit_dense(a, block)
+            server[j] = a - sent
+            ref[start:start + count] = sent
+        refs.append(ref)
     return {"results": results, "refs": refs}
 
 
@@ -140,15 +159,24 @@ def _make(spec: dict[str, Any]):
 
     torch.manual_seed(0)
     ddp = DDP(wide() if spec.get("model") == "wide" else Net(), bucket_cap_mb=spec.get("bucket_cap_mb", 0.01))
-    state = None
+    state, seen = None, set()
     if spec.get("compressor") is not None:
         state = CompressionState(
             spec["compressor"], momentum=spec.get("hook_momentum", 0.0), warmup_iters=spec.get("warmup", 1),
             min_compress_numel=0, local_correction=spec.get("local_correction"),
         )
-        ddp.register_comm_hook(state, compression_hook)
+        ddp.register_comm_hook((state, seen), _counting_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=spec.get("momentum", 0.0))
-    return ddp, state, opt
+    return ddp, state, opt, seen
+
+
+def _counting_hook(state_and_seen, bucket):
+    """compression_hook, recording which bucket indices DDP used."""
+    from gradwire.hooks import compression_hook
+
+    state, seen = state_and_seen
+    seen.add(bucket.index())
+    return compression_hook(state, bucket)
 
 
 def _steps(ddp, opt, rank: int, start: int, stop: int, model: str = "cnn") -> None:
@@ -165,7 +193,7 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
 
     _init(rank, world)
     steps = spec.get("steps", 6)
-    ddp, state, opt = _make(spec)
+    ddp, state, opt, seen = _make(spec)
     out: dict[str, Any] = {}
     if spec.get("resume_at"):
         k = spec["resume_at"]
@@ -174,7 +202,7 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
         torch.save({"model": ddp.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, blob)
         blob.seek(0)
         ckpt = torch.load(blob, weights_only=False)
-        ddp, state, opt = _make(spec)
+        ddp, state, opt, seen = _make(spec)
         ddp.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         state.load_state_dict(ckpt["hook"])
@@ -182,7 +210,7 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     else:
         _steps(ddp, opt, rank, 0, steps, spec.get("model", "cnn"))
     out["params"] = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
-    out["buckets"] = len(state.layouts) if state is not None else None
+    out["buckets"] = len(seen) if state is not None else None
     return out
 
 
@@ -234,4 +262,4 @@ def local_correction_steps(rank: int, world: int, name: str, steps: int, correct
         bucket.parameters = lambda: [param]  # type: ignore[method-assign]
         outs.append(compression_hook(state, bucket).wait().clone())
     ins = [torch.stack([_rank_tensor(r, 4099, seed=step) for r in range(world)]) for step in range(steps)]
-    return {"ins": ins, "outs": outs, "residual": state.error_feedback.residual(0).clone()}
+    return {"ins": ins, "outs": outs}

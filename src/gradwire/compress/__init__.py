@@ -43,7 +43,7 @@ from typing import Callable
 
 from .base import Compressor, Ctx, Pattern, payload_nbytes, roundtrip
 from .bf16 import BF16Compressor
-from .errorfeedback import ErrorFeedback
+from .errorfeedback import ErrorFeedback, is_finite
 from .fp16 import FP16Compressor
 from .none import NoneCompressor
 from .onebit import DEFAULT_BLOCK, OneBitCompressor
@@ -51,6 +51,7 @@ from .powersgd import PowerSGDCompressor
 from .qsgd import QSGDCompressor
 from .randomk import RandomKCompressor
 from .signum import SignumCompressor
+from .state import SegmentStore, StateKey
 from .terngrad import TernGradCompressor
 from .topk import TopKCompressor
 
@@ -60,7 +61,10 @@ __all__ = [
     "Ctx",
     "ErrorFeedback",
     "Pattern",
+    "SegmentStore",
+    "StateKey",
     "get_compressor",
+    "is_finite",
     "parse_compressor",
     "payload_nbytes",
     "register_compressor",

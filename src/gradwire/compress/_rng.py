@@ -6,12 +6,18 @@ from typing import Hashable
 
 import torch
 
-__all__ = ["CallCounter", "stable_hash", "uniform"]
+__all__ = ["CallCounter", "label", "stable_hash", "uniform"]
 
 
 def stable_hash(key: Hashable) -> int:
     """A hash of ``key`` that is the same in every process (unlike ``hash`` of a str)."""
-    return zlib.crc32(repr(key).encode())
+    return zlib.crc32(label(key).encode())
+
+
+def label(key: Hashable) -> str:
+    """``key`` as a string that is the same in every process: per-key state is kept under it,
+    so a checkpoint holds plain strings (``torch.load(weights_only=True)`` reads them)."""
+    return key if isinstance(key, str) else repr(key)
 
 
 def uniform(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -30,11 +36,12 @@ class CallCounter:
 
     def __init__(self, seed: int | None) -> None:
         self.seed = seed
-        self.counts: dict[Hashable, int] = {}
+        self.counts: dict[str, int] = {}
 
     def generator(self, key: Hashable) -> torch.Generator | None:
-        count = self.counts.get(key, 0)
-        self.counts[key] = count + 1
+        name = label(key)
+        count = self.counts.get(name, 0)
+        self.counts[name] = count + 1
         if self.seed is None:
             return None
         g = torch.Generator()

@@ -7,93 +7,102 @@ Seide et al., 2014; Karimireddy et al., 2019 (https://arxiv.org/abs/1901.09847):
 3. ``e[key] = c - approx`` (``update``), so ``c == approx + e[key]`` exactly:
    nothing is lost, only delayed.
 
-Works with any compressor; the hooks also key the server-side residuals of the
-two-phase all_reduce here (as ``("server", key)``).
+Keys are :class:`~gradwire.compress.state.StateKey`: the residual belongs to
+the key's segments, so when the same parameters arrive grouped differently
+(DDP rebuilt its buckets) the residual follows them. A key with a chunk
+holds a server residual of the two-phase exchange. A tensor whose size is
+not its key's raises (never a silently fresh residual).
 
 Traps:
 - With a momentum optimiser this feeds the error into the momentum's input and
   fails (see :mod:`gradwire.hooks.state`): compress the momentum and apply
   each rank's own residual change locally, as the DDP hook does.
-- A residual that became NaN/inf (a bad step) is reset to zero, so one bad
-  step does not poison every later one. The bad step itself stays visible in
-  that step's result.
-- A key whose tensor changed shape starts again from a zero residual.
+- A step whose input is not finite must leave the residual as it was: the
+  caller says so (``update(..., finite=False)``) and must not have lent the
+  buffer (:meth:`workspace`) for that step.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["ErrorFeedback"]
+from .state import SegmentStore, StateKey
+
+__all__ = ["ErrorFeedback", "is_finite"]
+
+
+def is_finite(tensor: Tensor) -> bool:
+    """Whether every element is finite: one sum, and a full check only when the sum is not finite."""
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 class ErrorFeedback:
     """Residual memory: ``compensate`` before compressing, ``update`` after."""
 
     def __init__(self) -> None:
-        self._residuals: dict[Hashable, Tensor] = {}
+        self._store = SegmentStore()
 
-    def compensate(self, tensor: Tensor, key: Hashable, inplace: bool = True) -> Tensor:
-        """Return ``tensor + residual[key]`` (written into ``tensor`` when ``inplace``)."""
-        r = self._residuals.get(key)
-        if r is None or r.shape != tensor.shape or r.dtype != tensor.dtype:
-            return tensor if inplace else tensor.clone()
-        return tensor.add_(r) if inplace else tensor + r
+    def compensate(self, tensor: Tensor, key: StateKey) -> Tensor:
+        """Add the residual of ``key`` to ``tensor`` in place (nothing before the first update); return it."""
+        key.check(tensor)
+        if not self._store.knows(key):
+            return tensor
+        return tensor.add_(self._store.buffer(key, tensor.reshape(-1)).view(tensor.shape))
 
-    def update(self, key: Hashable, compensated: Tensor, approx: Tensor) -> Tensor:
-        """Store ``compensated - approx`` as the residual of ``key``; returns it."""
-        r = self._residuals.get(key)
-        if r is None or r.shape != compensated.shape or r.dtype != compensated.dtype:
-            r = torch.empty_like(compensated)
-            self._residuals[key] = r
-        torch.sub(compensated, approx.view(compensated.shape), out=r)  # approx may be r (see workspace)
-        if not bool(torch.isfinite(r.sum())) and not bool(torch.isfinite(r).all()):
-            r.zero_()
+    def update(self, key: StateKey, compensated: Tensor, approx: Tensor, finite: bool | None = None) -> Tensor | None:
+        """Store ``compensated - approx`` as the residual of ``key``; return it.
+
+        ``finite``: whether ``compensated`` is finite, when the caller knows
+        (None: checked here). A non-finite step keeps the old residual and
+        returns None.
+        """
+        if finite is None:
+            finite = is_finite(compensated)
+        if not finite:
+            return None
+        r = self._store.buffer(key, compensated.reshape(-1))
+        torch.sub(compensated.reshape(-1), approx.reshape(-1), out=r)  # approx may be r (see workspace)
         return r
 
-    def workspace(self, key: Hashable, like: Tensor) -> Tensor:
-        """The residual buffer of ``key`` (shaped like ``like``), lent out between ``compensate`` and ``update``.
+    def workspace(self, key: StateKey, like: Tensor) -> Tensor:
+        """The residual buffer of ``key``, lent out between ``compensate`` and ``update``.
 
         Once ``compensate`` has added the residual, its buffer is free until
         ``update`` writes the new one; a caller decodes its approximation into
         it and passes it back as ``approx``, so no bucket-sized tensor is
-        allocated per step (``update`` computes ``compensated - approx`` in place).
+        allocated per step. Lend it only on a finite step: a skipped update
+        would leave the approximation in it.
         """
-        r = self._residuals.get(key)
-        if r is None or r.shape != like.shape or r.dtype != like.dtype or r.device != like.device:
-            r = self._residuals[key] = torch.zeros_like(like)
-        return r
+        buf = self._store.buffer(key, like.reshape(-1))
+        return buf if buf.shape == like.shape else buf.view(like.shape)
 
-    def residual(self, key: Hashable) -> Tensor | None:
+    def residual(self, key: StateKey) -> Tensor | None:
         """The current residual of ``key`` (None before the first update)."""
-        return self._residuals.get(key)
+        return self._store.get(key)
 
-    def set_residual(self, key: Hashable, residual: Tensor) -> None:
-        """Install ``residual`` as the residual of ``key`` (e.g. carried over from another layout)."""
-        self._residuals[key] = residual
-
-    def reset(self, key: Hashable | None = None) -> None:
+    def reset(self, key: StateKey | None = None) -> None:
         """Forget one key's residual, or all of them."""
         if key is None:
-            self._residuals.clear()
+            self._store.clear()
         else:
-            self._residuals.pop(key, None)
+            self._store.drop(key)
 
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._residuals
+    def keys(self) -> list[StateKey]:
+        """The keys that hold a residual (worker keys, and served chunks)."""
+        return list(self._store.keys())
 
-    def __iter__(self) -> Iterator[Hashable]:
-        return iter(self._residuals)
+    def __contains__(self, key: StateKey) -> bool:
+        return self._store.get(key) is not None
 
     def __len__(self) -> int:
-        return len(self._residuals)
+        return len(self._store)
 
     def state_dict(self) -> dict[str, Any]:
-        """Residuals by key (copies), for checkpoints."""
-        return {"residuals": {k: v.clone() for k, v in self._residuals.items()}}
+        """Residuals with their keys (copies, plain types), for checkpoints."""
+        return self._store.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self._residuals = {k: v.clone() for k, v in state["residuals"].items()}
+        self._store.load_state_dict(state)

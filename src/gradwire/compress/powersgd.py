@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._rng import stable_hash
+from ._rng import label, stable_hash
 from .base import Compressor, Ctx, Pattern
 
 
@@ -62,7 +62,7 @@ class PowerSGDCompressor(Compressor):
             raise ValueError(f"powersgd rank must be an integer >= 1, got {rank}")
         self.rank = int(rank)
         self.seed = int(seed)
-        self._q: dict[Any, Tensor] = {}
+        self._q: dict[str, Tensor] = {}
 
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
         rows, cols = matrix_shape(ctx.shape, ctx.numel)
@@ -71,7 +71,7 @@ class PowerSGDCompressor(Compressor):
             x = torch.cat([x, x.new_zeros(rows * cols - ctx.numel)])
         m = x.view(rows, cols)
         r = min(self.rank, rows, cols)
-        q = self._q.get(ctx.key)
+        q = self._q.get(label(ctx.key))
         if q is None or q.shape != (cols, r):
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + stable_hash(ctx.key))
             q = torch.randn(cols, r, generator=g).to(m.device)  # drawn on the CPU: the same on every rank
@@ -85,7 +85,7 @@ class PowerSGDCompressor(Compressor):
 
     def finish(self, payload: list[Tensor], ctx: Ctx) -> None:
         if not ctx.passthrough:
-            self._q[ctx.key] = payload[0].clone()
+            self._q[label(ctx.key)] = payload[0].clone()
 
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
         approx = ctx.info["p"] @ payload[0].T

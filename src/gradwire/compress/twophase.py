@@ -12,9 +12,10 @@ tensor code:
    the same byte count. Also returns this rank's local approximation (for the
    worker's error feedback) and the :class:`Plan` (chunk bounds, layouts).
 2. all_to_all: rank ``j`` receives chunk ``j`` from every rank.
-3. ``server_reduce``: ``combine`` (decompress and average) the ``world`` rows,
-   add the server residual for this chunk, re-compress it as one row and
-   update the residual.
+3. ``server_combine``: decompress and average the ``world`` rows of this
+   rank's chunk; the caller adds the server residual, and ``encode_row``
+   re-compresses the chunk as one row (``server_reduce`` does both, without
+   error feedback).
 4. all_gather of the rows; ``gather_decode`` rebuilds the full tensor.
 
 Bytes per rank: ``2 (world-1)/world * payload(n)`` versus ``2 (world-1)/world
@@ -42,9 +43,9 @@ import torch
 from torch import Tensor
 
 from .base import Compressor, Ctx, Layout, deserialize, serialize
-from .errorfeedback import ErrorFeedback
 
-__all__ = ["Plan", "chunk_bounds", "chunk_granule", "gather_decode", "server_reduce", "slice_payload", "split_encode"]
+__all__ = ["Plan", "chunk_bounds", "chunk_granule", "encode_row", "gather_decode", "server_combine", "server_reduce",
+           "slice_payload", "split_encode"]
 
 
 @dataclass
@@ -127,25 +128,31 @@ def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable
     return send, approx, Plan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes, whole)
 
 
-def server_reduce(
-    received: Tensor,
-    plan: Plan,
-    rank: int,
-    compressor: Compressor,
-    error_feedback: ErrorFeedback | None = None,
-    key: Hashable = 0,
-) -> Tensor:
-    """Average this rank's chunk from all ranks and re-compress it: uint8 ``[row_bytes]``."""
+def server_combine(received: Tensor, plan: Plan, rank: int, compressor: Compressor) -> Tensor:
+    """Phase 1 output on the server: the average of this rank's chunk over every rank's row (flat)."""
     layout, ctx = plan.layouts[rank], plan.ctxs[rank]
-    avg = compressor.combine([deserialize(row, layout) for row in received.unbind(0)], ctx).reshape(-1)
-    server_key = ("server", key)
-    if error_feedback is not None:
-        avg = error_feedback.compensate(avg, server_key)
-    payload, out_ctx = compressor.compress(avg, (server_key, rank))
-    if error_feedback is not None:
-        lent = error_feedback.workspace(server_key, avg)
-        error_feedback.update(server_key, avg, compressor.decompress_into(payload, out_ctx, lent))
+    return compressor.combine([deserialize(row, layout) for row in received.unbind(0)], ctx).reshape(-1)
+
+
+def encode_row(chunk: Tensor, plan: Plan, rank: int, compressor: Compressor, key: Hashable = 0,
+               approx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Phase 2 input: the (compensated) chunk compressed into one uint8 ``[row_bytes]`` row, and its approximation.
+
+    ``approx``: a buffer of the chunk's size to decode the approximation into
+    (the server's error feedback lends its residual buffer).
+    """
+    payload, ctx = compressor.compress(chunk, (key, "server", rank))
+    if approx is None:
+        approx = compressor.decompress(payload, ctx).reshape(-1)
+    else:
+        compressor.decompress_into(payload, ctx, approx)
     row, _ = serialize(payload, plan.row_bytes)
+    return row, approx
+
+
+def server_reduce(received: Tensor, plan: Plan, rank: int, compressor: Compressor, key: Hashable = 0) -> Tensor:
+    """The server step without error feedback: combine this rank's chunk and re-compress it as one row."""
+    row, _ = encode_row(server_combine(received, plan, rank, compressor), plan, rank, compressor, key)
     return row
 
 

@@ -1,16 +1,26 @@
 """DDP comm hooks and collective helpers that send compressed gradients.
 
-- :func:`compression_hook` with :class:`CompressionState`: for
-  ``ddp.register_comm_hook(state, compression_hook)``.
+- :class:`CompressionState`: the one object that runs a compressed exchange
+  (compressor, error feedback, momentum, warm-up, cutoff, launch order, the
+  patterns), for every front end.
+- :func:`compression_hook`: for ``ddp.register_comm_hook(state, compression_hook)``.
 - :func:`allreduce_compressed`: the same exchange for custom loops.
-- :mod:`gradwire.hooks.exchange`: the patterns (all_reduce, all_gather,
-  two-phase) as non-blocking future chains.
+
+The compressors themselves live in :mod:`gradwire.compress`; the names that
+the rest of the package needs are re-exported here, so that strategies
+reach compression through this package only.
 """
 from __future__ import annotations
 
-from .allreduce import allreduce_compressed
-from .exchange import Sequencer, exchange
-from .hook import compression_hook
-from .state import CompressionState
+from gradwire.compress import COMPRESSORS, Compressor, ErrorFeedback, StateKey, get_compressor
 
-__all__ = ["CompressionState", "Sequencer", "allreduce_compressed", "compression_hook", "exchange"]
+from .allreduce import allreduce_compressed
+from .futures import Sequencer, Turn, completed, then, then_async
+from .hook import compression_hook
+from .state import MIN_COMPRESS_NUMEL, CompressionState, ParamNames
+
+__all__ = [
+    "COMPRESSORS", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "ParamNames",
+    "Sequencer", "StateKey", "Turn", "allreduce_compressed", "completed", "compression_hook", "get_compressor",
+    "then", "then_async",
+]

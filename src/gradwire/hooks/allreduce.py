@@ -3,9 +3,10 @@
 For custom training loops:
 
 1. Each tensor gets a flat, contiguous working view (a copy when it is not
-   contiguous) and its key (its position, or ``keys``).
-2. :func:`~gradwire.hooks.exchange.exchange` runs the compressor's pattern;
-   launches are ordered so that every rank issues the same collectives.
+   contiguous) and its key (``keys[i]``, default its position).
+2. A :class:`~gradwire.hooks.CompressionState` with no warm-up and no size
+   cutoff runs the compressor's pattern; launches are ordered so that every
+   rank issues the same collectives.
 3. The results are written back into the tensors in place.
 
 Example::
@@ -24,9 +25,10 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gradwire.compress import Compressor, ErrorFeedback, get_compressor
+from gradwire.compress import Compressor, ErrorFeedback, StateKey
 
-from .exchange import Sequencer, exchange
+from .futures import then
+from .state import CompressionState
 
 __all__ = ["allreduce_compressed"]
 
@@ -46,29 +48,34 @@ def allreduce_compressed(
         compressor: a name such as ``"onebit"`` or a Compressor (keep the same
             object across steps: it may hold state, e.g. PowerSGD's warm start).
         group: process group; None for the default group.
-        error_feedback: residual memory kept by the caller across steps.
+        error_feedback: residual memory kept by the caller across steps (None: none).
         keys: names of the tensors for error feedback; default their positions.
         async_op: return a Future (value: the list of tensors) instead of waiting.
 
     Integer tensors are summed uncompressed and divided with truncation; empty
-    tensors are left as they are.
+    tensors are left as they are. A failed collective raises (or fails the
+    returned future).
     """
-    comp = get_compressor(compressor)
-    keys = list(range(len(tensors))) if keys is None else list(keys)
-    if len(keys) != len(tensors):
-        raise ValueError(f"got {len(keys)} keys for {len(tensors)} tensors")
-    sequencer = Sequencer()
+    names = [str(i) for i in range(len(tensors))] if keys is None else [str(k) for k in keys]
+    if len(names) != len(tensors):
+        raise ValueError(f"got {len(names)} keys for {len(tensors)} tensors; pass one key per tensor")
+    state = CompressionState(compressor, group, error_feedback=False if error_feedback is None else error_feedback, warmup_iters=0,
+                             min_compress_numel=0, local_correction=False)
     futures = []
-    for tensor, key in zip(tensors, keys):
+    for tensor, name in zip(tensors, names):
         flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()
-        fut = exchange(flat, key, comp, group, error_feedback, sequencer)
+        fut = state.reduce(flat, StateKey.of(name, flat.numel()))
         if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
-            fut = fut.then(lambda f, t=tensor: t.copy_(f.value().view(t.shape)))
+            fut = then(fut, lambda value, t=tensor: t.copy_(value.view(t.shape)))
         futures.append(fut)
-    done = torch.futures.collect_all(futures).then(lambda _: list(tensors))
+
+    def results(futs: list[Future]) -> list[Tensor]:
+        for f in futs:
+            f.value()  # the first failure fails the whole call
+        return list(tensors)
+
+    done = then(torch.futures.collect_all(futures), results)
     if async_op:
         return done
     done.wait()
-    for fut in futures:
-        fut.value()  # re-raise a failed tensor's error
     return None

@@ -1,100 +1,144 @@
-"""``CompressionState``: the state object of :func:`gradwire.hooks.compression_hook`.
+"""``CompressionState``: the one object that runs a compressed exchange, for every front end.
 
-Why plain gradient error feedback fails with momentum: EF (``C(g + e)``, the
-dropped part re-sent later) repays every coordinate's compression error one or
-more steps late. Seen from the "virtual" model ``x~ = x - lr * mean_i e_i``
-(which follows exact momentum SGD), every rank evaluates its gradient at a
-point displaced by ``lr * mean_i e_i``: a delayed gradient. Heavy-ball
-momentum with a delayed gradient is stable only for much smaller steps (the
-quadratic analysis in :mod:`gradwire.overlap.delayed`), so accuracy swings:
-0.49 on the digits CNN with the optimiser's momentum; 0.87 (onebit) and 0.87
-(topk:0.01) with the momentum in the hook and EF on it, vs 0.956 uncompressed.
+It owns the compressor, error feedback (worker and server residuals), the
+momentum kept before compression, the warm-up and small-tensor cutoff, the
+local correction, the launch order (:class:`~gradwire.hooks.futures.Sequencer`)
+and the exchange patterns (:mod:`gradwire.hooks.exchange`). The DDP hook
+(:func:`~gradwire.hooks.compression_hook`), ``delayed``, the
+``AsyncGradientHandler`` and the model-averaging strategies all call it.
 
-The scheme (momentum in the hook, EF on the momentum, local correction):
+One exchange (:meth:`CompressionState.reduce`):
 
-1. The hook keeps a momentum buffer per bucket: ``m = beta m + g``.
-2. ``c = m + e`` (error feedback), ``Δ = C(c)``, ``e' = c - Δ``; the exchange
+1. Momentum (``momentum=beta``): ``m = beta m + g``; the tensor becomes ``m``.
+2. Warm-up steps, tensors below ``min_compress_numel`` and integer tensors
+   take the plain average (all_reduce). Otherwise:
+3. ``c = m + e`` (error feedback), ``Δ = C(c)``, ``e' = c - Δ``; the exchange
    returns ``avg = mean_i Δ_i`` (two-phase: re-compressed by the chunk's
    server with its residual ``s``).
-3. Local correction: rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` and, on
-   the chunk it serves, ``+ world * (s' - s)``. Then ``mean_i u_i == mean_i
-   m_i`` exactly: the mean model is uncompressed momentum SGD, and rank ``i``
-   sits at ``lr * (mean_j e_j - e_i)`` from it (bounded, never accumulating:
-   ``sum_t u_i = sum_t avg + e_i``). The displacements average to zero over
-   the ranks, so their first-order effect on the mean gradient cancels, where
-   plain EF displaces every rank by the same ``lr * mean e``. This is the
-   synchronous analogue of ``delayed``'s ``v_t + avg_{t-1} - v_{t-1}``: a
-   rank's own fresh vector enters at once, the compressed consensus carries
-   the rest. The optimiser runs WITHOUT momentum (``SGD(momentum=0)``).
-   ``local_correction=False`` applies ``avg`` on every rank (identical
-   models, the old behaviour); ``signum`` (a vote, not an average) and
-   unbiased compressors (no EF) never correct.
+4. Local correction: rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` and, on
+   the chunk it serves, ``+ world * (s' - s)``.
 
-Measured (digits CNN, 4 ranks, lr 0.05, 8 epochs, seeds 0-2; details in
-benchmarks/results/compress_accuracy.md): onebit 0.875 -> 0.938, topk:0.01
-0.871 -> 0.936, powersgd:4 0.375 -> 0.929 (none 0.956). Tried and worse here:
-EF21 (Richtárik et al., 2021) on the hook's momentum, seed 0: onebit 0.49,
-topk 0.83 -- the tracked estimate lags the momentum and oscillates as well.
+Why momentum lives here (and the optimiser runs without it): plain error
+feedback (``C(g + e)``) repays every coordinate's compression error one or
+more steps late. Seen from the "virtual" model ``x~ = x - lr * mean_i e_i``
+(which follows exact momentum SGD), every rank evaluates its gradient at a
+point displaced by ``lr * mean_i e_i``: a delayed gradient, and heavy-ball
+momentum with a delayed gradient is stable only for much smaller steps (the
+quadratic analysis in :mod:`gradwire.overlap.delayed`). Training with the
+optimiser's momentum behind error feedback collapses (benchmarks/README.md).
 
-Trap: with local correction the ranks' parameters differ (by ``lr`` times
-their residual differences); average the parameters once at the end (or use
-``local_correction=False``) when identical replicas matter.
+Why the local correction: with it ``mean_i u_i == mean_i m_i`` exactly: the
+mean model is uncompressed momentum SGD, and rank ``i`` sits at
+``lr * (mean_j e_j - e_i)`` from it (bounded, never accumulating:
+``sum_t u_i = sum_t avg + e_i``). The displacements average to zero over the
+ranks, so their first-order effect on the mean gradient cancels, where plain
+error feedback displaces every rank by the same ``lr * mean e``. This is the
+synchronous analogue of ``delayed``'s ``v_t + avg_{t-1} - v_{t-1}``. Off
+(``local_correction=False``) every rank applies ``avg`` (identical models);
+a vote (``signum``) and unbiased compressors (no error feedback) never
+correct. Trap: with it the ranks' parameters differ (by ``lr`` times their
+residual differences); average the parameters once at the end when
+identical replicas matter.
 
-Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the hook's
+Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the
 momentum still runs, so this is exactly momentum SGD), as 1-bit Adam's
-full-precision warm-up stage: sign compression of the first, large and fast
-changing updates costs the most accuracy. ``"onebit:warmup=50"`` sets it from
-the name.
+full-precision stage: the first, large and fast changing updates cost
+sign compression the most. Default: the compressor's ``warmup=N``, else 1
+(DDP's first iteration also runs on buckets it rebuilds afterwards).
 
-Bucket rebuilds: a new DDP object builds its first-iteration buckets in
-reverse parameter order and rebuilds them in gradient-ready order after the
-first iteration. Within a process the hook detects the rebuild by parameter
-identity and carries each parameter's momentum and worker residual over to
-its place in the new buckets (the server residuals, which each rank holds
-for one chunk of a bucket, restart from zero). Checkpoints: ``state_dict``
-holds the per-bucket residuals and momentum. After a resume only shapes can
-be compared: when the resumed DDP's first buckets differ from the saved ones,
-their state restarts (a warning), and a reordering of equally shaped
-parameters goes unnoticed for that one iteration. A resume is exact when the
-first-iteration buckets equal the rebuilt ones (e.g. one parameter per
-bucket), as the tests check.
+Non-finite steps (an fp16 overflow that ``torch.amp.GradScaler`` will skip):
+the NaN/inf reaches the result, where the scaler sees it, but the momentum,
+the worker residual and the server residual stay as they were, so the next
+clean step continues as if the bad one never happened. The decision is each
+rank's own (its input, or the chunk it serves): on a step where only some
+ranks overflow, the others keep their momentum update.
+
+State keys (:class:`~gradwire.compress.StateKey`): per-element state
+(momentum, worker residual) belongs to named segments. DDP buckets are named
+by their parameters, ``"p0"``, ``"p1"``, ... in the order this state first
+sees them, which is the order of DDP's first-iteration buckets: the same in
+every process that builds the same model. So when DDP rebuilds its buckets
+(after the first iteration, in gradient-ready order) each parameter's
+momentum and residual move to its new place, and a checkpoint
+(:meth:`CompressionState.state_dict`) resumes into a new DDP of the same
+model exactly: during the first iteration after ``load_state_dict``, a
+bucket holding the same parameters as a saved layout in another order is
+reduced in the saved order (the compressor's blocks and the served chunks
+are then the saved ones), and from the next iteration DDP's rebuilt buckets
+are the saved layouts again. Server residuals belong to a layout's chunk and
+restart when the layout changes. Trap: register the hook before the first
+backward (names are given in first-iteration order).
 """
 from __future__ import annotations
 
 import logging
-import math
-from typing import Any, Callable
+import weakref
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.futures import Future
 
-from gradwire.compress import Compressor, ErrorFeedback, Pattern, get_compressor
+from gradwire.compress import Compressor, ErrorFeedback, Pattern, SegmentStore, StateKey, get_compressor, is_finite
+from gradwire.compress.none import NoneCompressor
+from gradwire.compress.state import rearrange
 from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
-from .exchange import Sequencer
+from . import exchange
+from .futures import Sequencer, then
 
-__all__ = ["CompressionState"]
+__all__ = ["MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames"]
 
 log = logging.getLogger(__name__)
 
+#: tensors (buckets) smaller than this are averaged uncompressed: a compression round's fixed
+#: cost (chunking, packing, a second collective) outweighs the few bytes it saves
+MIN_COMPRESS_NUMEL = 1024
+
+
+class ParamNames:
+    """Names tensors ``"p0"``, ``"p1"``, ... in the order they are first seen (held weakly).
+
+    A tensor that died and whose ``id`` is reused by a new one gets a new name.
+    """
+
+    __slots__ = ("_by_id", "_next")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[weakref.ref, str]] = {}
+        self._next = 0
+
+    def name(self, tensor: Tensor) -> str:
+        entry = self._by_id.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        name = f"p{self._next}"
+        self._next += 1
+        self._by_id[id(tensor)] = (weakref.ref(tensor), name)
+        return name
+
+    def key(self, tensors: Sequence[Tensor]) -> StateKey:
+        """The key of a flat tensor made of ``tensors`` in this order."""
+        return StateKey(tuple((self.name(t), t.numel()) for t in tensors))
+
 
 class CompressionState:
-    """Configuration and per-bucket state for :func:`~gradwire.hooks.compression_hook`.
+    """Configuration and state of a compressed exchange (see the module doc).
 
     Args:
         compressor: a name (``"onebit"``, ``"topk:0.01"``, ...) or a Compressor.
         process_group: group to reduce on; None for the default group.
         error_feedback: True/False, an ``ErrorFeedback`` to use, or None for
             "on when the compressor is biased".
-        local_correction: apply this rank's own compression error at once
-            (``avg + e_new - e_old``, see the module doc); None: on where error
-            feedback is on and the exchange averages (all but ``signum``).
-        momentum: 0 to compress gradients; ``beta`` in (0, 1) to let the hook own
-            momentum and compress the update (use the optimiser WITHOUT momentum).
-        warmup_iters: iterations reduced uncompressed first; None takes the
+        momentum: 0 to compress gradients; ``beta`` in (0, 1) to keep momentum
+            here and compress the update (use the optimiser WITHOUT momentum).
+        warmup_iters: steps reduced uncompressed first; None takes the
             compressor's ``warmup`` (``"onebit:warmup=50"``), or 1 when that is 0.
-        min_compress_numel: buckets smaller than this are reduced uncompressed.
+        min_compress_numel: tensors smaller than this are reduced uncompressed.
+        local_correction: apply this rank's own compression error at once
+            (``avg + e_new - e_old``); None: on where error feedback is on and
+            the exchange averages (all but ``signum``).
 
     Example::
 
@@ -116,10 +160,9 @@ class CompressionState:
         # internal
         "step",
         "momentum_buffers",
-        "layouts",
-        "param_ids",
+        "names",
         "sequencer",
-        "_orphans",
+        "_loaded",
     )
 
     def __init__(
@@ -129,11 +172,11 @@ class CompressionState:
         error_feedback: bool | ErrorFeedback | None = None,
         momentum: float = 0.0,
         warmup_iters: int | None = None,
-        min_compress_numel: int = 1024,
+        min_compress_numel: int = MIN_COMPRESS_NUMEL,
         local_correction: bool | None = None,
     ) -> None:
         if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1) (0 disables the hook's momentum), got {momentum}")
+            raise ValueError(f"momentum must be in [0, 1) (0 disables the state's momentum), got {momentum}")
         if warmup_iters is not None and warmup_iters < 0:
             raise ValueError(f"warmup_iters must be >= 0, got {warmup_iters}")
         if min_compress_numel < 0:
@@ -158,92 +201,107 @@ class CompressionState:
         self.min_compress_numel = int(min_compress_numel)
         self.process_group = process_group
         self.step = 0
-        self.momentum_buffers: dict[int, Tensor] = {}
-        self.layouts: dict[int, tuple] = {}
-        self.param_ids: dict[int, tuple] = {}
+        self.momentum_buffers = SegmentStore()
+        self.names = ParamNames()
         self.sequencer = Sequencer()
-        #: per-parameter pieces of state (by store name) between a bucket rebuild and their new bucket
-        self._orphans: dict[int, dict[str, Tensor]] = {}
-        log.info(
-            "compression hook: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d",
-            self.compressor.name, type(self.error_feedback).__name__ if self.error_feedback else None, self.momentum, self.warmup_iters,
-            self.min_compress_numel,
+        #: layouts restored by load_state_dict that DDP has not produced yet (first iteration after a resume)
+        self._loaded: set[StateKey] = set()
+        log.debug(
+            "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
+            "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
+            self.warmup_iters, self.min_compress_numel, self.local_correction,
         )
 
-    # -- per-bucket helpers used by the hook ---------------------------------
-    def check_layout(self, key: int, params: list[Tensor]) -> None:
-        """Follow DDP's bucket rebuild: carry per-parameter state into the new buckets.
-
-        In one process the parameters' identities are compared (a reordering
-        of equal shapes is caught) and the state moves with its parameters;
-        after ``load_state_dict`` only shapes can be compared and a changed
-        bucket restarts (see the module doc).
-        """
-        shapes = tuple(tuple(p.shape) for p in params)
-        ids = tuple(id(p) for p in params)
-        old_ids = self.param_ids.get(key)
-        if old_ids is not None and old_ids != ids:
-            self._release_all()  # the first rebuilt bucket: every old bucket is gone
-        elif old_ids is None and self.layouts.get(key, shapes) != shapes:
-            log.warning("bucket %d changed its parameters after a resume; its residual and momentum restart", key)
-            self._forget(key)
-        if key not in self.param_ids and self._orphans:
-            self._adopt(key, params)
-        self.layouts[key] = shapes
-        self.param_ids[key] = ids
-
-    def _forget(self, key: int) -> None:
-        self.momentum_buffers.pop(key, None)
-        if self.error_feedback is not None:
-            self.error_feedback.reset(key)
-            self.error_feedback.reset(("server", key))
-
-    def _stores(self) -> list[tuple[str, Any, Any]]:
-        """(name, get(key), set(key, tensor)) of every per-bucket, per-element state."""
-        stores: list[tuple[str, Any, Any]] = [("momentum", self.momentum_buffers.get, self.momentum_buffers.__setitem__)]
-        ef = self.error_feedback
-        if ef is not None:
-            stores.append(("residual", ef.residual, ef.set_residual))
-        return stores
-
-    def _release_all(self) -> None:
-        """Cut every bucket's per-element state into per-parameter pieces."""
-        stores = self._stores()
-        for key, ids in self.param_ids.items():
-            sizes = [math.prod(shape) for shape in self.layouts[key]]
-            flats = {name: get(key) for name, get, _ in stores}
-            offset = 0
-            for pid, n in zip(ids, sizes):
-                self._orphans[pid] = {name: flat[offset:offset + n].clone() for name, flat in flats.items()
-                                      if flat is not None and flat.numel() == sum(sizes)}
-                offset += n
-            self._forget(key)
-        self.param_ids.clear()
-        self.layouts.clear()
-
-    def _adopt(self, key: int, params: list[Tensor]) -> None:
-        """Assemble bucket ``key``'s state from the pieces of its parameters (zeros where none)."""
-        pieces = [self._orphans.pop(id(p), {}) for p in params]
-        for name, _, put in self._stores():
-            if all(name not in piece for piece in pieces):
-                continue
-            put(key, torch.cat([piece[name] if name in piece
-                                else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
-                                for piece, p in zip(pieces, params)]))
+    # -- the exchange ----------------------------------------------------------
+    def compressing(self, numel: int) -> bool:
+        """Whether a tensor of ``numel`` elements is compressed at the current step."""
+        return self.step >= self.warmup_iters and numel >= self.min_compress_numel
 
     def end_step(self) -> None:
-        """Advance the step (the hook calls it on the last bucket); pieces nobody adopted are dropped."""
+        """Advance the step (once per training step: the DDP hook does it on the last bucket)."""
         self.step += 1
-        self._orphans.clear()
+        self._loaded.clear()
 
-    def apply_momentum(self, key: int, grad: Tensor) -> None:
-        """``m = beta m + g``; ``grad`` is overwritten with ``m``."""
-        m = self.momentum_buffers.get(key)
-        if m is None or m.shape != grad.shape:
-            self.momentum_buffers[key] = grad.clone()
-            return
-        m.mul_(self.momentum).add_(grad)
-        grad.copy_(m)
+    def reduce(self, flat: Tensor, key: StateKey, local: Tensor | None = None) -> Future:
+        """Average the 1-D contiguous ``flat`` over the group; the future's value is ``flat``, overwritten.
+
+        Args:
+            flat: this rank's tensor (overwritten: first with the momentum,
+                then the compensated value, finally the result).
+            key: names ``flat``'s elements (momentum and residuals live under it).
+            local: receives this rank's own vector after the momentum step (``m``,
+                or ``flat`` itself without momentum), before anything is sent.
+
+        Returns:
+            A Future whose value is ``flat`` once it holds the average; it
+            fails with the error of any collective of the exchange.
+        """
+        key.check(flat)
+        numel = flat.numel()
+        compress = (self.compressing(numel) and flat.is_floating_point() and numel > 0
+                    and not isinstance(self.compressor, NoneCompressor))
+        ef = self.error_feedback if compress else None
+        finite = True
+        if flat.is_floating_point() and numel and (self.momentum or ef is not None):
+            finite = is_finite(flat)
+        if self.momentum and flat.is_floating_point():
+            self._apply_momentum(key, flat, finite)
+        if local is not None:
+            local.copy_(flat)
+        turn = self.sequencer.turn()
+        group = self.process_group
+        if not compress:
+            return exchange.average(turn, flat, group)
+        if ef is not None:
+            ef.compensate(flat, key)
+        correct = self._corrector(key, numel) if self.local_correction else None
+        pattern = self.compressor.pattern
+        if pattern is Pattern.TWO_PHASE:
+            fut = exchange.two_phase(turn, flat, key, self.compressor, group, ef, finite)
+        else:
+            update = None if ef is None else (lambda approx: ef.update(key, flat, approx, finite))
+            run = exchange.allgather if pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
+            fut = run(turn, flat, key, self.compressor, group, update)
+        return fut if correct is None else then(fut, correct)
+
+    def reduce_params(self, flat: Tensor, params: Sequence[Tensor], local: Tensor | None = None,
+                      key: StateKey | None = None) -> tuple[StateKey, Future]:
+        """:meth:`reduce` of a flat tensor made of ``params`` (a DDP bucket); returns its key and the future.
+
+        ``key``: ``self.names.key(params)`` when the caller has it already.
+        During the first iteration after :meth:`load_state_dict`, a bucket
+        holding a saved layout's parameters in another order is reduced in the
+        saved order (see the module doc).
+        """
+        key = self.names.key(params) if key is None else key
+        saved = self._saved_order(key)
+        if saved is None:
+            return key, self.reduce(flat, key, local)
+        arranged = rearrange(flat, key, saved)
+        arranged_local = None if local is None else torch.empty_like(arranged)
+        fut = self.reduce(arranged, saved, arranged_local)
+        if local is not None:
+            assert arranged_local is not None
+            rearrange(arranged_local, saved, key, out=local.view(-1))
+        return key, then(fut, lambda avg: rearrange(avg, saved, key, out=flat.view(-1)).view(flat.shape))
+
+    def _saved_order(self, key: StateKey) -> StateKey | None:
+        if not self._loaded:
+            return None
+        if key in self._loaded:
+            self._loaded.discard(key)
+            return None
+        names = key.names()
+        return next((k for k in self._loaded if k.names() == names), None)
+
+    def _apply_momentum(self, key: StateKey, x: Tensor, finite: bool) -> None:
+        """``m = beta m + x``, then ``x = m``; a non-finite ``x`` becomes ``x + beta m`` and ``m`` stays."""
+        m = self.momentum_buffers.buffer(key, x.view(-1))
+        if finite:
+            torch.add(x.view(-1), m, alpha=self.momentum, out=m)
+            x.view(-1).copy_(m)
+        else:
+            x.view(-1).add_(m, alpha=self.momentum)
 
     def rank_world(self) -> tuple[int, int]:
         """(rank, world size) in the state's group; (0, 1) without a process group."""
@@ -251,77 +309,82 @@ class CompressionState:
             return 0, 1
         return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
 
-    def corrector(self, key: int, numel: int) -> Callable[[Tensor], Tensor]:
-        """Call before the exchange: the returned function adds this rank's change of residuals to the average.
+    def _corrector(self, key: StateKey, numel: int) -> Callable[[Tensor], Tensor]:
+        """Called after ``compensate``: a function adding this rank's change of residuals to the average.
 
         ``avg + (e_new - e_old)`` for the worker residual, and, on the chunk
         this rank serves in the two-phase exchange, ``world * (s_new - s_old)``
         for the server residual: the mean over ranks of what they apply is
-        then exactly the mean of the uncompressed momenta (module doc).
+        then exactly the mean of the uncompressed inputs (module doc).
         """
         ef = self.error_feedback
         assert ef is not None, "local correction needs error feedback"
         rank, world = self.rank_world()
         start, count = chunk_bounds(numel, world, chunk_granule(self.compressor))[rank]
-        two_phase = self.compressor.pattern is Pattern.TWO_PHASE and count > 0
-        worker_old = _snapshot(ef.residual(key), numel)
-        server_old = _snapshot(ef.residual(("server", key)), count) if two_phase else None
+        served = key.serving(start, count) if self.compressor.pattern is Pattern.TWO_PHASE and count else None
+        worker_old = _copy(ef.residual(key))
+        server_old = _copy(ef.residual(served)) if served is not None else None
 
         def correct(average: Tensor) -> Tensor:
-            _add_change(average, ef.residual(key), worker_old, 1.0)
-            if two_phase:
-                _add_change(average[start : start + count], ef.residual(("server", key)), server_old, float(world))
+            flat = average.view(-1)
+            _add_change(flat, ef.residual(key), worker_old, 1.0)
+            if served is not None:
+                _add_change(flat[start:start + count], ef.residual(served), server_old, float(world))
             return average
 
         return correct
 
-    def compressing(self, numel: int) -> bool:
-        """Whether a bucket of ``numel`` elements is compressed at the current step."""
-        return self.step >= self.warmup_iters and numel >= self.min_compress_numel
-
-    # -- checkpoints -----------------------------------------------------------
+    # -- checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs to continue exactly like an uninterrupted one."""
+        """Everything a resumed run needs to continue exactly like an uninterrupted one (plain types)."""
         return {
             "step": self.step,
-            "momentum_buffers": {k: v.clone() for k, v in self.momentum_buffers.items()},
-            "layouts": dict(self.layouts),
+            "momentum": self.momentum_buffers.state_dict(),
             "error_feedback": None if self.error_feedback is None else self.error_feedback.state_dict(),
             "compressor": self.compressor.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (the configuration is not part of it)."""
-        self.step = int(state["step"])
-        self.momentum_buffers = {k: v.clone() for k, v in state["momentum_buffers"].items()}
-        self.layouts = dict(state["layouts"])
-        self.param_ids = {}
-        self._orphans = {}
-        if self.error_feedback is not None and state["error_feedback"] is not None:
-            self.error_feedback.load_state_dict(state["error_feedback"])
-        self.compressor.load_state_dict(state["compressor"])
+        """Restore what ``state_dict`` returned (the configuration is not part of it).
 
-    # -- pickling without the process group ----------------------------------
+        Raises:
+            ValueError: the checkpoint holds error feedback and this state has
+                none, or the other way round.
+        """
+        if (state["error_feedback"] is None) != (self.error_feedback is None):
+            raise ValueError(f"the checkpoint has error_feedback={'off' if state['error_feedback'] is None else 'on'}, "
+                             f"this state {'off' if self.error_feedback is None else 'on'}: build the state as it was saved")
+        self.step = int(state["step"])
+        self.momentum_buffers.load_state_dict(state["momentum"])
+        loaded = set(self.momentum_buffers.keys())
+        if self.error_feedback is not None:
+            self.error_feedback.load_state_dict(state["error_feedback"])
+            loaded |= {StateKey(k.segments) for k in self.error_feedback.keys()}
+        self.compressor.load_state_dict(state["compressor"])
+        self.names = ParamNames()
+        self._loaded = loaded
+
+    # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "sequencer", "param_ids", "_orphans")
+        skip = ("process_group", "sequencer", "names", "_loaded")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
         self.process_group = None
-        self.param_ids = {}
-        self._orphans = {}
+        self.names = ParamNames()
         self.sequencer = Sequencer()
+        self._loaded = set()
 
 
-def _snapshot(residual: Tensor | None, numel: int) -> Tensor | None:
-    return residual.clone() if residual is not None and residual.numel() == numel else None
+def _copy(residual: Tensor | None) -> Tensor | None:
+    return None if residual is None else residual.clone()
 
 
 def _add_change(out: Tensor, new: Tensor | None, old: Tensor | None, alpha: float) -> None:
-    """``out += alpha * (new - old)``; a missing (or reset, re-shaped) residual counts as zero."""
-    if new is not None and new.numel() == out.numel():
+    """``out += alpha * (new - old)``; a missing residual counts as zero."""
+    if new is not None:
         out.add_(new.view(out.shape), alpha=alpha)
-    if old is not None and old.numel() == out.numel():
+    if old is not None:
         out.sub_(old.view(out.shape), alpha=alpha)

@@ -35,7 +35,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
-from .base import FlatReducer, Strategy, average_parameters, flatten, unflatten_into
+from gradwire.hooks import Compressor, StateKey
+
+from .base import Strategy, average_parameters, flatten, unflatten_into
 
 __all__ = ["AsyncAverageStrategy", "LocalSGDStrategy"]
 
@@ -45,13 +47,13 @@ class _Averaging(Strategy):
 
     averages_gradients = False
 
-    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+    def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
         if period < 1:
             raise ValueError(f"{self.name}: the averaging period H must be >= 1, got {period}")
         super().__init__(compressor, momentum, group)
         self.period = period
-        self._reducer = FlatReducer(compressor, group)
+        self._exchange = self.exchange_state(group)
         self._anchor = torch.empty(0)
         #: parameter averages launched so far
         self.averages = 0
@@ -65,7 +67,10 @@ class _Averaging(Strategy):
         """Snapshot the parameters; launch the average of the displacement ``snapshot - anchor``."""
         snapshot = flatten(self.params)
         self.averages += 1
-        return snapshot, self._reducer.launch(snapshot - self._anchor, key="params")
+        displacement = snapshot - self._anchor
+        fut = self._exchange.reduce(displacement, StateKey.of("params", displacement.numel()))
+        self._exchange.end_step()
+        return snapshot, fut
 
     def _apply(self, snapshot: Tensor, mean: Tensor) -> None:
         """``a <- a + mean``, ``x <- a + (x - snapshot)``.
@@ -87,7 +92,7 @@ class LocalSGDStrategy(_Averaging):
 
     name = "localsgd"
 
-    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+    def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None, warmup: int = 0) -> None:
         super().__init__(period, compressor, momentum, group)
         if warmup < 0:
@@ -127,7 +132,7 @@ class AsyncAverageStrategy(_Averaging):
 
     name = "async-average"
 
-    def __init__(self, period: int, compressor: str | None = None, momentum: float = 0.9,
+    def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
         super().__init__(period, compressor, momentum, group)
         self._pending: tuple[Tensor, Future] | None = None

@@ -24,28 +24,24 @@ time; :func:`gradwire.overlap.metrics.split_exposed` splits the windows by
 the backend's event log.
 
 Momentum and compression: error feedback feeding a momentum optimizer
-collapses training (DESIGN.md; :mod:`gradwire.hooks.state`). With a compressor,
-gradient strategies keep momentum themselves (``m = beta m + g``, compress
-``m``) and the optimizer runs without it: ``optimizer_momentum`` says which.
+collapses training (:mod:`gradwire.hooks.state`). With a compressor, gradient
+strategies let their :class:`~gradwire.hooks.CompressionState` keep the
+momentum (``m = beta m + g``, compress ``m``) and the optimizer runs without
+it: ``optimizer_momentum`` says which.
 """
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Hashable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.futures import Future
 
-__all__ = [
-    "FlatReducer", "LocalMomentum", "Strategy", "average_parameters", "broadcast_module", "flatten",
-    "unflatten_into",
-]
+from gradwire.hooks import CompressionState, Compressor, get_compressor
 
-#: tensors smaller than this are averaged uncompressed (as the DDP hook does)
-MIN_COMPRESS_NUMEL = 1024
+__all__ = ["Strategy", "average_parameters", "broadcast_module", "flatten", "unflatten_into"]
 
 
 def flatten(tensors: Sequence[Tensor]) -> Tensor:
@@ -80,72 +76,6 @@ def broadcast_module(module: nn.Module, group: dist.ProcessGroup | None = None) 
             dist.broadcast(t.data, src=src, group=group)
 
 
-class LocalMomentum:
-    """``m[key] = beta * m[key] + x``, then ``x <- m[key]`` (the momentum lives before compression)."""
-
-    def __init__(self, beta: float) -> None:
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {beta}")
-        self.beta = beta
-        self.buffers: dict[Hashable, Tensor] = {}
-
-    def apply(self, key: Hashable, x: Tensor) -> None:
-        m = self.buffers.get(key)
-        if m is None or m.shape != x.shape:
-            self.buffers[key] = x.detach().clone()
-            return
-        m.mul_(self.beta).add_(x)
-        x.copy_(m)
-
-
-class FlatReducer:
-    """Average 1-D buffers over a group, asynchronously, optionally compressed.
-
-    Args:
-        compressor: None for a plain all_reduce, else a compressor name.
-        group: process group (None: default).
-        momentum: with a compressor, the local momentum applied before compressing.
-        error_feedback: None: on for biased compressors (as ``CompressionState``).
-
-    Every launch goes through one :class:`~gradwire.hooks.Sequencer`: a two-phase
-    compressor issues its second collective from a callback, and gloo matches
-    collectives by issue order, so launch ``k+1`` must wait for launch ``k``'s
-    last issue, or the ranks would pair different collectives.
-    """
-
-    def __init__(self, compressor: str | None = None, group: dist.ProcessGroup | None = None,
-                 momentum: float = 0.0, error_feedback: bool | None = None) -> None:
-        self.group = group
-        self.compressor = None
-        self.momentum = LocalMomentum(momentum) if momentum else None
-        self.error_feedback = None
-        self._sequencer = None
-        if compressor is not None:
-            from gradwire.compress import ErrorFeedback, get_compressor
-            from gradwire.hooks import Sequencer
-
-            self.compressor = get_compressor(compressor)
-            self._plain = get_compressor("none")
-            if error_feedback is None:
-                error_feedback = not self.compressor.unbiased
-            self.error_feedback = ErrorFeedback() if error_feedback else None
-            self._sequencer = Sequencer()
-
-    def launch(self, flat: Tensor, key: Hashable = "flat") -> Future:
-        """Start averaging ``flat`` (overwritten in place); the future's value is ``flat``."""
-        if self.compressor is None:
-            world = dist.get_world_size(self.group)
-            work = dist.all_reduce(flat, group=self.group, async_op=True)
-            return work.get_future().then(lambda _: flat.div_(world))
-        from gradwire.hooks import exchange
-
-        if self.momentum is not None:
-            self.momentum.apply(key, flat)
-        if flat.numel() < MIN_COMPRESS_NUMEL:
-            return exchange(flat, key, self._plain, self.group, None, self._sequencer)
-        return exchange(flat, key, self.compressor, self.group, self.error_feedback, self._sequencer)
-
-
 class Strategy:
     """Base class of the strategies; see the module docstring for the loop contract.
 
@@ -157,9 +87,12 @@ class Strategy:
     #: whether the strategy communicates gradients (True) or parameters (False)
     averages_gradients = True
 
-    def __init__(self, compressor: str | None = None, momentum: float = 0.9,
+    def __init__(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
-        self.compressor = compressor
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        #: the compressor (parsed once, here, when given by name); None: uncompressed
+        self.compressor: Compressor | None = None if compressor is None else get_compressor(compressor)
         self.momentum = momentum
         self.group = group
         self.steps = 0
@@ -172,6 +105,16 @@ class Strategy:
         if self.compressor is not None and self.averages_gradients:
             return 0.0
         return self.momentum
+
+    def exchange_state(self, group: dist.ProcessGroup | None, momentum: float = 0.0) -> CompressionState:
+        """The exchange this strategy averages through: its compressor, or the plain average without one.
+
+        Every rank applies the same average (no local correction): the
+        strategies that use it keep identical replicas, or correct locally
+        in their own way (``delayed``).
+        """
+        return CompressionState("none" if self.compressor is None else self.compressor, group,
+                                momentum=momentum, local_correction=False)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Prepare ``model`` (identical start on every rank); return the module to call forward on."""
@@ -220,5 +163,5 @@ class Strategy:
         return [p.grad for p in self.params]
 
     def __repr__(self) -> str:
-        comp = f"{self.compressor}+" if self.compressor else ""
+        comp = f"{self.compressor.name}+" if self.compressor is not None else ""
         return f"<strategy {comp}{self.name}>"

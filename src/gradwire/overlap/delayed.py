@@ -42,15 +42,22 @@ so the ranks differ by ``lr * (v_t^i - mean_j v_t^j)`` (through the
 optimizer's momentum when it has one): bounded, never accumulating.
 
 With a compressor (``onebit+delayed``). Error feedback in front of the
-optimizer's momentum fails (DESIGN.md), so, as in ``sync``, the strategy keeps
-the momentum itself (``v = m``), the exchange compresses ``m`` with error
-feedback, and the optimizer runs without momentum. The telescoping sum still
+optimizer's momentum fails (:mod:`gradwire.hooks.state`), so, as in ``sync``,
+the exchange's :class:`~gradwire.hooks.CompressionState` keeps the momentum
+(``v = m``), compresses ``m`` with error feedback, and the optimizer runs
+without momentum. The telescoping sum still
 holds with ``avg_s`` the decompressed average: the model follows the
 error-compensated compressed momentum SGD of ``sync`` plus the local ``m_t``,
 and the compression error of the average reaches each update once, as the
 residual difference ``e_{t-2} - e_{t-1}`` (exactly as in ``sync``, one step
 later). A vote (``signum``) is not an average of ``v`` and is refused, except
 by ``delayed:naive``.
+
+Checkpoints: :meth:`DelayedStrategy.state_dict` waits for the averages in
+flight and saves what each parameter is still owed (``avg_{t-1} - v_{t-1}``)
+with the exchange's state (momentum, residuals); the first step after
+:meth:`DelayedStrategy.load_state_dict` applies it per parameter, so a
+resume continues exactly.
 
 Exposure. The exchange runs on a process group of its own (same ranks, same
 network spec): a two-phase compressor issues its second collective from a
@@ -69,7 +76,9 @@ from torch import Tensor, nn
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .base import FlatReducer, Strategy, average_parameters
+from gradwire.hooks import CompressionState, Compressor, StateKey
+
+from .base import Strategy, average_parameters
 
 __all__ = ["DelayedStrategy"]
 
@@ -80,14 +89,17 @@ DEFAULT_BUCKET_CAP_MB = 0.05
 #: round's fixed cost (chunking, packing, two collectives): DDP's own default
 COMPRESSED_BUCKET_CAP_MB = 25.0
 
+#: what a step still owes each bucket's parameters: (the bucket's key, ``avg``, ``v``), laid out as the key;
+#: applied as ``(g + avg) - v`` (naive: ``avg``), the order of the flat update, so that the two agree bit for bit
+Owed = List[Tuple[StateKey, Tensor, Tensor]]
+
 
 class _Launch:
-    """One bucket of one step: its parameters (bucket order), DDP's bucket, local vector ``v``, average in flight."""
+    """One bucket of one step: its key and parameters (bucket order), DDP's bucket, local vector ``v``, average in flight."""
 
     __slots__ = ("key", "params", "bucket", "local", "future")
 
-    def __init__(self, key: Tuple[int, ...], params: List[Tensor], bucket: Tensor, local: Tensor,
-                 future: Future) -> None:
+    def __init__(self, key: StateKey, params: List[Tensor], bucket: Tensor, local: Tensor, future: Future) -> None:
         self.key, self.params, self.bucket, self.local, self.future = key, params, bucket, local, future
 
     def grads_are_bucket(self) -> bool:
@@ -97,15 +109,6 @@ class _Launch:
             return False
         end = self.bucket.data_ptr() + (self.bucket.numel() - last.numel()) * self.bucket.element_size()
         return first.data_ptr() == self.bucket.data_ptr() and last.data_ptr() == end
-
-
-def _slices(flat: Tensor, params: Sequence[Tensor]):
-    """(parameter, its slice of ``flat`` shaped like it), in bucket order."""
-    offset = 0
-    for p in params:
-        n = p.numel()
-        yield p, flat[offset:offset + n].view_as(p)
-        offset += n
 
 
 def _delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -121,8 +124,8 @@ class DelayedStrategy(Strategy):
     """Apply ``v_t + avg_{t-1} - v_{t-1}``; each bucket's average overlaps the next step.
 
     Args:
-        compressor: None, or a compressor name (the strategy then owns the momentum).
-        momentum: heavy-ball momentum (the optimizer's, or the strategy's with a compressor).
+        compressor: None, or a compressor (the exchange then owns the momentum).
+        momentum: heavy-ball momentum (the optimizer's, or the exchange's with a compressor).
         group: process group (None: default); the exchange runs on a new group of its ranks.
         naive: apply the stale average alone (``u_t = avg_{t-1}``), for comparison.
         bucket_cap_mb: DDP's bucket size (default: :data:`DEFAULT_BUCKET_CAP_MB`,
@@ -131,30 +134,30 @@ class DelayedStrategy(Strategy):
 
     name = "delayed"
 
-    def __init__(self, compressor: Optional[str] = None, momentum: float = 0.9,
+    def __init__(self, compressor: Optional[Any] = None, momentum: float = 0.9,
                  group: Optional[dist.ProcessGroup] = None, naive: int = 0,
                  bucket_cap_mb: Optional[float] = None) -> None:
         super().__init__(compressor, momentum, group)
         self.naive = bool(naive)
         if bucket_cap_mb is None:
-            bucket_cap_mb = DEFAULT_BUCKET_CAP_MB if compressor is None else COMPRESSED_BUCKET_CAP_MB
+            bucket_cap_mb = DEFAULT_BUCKET_CAP_MB if self.compressor is None else COMPRESSED_BUCKET_CAP_MB
         self.bucket_cap_mb = bucket_cap_mb
         #: the process group the averages travel on (created by ``wrap``)
         self.comm_group: Optional[dist.ProcessGroup] = None
-        self._reducer: Optional[FlatReducer] = None
-        #: the strategy's momentum, per parameter: views into one buffer per bucket layout
-        self._momentum: Dict[int, Tensor] = {}
-        self._bucket_momentum: Dict[Tuple[int, ...], Tensor] = {}
+        #: the exchange (created by ``wrap``); with a compressor it holds the momentum
+        self.exchange: Optional[CompressionState] = None
         self._launches: List[_Launch] = []
         #: per bucket layout, two spent buffers (local vector, the one sent) for the next launch:
         #: a fresh bucket-sized tensor per step costs glibc's new pages (page faults), not a copy
-        self._spare: Dict[Tuple[int, ...], Tuple[Tensor, Tensor]] = {}
+        self._spare: Dict[StateKey, Tuple[Tensor, Tensor]] = {}
         self._previous: Optional[List[_Launch]] = None
+        #: what the first step after load_state_dict applies per parameter
+        self._owed: Optional[Owed] = None
         #: optimizer steps skipped (``naive``: step 0 has nothing to apply)
         self.skipped = 0
         #: steps applied through each parameter's ``.grad`` rather than flat on the buckets: the
-        #: step after DDP rebuilt its buckets (once, at step 1), or every step if the gradients
-        #: stopped being views of the buckets
+        #: step after DDP rebuilt its buckets (once, at step 1), the first step after a resume,
+        #: or every step if the gradients stopped being views of the buckets
         self.per_parameter_steps = 0
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -164,71 +167,51 @@ class DelayedStrategy(Strategy):
         ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb, gradient_as_bucket_view=True)
         ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
         self.comm_group = dist.new_group(ranks)
-        self._reducer = FlatReducer(self.compressor, self.comm_group)
+        state = self.exchange_state(self.comm_group, momentum=self.momentum if self.compressor is not None else 0.0)
+        if self.exchange is not None:  # restored before wrap: keep what load_state_dict put there
+            state.load_state_dict(self.exchange.state_dict())
+        self.exchange = state
         ddp.register_comm_hook(self, _delayed_hook)
         return ddp
 
-    def _momentum_buffer(self, key: Tuple[int, ...], params: List[Tensor], like: Tensor) -> Tensor:
-        """The momentum of a bucket's parameters as one flat buffer (moved over when DDP rebuilds buckets)."""
-        buf = self._bucket_momentum.get(key)
-        if buf is None:
-            buf = torch.zeros_like(like)
-            for p, view in _slices(buf, params):
-                old = self._momentum.get(id(p))
-                if old is not None:
-                    view.copy_(old)
-                self._momentum[id(p)] = view
-            # the views keep an old layout's buffer alive until its last parameter moved
-            self._bucket_momentum = {k: b for k, b in self._bucket_momentum.items() if not set(k) & set(key)}
-            self._bucket_momentum[key] = buf
-        return buf
-
     def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
         """Record the bucket's local vector and launch its average (called by the hook)."""
-        assert self._reducer is not None, "call wrap() first"
+        assert self.exchange is not None, "call wrap() first"
         params = list(params)
         numel = sum(p.numel() for p in params)
         if numel != grad.numel():
             raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of {numel}; "
                                "DDP's bucket layout is not what the strategy expects")
-        key = tuple(id(p) for p in params)  # survives DDP's bucket rebuild only where the layout does
+        key = self.exchange.names.key(params)
         local, sent = self._spare.pop(key, None) or (torch.empty_like(grad), torch.empty_like(grad))
-        if self.compressor is None:
-            local.copy_(grad)  # DDP reuses the bucket buffer next step
-        else:
-            m = self._momentum_buffer(key, params, grad)
-            local.copy_(torch.add(grad, m, alpha=self.momentum, out=m))  # m = beta m + g, one pass
-        self._launches.append(_Launch(key, params, grad, local, self._reducer.launch(sent.copy_(local), key=key)))
+        # DDP reuses the bucket buffer next step: send a copy; the exchange's momentum (with a
+        # compressor) turns it into m and writes this rank's vector v into ``local``
+        _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key)
+        self._launches.append(_Launch(key, params, grad, local, fut))
 
-    def _averages(self, launches: List[_Launch]) -> List[Tensor]:
-        """Wait for a step's averages (the wait is exposed communication)."""
-        with self.waiting():
-            return [launch.future.wait() for launch in launches]
-
-    def _apply_previous(self, launches: List[_Launch], subtract_local: bool) -> None:
-        """Wait for a step's averages and add ``avg - v`` (or ``avg``) of each bucket to its gradients."""
-        for launch, avg in zip(launches, self._averages(launches)):
-            if subtract_local:
-                avg = avg.sub_(launch.local)
-            for p, part in _slices(avg, launch.params):
-                p.grad.add_(part)
+    def _owed_by(self, launches: List[_Launch]) -> Owed:
+        """Wait for a step's averages (exposed communication): what each bucket is owed."""
+        return [(launch.key, avg, launch.local) for launch, avg in zip(launches, self._wait(launches))]
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if not self._launches:
             raise RuntimeError("delayed: backward() launched no bucket; call forward on the module wrap() returned")
+        assert self.exchange is not None
         launches, self._launches = self._launches, []
         previous, self._previous = self._previous, launches
+        owed, self._owed = self._owed, None
         self.steps += 1
-        if previous is None and self.naive:
+        self.exchange.end_step()
+        if previous is None and owed is None and self.naive:
             self.skipped += 1
             return
-        flat = all(launch.grads_are_bucket() for launch in launches) and (
+        flat = owed is None and all(launch.grads_are_bucket() for launch in launches) and (
             previous is None or [p.key for p in previous] == [launch.key for launch in launches])
-        if not flat:  # DDP rebuilt its buckets since the last step (once, early), or grads are not views
+        if not flat:  # DDP rebuilt its buckets since the last step (once, early), a resume, or grads are not views
             self.per_parameter_steps += 1
-            self._step_per_parameter(launches, previous)
+            self._step_per_parameter(launches, owed if previous is None else self._owed_by(previous))
         else:
-            averages = self._averages(previous) if previous is not None else [None] * len(launches)
+            averages = self._wait(previous) if previous is not None else [None] * len(launches)
             for launch, prev, avg in zip(launches, previous or launches, averages):
                 u = launch.bucket  # the gradients; holds this rank's g_t
                 if self.naive:
@@ -244,19 +227,40 @@ class DelayedStrategy(Strategy):
                     self._spare[prev.key] = (prev.local, avg)
         optimizer.step()
 
-    def _step_per_parameter(self, launches: List[_Launch], previous: Optional[List[_Launch]]) -> None:
+    def _wait(self, launches: List[_Launch]) -> List[Tensor]:
+        with self.waiting():
+            return [launch.future.wait() for launch in launches]
+
+    def _step_per_parameter(self, launches: List[_Launch], owed: Optional[Owed]) -> None:
         """``step`` through each parameter's ``.grad``, for any bucket layout."""
         grads = self.grads()
         if self.naive:
             for g in grads:
-                g.zero_()
-        elif self.compressor is not None:  # the local vector is the strategy's momentum, not the gradient
+                g.zero_()  # the owed average replaces them
+        elif self.compressor is not None:  # the local vector is the exchange's momentum, not the gradient
             for launch in launches:
-                for p, part in _slices(launch.local, launch.params):
-                    p.grad.copy_(part)
+                _copy_to_grads(launch.local, launch.params)
         # else: DDP left this rank's gradient (= v_t) in .grad
-        if previous is not None:
-            self._apply_previous(previous, subtract_local=not self.naive)
+        if owed is not None:
+            self._apply(owed, launches)
+
+    def _apply(self, owed: Owed, launches: List[_Launch]) -> None:
+        """Add what each parameter is owed to its ``.grad`` (by the parameters' names)."""
+        assert self.exchange is not None
+        by_name = {self.exchange.names.name(p): p for launch in launches for p in launch.params}
+        for key, avg, local in owed:
+            offset = 0
+            for name, numel in key.segments:
+                p = by_name.get(name)
+                if p is None:
+                    raise RuntimeError(f"delayed: the average owed to parameter {name} has no parameter to go to; "
+                                       "resume into the same model (and DDP) the state was saved from")
+                grad = p.grad.view(-1)
+                if self.naive:
+                    grad.copy_(avg[offset:offset + numel])
+                else:
+                    grad.add_(avg[offset:offset + numel]).sub_(local[offset:offset + numel])
+                offset += numel
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         if self._previous is None:
@@ -264,8 +268,45 @@ class DelayedStrategy(Strategy):
         launches, self._previous = self._previous, None
         for g in self.grads():
             g.zero_()
-        self._apply_previous(launches, subtract_local=not self.naive)
+        self._apply(self._owed_by(launches), launches)
         optimizer.step()
         # Every rank has now applied the same sum of averages; the optimizer's
         # momentum (and rounding) still leave them a little apart.
         average_parameters(self.params, self.group)
+
+    # -- checkpoints -------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """The exchange's state and what the next step owes each parameter (waits for the averages in flight).
+
+        Save it together with the model and the optimizer after ``step``;
+        plain types only (``torch.load(weights_only=True)`` reads it).
+        """
+        if self.exchange is None:
+            raise RuntimeError("delayed: state_dict() needs wrap() first")
+        owed = self._owed if self._previous is None else self._owed_by(self._previous)
+        if self._previous is not None:  # keep the waited averages for the step that applies them
+            self._owed, self._previous = owed, None
+        return {
+            "steps": self.steps,
+            "skipped": self.skipped,
+            "exchange": self.exchange.state_dict(),
+            "owed": [{**key.as_plain(), "average": avg.clone(), "local": local.clone()} for key, avg, local in owed or []],
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, before or after ``wrap``."""
+        if self.exchange is None:
+            self.exchange = self.exchange_state(None, momentum=self.momentum if self.compressor is not None else 0.0)
+        self.exchange.load_state_dict(state["exchange"])
+        self.steps = int(state["steps"])
+        self.skipped = int(state["skipped"])
+        self._owed = [(StateKey.from_plain(e), e["average"].clone(), e["local"].clone()) for e in state["owed"]] or None
+        self._previous = None
+
+
+def _copy_to_grads(flat: Tensor, params: Sequence[Tensor]) -> None:
+    """Write consecutive slices of ``flat`` into the parameters' ``.grad``."""
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()

@@ -43,7 +43,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.futures import Future
 
-from .base import FlatReducer, Strategy
+from gradwire.hooks import CompressionState, Compressor, StateKey
+
+from .base import Strategy
 
 __all__ = ["AsyncGradientHandler", "HandlerStrategy"]
 
@@ -54,19 +56,23 @@ class AsyncGradientHandler:
     Args:
         params: a module or an iterable of parameters (those requiring grad are hooked).
         group: process group (None: default).
-        compressor: None for plain all_reduce, or a compressor name.
-        momentum: with a compressor, local momentum applied before compressing
+        compressor: None for plain all_reduce, or a compressor (name).
+        momentum: with a compressor, the momentum kept before compressing
             (then run the optimizer without momentum).
+
+    Every rank applies the same average (the exchange makes no local correction).
     """
 
     def __init__(self, params: nn.Module | Iterable[nn.Parameter], group: dist.ProcessGroup | None = None,
-                 compressor: str | None = None, momentum: float = 0.0) -> None:
+                 compressor: str | Compressor | None = None, momentum: float = 0.0) -> None:
         if isinstance(params, nn.Module):
             named = [(n, p) for n, p in params.named_parameters() if p.requires_grad]
         else:
             named = [(str(i), p) for i, p in enumerate(params) if p.requires_grad]
         self._names = {id(p): n for n, p in named}
-        self._reducer = FlatReducer(compressor, group, momentum=momentum if compressor else 0.0)
+        self._exchange = CompressionState("none" if compressor is None else compressor, group,
+                                          momentum=momentum if compressor is not None else 0.0,
+                                          local_correction=False)
         self._pending: dict[int, Future] = {}
         self._handles = [p.register_post_accumulate_grad_hook(self._ready) for _, p in named]
         self._step_hooks: list[Any] = []
@@ -89,14 +95,17 @@ class AsyncGradientHandler:
         grad = p.grad
         if not grad.is_contiguous():
             p.grad = grad = grad.contiguous()
-        self._pending[key] = self._reducer.launch(grad.view(-1), key=self._names[key])
+        self._pending[key] = self._exchange.reduce(grad.view(-1), StateKey.of(self._names[key], grad.numel()))
 
     def synchronize(self) -> float:
         """Wait until every launched gradient is averaged; return the seconds spent waiting."""
         t0 = time.perf_counter()
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            fut.wait()
+        try:
+            for fut in pending.values():
+                fut.wait()  # raises when a collective failed
+        finally:
+            self._exchange.end_step()
         waited = time.perf_counter() - t0
         self.blocked_seconds += waited
         return waited
@@ -126,7 +135,7 @@ class HandlerStrategy(Strategy):
 
     name = "handler"
 
-    def __init__(self, compressor: str | None = None, momentum: float = 0.9,
+    def __init__(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
         super().__init__(compressor, momentum, group)
         self.handler: AsyncGradientHandler | None = None
@@ -134,7 +143,7 @@ class HandlerStrategy(Strategy):
     def wrap(self, model: nn.Module) -> nn.Module:
         module = super().wrap(model)
         self.handler = AsyncGradientHandler(model, self.group, self.compressor,
-                                            momentum=self.momentum if self.compressor else 0.0)
+                                            momentum=self.momentum if self.compressor is not None else 0.0)
         return module
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from gradwire.hooks import COMPRESSORS, Compressor, get_compressor
+
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
 from .base import Strategy
 from .delayed import DelayedStrategy
@@ -104,10 +106,12 @@ class StrategySpec:
         parts += [f for f in entry.flags if self.params.get(f)]
         return ":".join(parts)
 
-    def build(self, compressor: str | None = None, momentum: float = 0.9,
+    def build(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
               group: dist.ProcessGroup | None = None) -> Strategy:
-        """A fresh runtime strategy (one per training run)."""
+        """A fresh runtime strategy (one per training run); a compressor name is parsed here, once."""
         entry = STRATEGIES[self.name]
+        if isinstance(compressor, str):
+            compressor = get_compressor(compressor)
         check_composition(compressor, self)
         kwargs: dict[str, Any] = {o: self.params[o] for o in entry.options + entry.flags if o in self.params}
         args = [self.params[p] for p in entry.positional]
@@ -146,23 +150,21 @@ def _parse_one(text: str) -> StrategySpec:
     return StrategySpec(name, params)
 
 
-def check_composition(compressor: str | None, spec: StrategySpec) -> None:
+def check_composition(compressor: str | Compressor | None, spec: StrategySpec) -> None:
     """Raise ValueError when ``spec`` cannot run with ``compressor``."""
     if compressor is None:
         return
     entry = STRATEGIES[spec.name]
-    head = compressor.split(":")[0].lower()
+    head = compressor.name if isinstance(compressor, Compressor) else compressor.split(":")[0].lower()
     refuses, why = entry.refuses, "its exchange is a vote, not an average"
     if spec.name == "delayed" and spec.params.get("naive"):
         refuses = frozenset()  # applies whatever the exchange returns
     if head in refuses:
-        from gradwire.compress import COMPRESSORS
-
         if refuses is _ANY_COMPRESSOR:
             why = "it is its own compression"
         valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses)) or "none"
         raise ValueError(
-            f"compressor {compressor!r} cannot compose with strategy {spec}: {why}; "
+            f"compressor {getattr(compressor, 'name', compressor)!r} cannot compose with strategy {spec}: {why}; "
             f"valid compressors for {spec}: {valid}"
         )
 
@@ -178,8 +180,6 @@ def parse_strategy(text: str) -> tuple[str | None, StrategySpec]:
             two strategies or two compressors, a bad parameter, or a composition
             that cannot work.
     """
-    from gradwire.compress import COMPRESSORS, get_compressor
-
     parts = [p.strip() for p in str(text).split("+")]
     if not text or any(not p for p in parts):
         raise ValueError(f"empty part in strategy name {text!r}; write e.g. 'onebit+delayed'")

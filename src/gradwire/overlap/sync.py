@@ -18,12 +18,14 @@ late-peer time like every other wait (:func:`gradwire.overlap.split_exposed`).
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gradwire.hooks import Compressor
 
 from .base import Strategy, average_parameters
 
@@ -57,7 +59,7 @@ class SyncStrategy(Strategy):
 
     name = "sync"
 
-    def __init__(self, compressor: Optional[str] = None, momentum: float = 0.9,
+    def __init__(self, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,
                  group: Optional[dist.ProcessGroup] = None, bucket_cap_mb: float = 25.0) -> None:
         super().__init__(compressor, momentum, group)
         self.bucket_cap_mb = bucket_cap_mb

@@ -18,10 +18,12 @@ their CPU ranks.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
+
+from gradwire.hooks import Compressor
 
 from .sync import SyncStrategy
 
@@ -44,7 +46,7 @@ class TorchPowerSGDStrategy(SyncStrategy):
 
     name = "torch-powersgd"
 
-    def __init__(self, R: int, compressor: Optional[str] = None, momentum: float = 0.9,  # noqa: N803
+    def __init__(self, R: int, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,  # noqa: N803
                  group: Optional[dist.ProcessGroup] = None, start: int = 10) -> None:
         super().__init__(compressor, momentum, group)
         self.rank = R

@@ -1,0 +1,121 @@
+"""Future chains that carry failures, and the order in which exchanges issue collectives.
+
+Every stage of an exchange is a callback on a ``torch.futures.Future``. Two
+rules keep a failed collective visible (as on plain gloo, where the caller's
+``wait()`` raises):
+
+1. A callback reads its input with ``value()``, which re-raises the inner
+   failure, so the failure becomes the next future's result. A callback that
+   ignores its argument (``fut.then(lambda _: flat)``) would complete with
+   the local tensor and training would go on as if the peers had answered:
+   :func:`then` never does that.
+2. Whoever waits on the last future of a chain sees the first failure.
+
+Ordering (trap): gloo pairs collectives by the order they are issued. An
+exchange that issues its second collective from a callback (two-phase, or a
+second PowerSGD round) must not race a collective of the next exchange, or
+the ranks would pair different collectives. A :class:`Sequencer` hands out
+:class:`Turn` objects: exchange ``k+1`` issues only after exchange ``k``
+issued its last collective, or failed. A turn is released in one place,
+:meth:`Turn.issue`, on the last issue or on any failure.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from torch.futures import Future
+
+__all__ = ["Sequencer", "Turn", "completed", "then", "then_async"]
+
+T = TypeVar("T")
+
+
+def completed(value: Any) -> Future:
+    """A future that already holds ``value``."""
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
+
+
+def then(fut: Future, fn: Callable[[Any], T]) -> Future:
+    """``fut.then`` that hands ``fn`` the value, so a failure of ``fut`` fails the result instead of reaching ``fn``."""
+    return fut.then(lambda done: fn(done.value()))
+
+
+def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], None] | None = None) -> Future:
+    """Like :func:`then` for an ``fn`` that returns a Future: the result settles with that future.
+
+    ``on_error`` runs once when ``fut`` fails or ``fn`` raises, before the failure is passed on.
+    """
+    out: Future = Future()
+
+    def fail(exc: BaseException) -> None:
+        if on_error is not None:
+            on_error()
+        out.set_exception(exc)
+
+    def settle(inner: Future) -> None:
+        try:
+            out.set_result(inner.value())
+        except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
+            out.set_exception(exc)
+
+    def step(done: Future) -> None:
+        try:
+            inner = fn(done.value())
+        except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
+            fail(exc)
+            return
+        inner.add_done_callback(settle)
+
+    fut.add_done_callback(step)
+    return out
+
+
+class Turn:
+    """One exchange's turn to issue collectives (see the module doc)."""
+
+    __slots__ = ("_gate", "_token")
+
+    def __init__(self, gate: Future, token: Future) -> None:
+        self._gate = gate
+        self._token = token
+
+    def issue(self, launch: Callable[[Any], Future], after: Future | None = None, *, last: bool = True) -> Future:
+        """Call ``launch(value of after)`` once ``after`` (default: the previous exchange's last issue) is done.
+
+        ``launch`` issues collectives and returns the future of their
+        result. The turn passes to the next exchange after the ``last``
+        launch returned, or as soon as anything on the way failed.
+        """
+
+        def run(value: Any) -> Future:
+            fut = launch(value)
+            if last:
+                self.release()
+            return fut
+
+        return then_async(self._gate if after is None else after, run, on_error=self.release)
+
+    def release(self) -> None:
+        """Let the next exchange issue (idempotent)."""
+        if not self._token.done():
+            try:
+                self._token.set_result(None)
+            except RuntimeError:  # released from another thread in between
+                pass
+
+
+class Sequencer:
+    """Issue collectives in one deterministic order on every rank."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail: Future = completed(None)
+
+    def turn(self) -> Turn:
+        """Reserve the next turn: it opens when every earlier turn issued its last collective."""
+        gate, token = self._tail, Future()
+        self._tail = token
+        return Turn(gate, token)
