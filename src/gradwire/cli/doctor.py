@@ -23,7 +23,7 @@ def add_parser(subparsers: Any) -> None:
         description="Run on every rank (spawned, or under torchrun): compare versions, list backends "
         "and CUDA/NCCL, name gloo's interface, probe latency and bandwidth between each pair of ranks.",
     )
-    p.add_argument("--world-size", type=positive_int(2), default=2, metavar="N", help="ranks to spawn, >= 2 (default 2)")
+    p.add_argument("--world-size", type=positive_int(1), default=2, metavar="N", help="ranks to spawn, >= 2 (default 2)")
     p.add_argument("--probe-bytes", type=positive_int(4), default=4 << 20, metavar="B",
                    help="message size of the bandwidth probe, >= 4 (default 4 MiB)")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="S",
