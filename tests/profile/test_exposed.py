@@ -1,20 +1,15 @@
 """Exposed communication is measured from the waits on collectives, never from wall minus CPU time."""
-import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradwire.launch import free_port, spawn
+from gradwire.launch import spawn
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
-
-HERE = Path(__file__).parent
 
 _spans = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 10)).map(lambda t: (t[0], t[0] + t[1])), max_size=20)
 
@@ -77,27 +72,25 @@ def _busy(n):
 
 
 @pytest.mark.slow
-def test_exposed_never_exceeds_communication_on_a_loaded_machine(tmp_path):
-    """Two busy processes per core: the ranks wait for a core far longer than for the network."""
-    busy = _busy(2 * (os.cpu_count() or 1))
+@pytest.mark.timeout(240)
+def test_exposed_never_exceeds_communication_on_a_loaded_machine():
+    """A busy process per core: the ranks wait for a core far longer than for the network.
+
+    Under such load wall minus CPU time called 4.5 s of a profiled DDP script
+    exposed communication, while its collectives took 0.5 s in all.
+    """
+    from tests.profile.workers import ddp_steps_with_idle_time
+
+    busy = _busy(os.cpu_count() or 1)
     try:
-        out = tmp_path / "prof"
-        env = dict(os.environ, PLAIN_DDP_OUT=str(tmp_path / "facts.json"), OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "bandwidth=1gbit,latency=1ms",
-               "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               f"--master-port={free_port()}", str(HERE / "plain_ddp.py")]
-        t0 = time.monotonic()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        elapsed = time.monotonic() - t0
+        results = spawn(ddp_steps_with_idle_time, 2, ("bandwidth=1gbit,latency=1ms", 4), timeout=200)
     finally:
         for p in busy:
             p.kill()
             p.wait()
-    teardown_abort = "terminate called without an active exception" in proc.stderr  # see test_profile.py
-    assert proc.returncode == 0 or teardown_abort, proc.stderr[-3000:]
-    ranks = json.loads((out / "profile.json").read_text())["ranks"]
-    assert len(ranks) == 2
-    for r in ranks:
+    for r in results:
         assert 0 < r["exposed_seconds"] <= r["comm_seconds"] + 1e-9, r
-        assert r["comm_seconds"] <= r["wall_seconds"] < elapsed
-    assert "exposed" in proc.stdout
+        assert r["comm_seconds"] <= r["wall_seconds"]
+        assert r["compute_seconds"] >= r["slept"]
+        o = r["overlapped"]
+        assert o["exposed_seconds"] <= o["comm_seconds"] + 1e-9, o
