@@ -155,12 +155,20 @@ def test_local_correction_defaults_and_validation():
             CompressionState(name, local_correction=True, **kwargs)
 
 
-def test_ddp_resume_equals_uninterrupted():
-    # onebit two-phase: worker and server residuals, hook momentum and the step all resume.
-    spec = {"compressor": "onebit", "hook_momentum": 0.9, "model": "wide", "steps": 4}
+@pytest.mark.parametrize("model, cap, compressor", [
+    ("mlp", None, "onebit"),  # DDP's default buckets: the first iteration's order differs from the rebuilt one
+    ("mlp", None, "topk:0.1"),
+    ("cnn", 0.01, "onebit"),  # several buckets
+])
+def test_ddp_resume_in_new_processes_equals_uninterrupted(tmp_path, model, cap, compressor):
+    # worker and server residuals, hook momentum and the step all resume, bit for bit
+    spec = {"compressor": compressor, "hook_momentum": 0.9, "model": model, "bucket_cap_mb": cap, "steps": 5}
     straight = spawn(workers.ddp_train, 2, args=(spec,), timeout=100)
-    resumed = spawn(workers.ddp_train, 2, args=({**spec, "resume_at": 2},), timeout=100)
-    assert torch.equal(straight[0]["params"], resumed[0]["params"])
+    path = str(tmp_path / "ckpt")
+    spawn(workers.ddp_train, 2, args=({**spec, "save_at": 2, "path": path},), timeout=100)
+    resumed = spawn(workers.ddp_train, 2, args=({**spec, "resume_from": path, "resume_at": 2},), timeout=100)
+    for r in range(2):
+        assert torch.equal(straight[r]["params"], resumed[r]["params"])
 
 
 def test_hook_returns_a_future_on_the_bucket_buffer():

@@ -145,8 +145,19 @@ def wide() -> nn.Module:
     return nn.Linear(64, 500, bias=False)
 
 
+def mlp() -> nn.Module:
+    """A plain Sequential of Linear layers: with DDP's default buckets its first-iteration bucket
+    order differs from the rebuilt one (weights and biases swap), the ordinary resume case."""
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+MODELS = {"wide": wide, "mlp": mlp}
+
+
 def _batch(rank: int, step: int, model: str = "cnn") -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(10_000 * step + rank)
+    if model == "mlp":
+        return torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g)
     if model == "wide":
         return torch.randn(16, 64, generator=g), torch.randint(0, 500, (16,), generator=g)
     return torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
@@ -158,7 +169,9 @@ def _make(spec: dict[str, Any]):
     from gradwire.hooks import CompressionState, compression_hook
 
     torch.manual_seed(0)
-    ddp = DDP(wide() if spec.get("model") == "wide" else Net(), bucket_cap_mb=spec.get("bucket_cap_mb", 0.01))
+    model = MODELS.get(spec.get("model", "cnn"), Net)()
+    cap = spec.get("bucket_cap_mb", 0.01)
+    ddp = DDP(model) if cap is None else DDP(model, bucket_cap_mb=cap)
     state, seen = None, set()
     if spec.get("compressor") is not None:
         state = CompressionState(
@@ -188,27 +201,29 @@ def _steps(ddp, opt, rank: int, start: int, stop: int, model: str = "cnn") -> No
 
 
 def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
-    """Train a few steps with DDP (+ hook per ``spec``); optionally checkpoint and resume half-way."""
-    import io
+    """Train a few steps with DDP (+ hook per ``spec``).
 
+    ``save_at=k, path=P``: write a checkpoint (model, optimizer, hook state) to ``P.rank<N>`` after step k and
+    stop. ``resume_from=P, resume_at=k``: a new process (a new model, DDP and state) loads it and trains
+    steps k.. (``torch.load(weights_only=True)``: the hook's state is plain types).
+    """
     _init(rank, world)
     steps = spec.get("steps", 6)
+    model = spec.get("model", "cnn")
     ddp, state, opt, seen = _make(spec)
     out: dict[str, Any] = {}
-    if spec.get("resume_at"):
-        k = spec["resume_at"]
-        _steps(ddp, opt, rank, 0, k, spec.get("model", "cnn"))
-        blob = io.BytesIO()
-        torch.save({"model": ddp.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, blob)
-        blob.seek(0)
-        ckpt = torch.load(blob, weights_only=False)
-        ddp, state, opt, seen = _make(spec)
+    start = 0
+    if spec.get("resume_from"):
+        ckpt = torch.load(f"{spec['resume_from']}.rank{rank}", weights_only=True)
         ddp.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         state.load_state_dict(ckpt["hook"])
-        _steps(ddp, opt, rank, k, steps, spec.get("model", "cnn"))
-    else:
-        _steps(ddp, opt, rank, 0, steps, spec.get("model", "cnn"))
+        start = spec["resume_at"]
+    stop = spec.get("save_at", steps)
+    _steps(ddp, opt, rank, start, stop, model)
+    if spec.get("save_at") is not None:
+        torch.save({"model": ddp.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()},
+                   f"{spec['path']}.rank{rank}")
     out["params"] = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
     out["buckets"] = len(seen) if state is not None else None
     return out

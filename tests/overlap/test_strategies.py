@@ -1,6 +1,7 @@
 """Multi-rank behaviour of the strategies: parity with DDP, misuse raises, ranks agree."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from gradwire.launch import spawn
@@ -112,3 +113,14 @@ def test_exposure_counts_only_network_waiting() -> None:
         delayed_comm, _, delayed_network = out["delayed"]
         assert sync_network > 0.5 * sync_comm  # sync waits for every all_reduce after backward
         assert delayed_network < 0.1 * delayed_comm  # delayed's average had a whole step to arrive
+
+
+@pytest.mark.parametrize("name", ["delayed", "onebit+delayed"])
+def test_delayed_resumes_exactly_in_new_processes(tmp_path, name: str) -> None:
+    # the averages in flight at the checkpoint are waited for and saved as what each parameter is owed
+    straight = spawn(workers.strategy_resume, 2, (name, 7), timeout=90)
+    path = str(tmp_path / "ckpt")
+    spawn(workers.strategy_resume, 2, (name, 7, 3, None, path), timeout=90)
+    resumed = spawn(workers.strategy_resume, 2, (name, 7, None, 3, path), timeout=90)
+    for r in range(2):
+        assert torch.equal(straight[r], resumed[r]), f"rank {r}"

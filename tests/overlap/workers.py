@@ -200,3 +200,36 @@ def cpu_and_cuda(rank: int, world: int, names: list[str], steps: int) -> dict[st
             out[name][device] = {"params": params.cpu(), "losses": losses, "on_device": params.device.type}
     out["inner"] = sorted({str(g.cuda_inner) for g in groups().values()})
     return out
+
+
+def strategy_resume(rank: int, world: int, name: str, steps: int, save_at: int | None = None,
+                    resume_at: int | None = None, path: str = "") -> torch.Tensor:
+    """Train ``steps`` steps of a strategy; ``save_at``: checkpoint (model, optimizer, strategy) and stop;
+    ``resume_at``: a new model, strategy and optimizer load it and train the rest. Returns the final parameters."""
+    from gradwire.overlap import build_strategy
+    from gradwire.train import build_model
+
+    _init(rank, world)
+    strategy = build_strategy(name, momentum=0.9)
+    model = build_model("cnn", seed=0)
+    module = strategy.wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=strategy.optimizer_momentum)
+    start = 0
+    if resume_at is not None:
+        ckpt = torch.load(f"{path}.rank{rank}", weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        strategy.load_state_dict(ckpt["strategy"])
+        start = resume_at
+    loss_fn = nn.CrossEntropyLoss()
+    batches = _batches(rank, steps)
+    for x, y in batches[start:save_at]:
+        opt.zero_grad()
+        loss_fn(module(x), y).backward()
+        strategy.step(opt)
+    if save_at is not None:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "strategy": strategy.state_dict()},
+                   f"{path}.rank{rank}")
+        return torch.empty(0)
+    strategy.finish(opt)
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])

@@ -62,12 +62,15 @@ every process that builds the same model. So when DDP rebuilds its buckets
 momentum and residual move to its new place, and a checkpoint
 (:meth:`CompressionState.state_dict`) resumes into a new DDP of the same
 model exactly: during the first iteration after ``load_state_dict``, a
-bucket holding the same parameters as a saved layout in another order is
-reduced in the saved order (the compressor's blocks and the served chunks
-are then the saved ones), and from the next iteration DDP's rebuilt buckets
-are the saved layouts again. Server residuals belong to a layout's chunk and
-restart when the layout changes. Trap: register the hook before the first
-backward (names are given in first-iteration order).
+bucket whose parameters are those of one or more saved layouts (DDP's first
+iteration often puts everything in one large bucket, or the same parameters
+in another order) is reduced as those layouts, in the saved order, so the
+compressor's blocks and the served chunks are the saved ones; from the next
+iteration DDP's rebuilt buckets are the saved layouts again. A first bucket
+that splits a saved layout is reduced as it is, with the state carried per
+parameter (a warning says so). Server residuals belong to a layout's chunk
+and restart when the layout changes. Trap: register the hook before the
+first backward (names are given in first-iteration order).
 """
 from __future__ import annotations
 
@@ -204,8 +207,8 @@ class CompressionState:
         self.momentum_buffers = SegmentStore()
         self.names = ParamNames()
         self.sequencer = Sequencer()
-        #: layouts restored by load_state_dict that DDP has not produced yet (first iteration after a resume)
-        self._loaded: set[StateKey] = set()
+        #: the layouts restored by load_state_dict, in the order they were used (until the first iteration ends)
+        self._loaded: list[StateKey] = []
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -220,7 +223,7 @@ class CompressionState:
     def end_step(self) -> None:
         """Advance the step (once per training step: the DDP hook does it on the last bucket)."""
         self.step += 1
-        self._loaded.clear()
+        self._loaded = []
 
     def reduce(self, flat: Tensor, key: StateKey, local: Tensor | None = None) -> Future:
         """Average the 1-D contiguous ``flat`` over the group; the future's value is ``flat``, overwritten.
@@ -270,29 +273,44 @@ class CompressionState:
 
         ``key``: ``self.names.key(params)`` when the caller has it already.
         During the first iteration after :meth:`load_state_dict`, a bucket
-        holding a saved layout's parameters in another order is reduced in the
-        saved order (see the module doc).
+        whose parameters are those of one or more saved layouts is reduced as
+        those layouts, in the saved order (see the module doc).
         """
         key = self.names.key(params) if key is None else key
-        saved = self._saved_order(key)
+        saved = self._saved_layouts(key)
         if saved is None:
             return key, self.reduce(flat, key, local)
-        arranged = rearrange(flat, key, saved)
-        arranged_local = None if local is None else torch.empty_like(arranged)
-        fut = self.reduce(arranged, saved, arranged_local)
-        if local is not None:
-            assert arranged_local is not None
-            rearrange(arranged_local, saved, key, out=local.view(-1))
-        return key, then(fut, lambda avg: rearrange(avg, saved, key, out=flat.view(-1)).view(flat.shape))
+        futures = []
+        for part in saved:
+            arranged = rearrange(flat, key, part)
+            arranged_local = None if local is None else torch.empty_like(arranged)
+            futures.append(self.reduce(arranged, part, arranged_local))
+            if local is not None:
+                assert arranged_local is not None
+                rearrange(arranged_local, part, key, out=local.view(-1))
 
-    def _saved_order(self, key: StateKey) -> StateKey | None:
-        if not self._loaded:
+        def write_back(done: list[Future]) -> Tensor:
+            for part, fut in zip(saved, done):
+                rearrange(fut.value(), part, key, out=flat.view(-1))
+            return flat
+
+        return key, then(torch.futures.collect_all(futures), write_back)
+
+    def _saved_layouts(self, key: StateKey) -> list[StateKey] | None:
+        """The saved layouts that make up ``key``'s parameters, in saved order (None: reduce ``key`` as it is)."""
+        if not self._loaded or key in self._loaded:
             return None
-        if key in self._loaded:
-            self._loaded.discard(key)
-            return None
-        names = key.names()
-        return next((k for k in self._loaded if k.names() == names), None)
+        names, parts, covered = key.names(), [], set()
+        for saved in self._loaded:
+            saved_names = saved.names()
+            if saved_names <= names:
+                parts.append(saved)
+                covered |= saved_names
+            elif saved_names & names:
+                log.warning("resumed bucket %s splits the saved layout %s: its state is carried per parameter, "
+                            "and this iteration's compression differs from an uninterrupted run's", key, saved)
+                return None
+        return parts if covered == names else None
 
     def _apply_momentum(self, key: StateKey, x: Tensor, finite: bool) -> None:
         """``m = beta m + x``, then ``x = m``; a non-finite ``x`` becomes ``x + beta m`` and ``m`` stays."""
@@ -356,13 +374,13 @@ class CompressionState:
                              f"this state {'off' if self.error_feedback is None else 'on'}: build the state as it was saved")
         self.step = int(state["step"])
         self.momentum_buffers.load_state_dict(state["momentum"])
-        loaded = set(self.momentum_buffers.keys())
+        loaded = list(self.momentum_buffers.keys())
         if self.error_feedback is not None:
             self.error_feedback.load_state_dict(state["error_feedback"])
-            loaded |= {StateKey(k.segments) for k in self.error_feedback.keys()}
+            loaded += [k for k in self.error_feedback.keys() if k.chunk is None]
         self.compressor.load_state_dict(state["compressor"])
         self.names = ParamNames()
-        self._loaded = loaded
+        self._loaded = list(dict.fromkeys(loaded))
 
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -375,7 +393,7 @@ class CompressionState:
         self.process_group = None
         self.names = ParamNames()
         self.sequencer = Sequencer()
-        self._loaded = set()
+        self._loaded = []
 
 
 def _copy(residual: Tensor | None) -> Tensor | None:
