@@ -1,0 +1,130 @@
+"""Summarise a mutmut 3 run per module; re-test its survivors with the mutant written into the source.
+
+Used by benchmarks/mutation.sh, in the work folder of the run::
+
+    python benchmarks/mutation_summary.py --root REPO [--recheck]
+
+mutmut 3 switches mutants inside functions at call time. Code that runs at
+import (the tables built by ``_sign_table``, the registry filled by
+``register_compressor``, ``_with_barrier`` building ``ALGORITHMS``) has run
+before a mutant is switched on, so such mutants always "survive" there.
+``--recheck`` writes each surviving mutant into the copied source
+(``mutmut apply``), runs the pure tests in a fresh interpreter, and restores
+the file: a failing run kills the mutant.
+
+Mutants listed in benchmarks/mutation_equivalent.txt (``NAME  # why``) are
+equivalent: no test can tell them from the original. The score is
+killed / (all - equivalent).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+LINE = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+?)\s*$")
+TESTS = ["tests/net", "tests/compress", "tests/emulate/test_topology_auto.py", "-m", "not slow"]
+
+
+def mutmut_results() -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], check=True,
+                         capture_output=True, text=True).stdout
+    return {m["name"]: m["status"] for m in map(LINE.match, out.splitlines()) if m}
+
+
+def module_of(name: str) -> str:
+    """``gradwire.net.algorithms.x_ring__mutmut_3`` -> ``gradwire.net.algorithms``."""
+    head = name.split("__mutmut_")[0]
+    parts = head.split(".")
+    return ".".join(p for p in parts if not (p.startswith("x_") or p.startswith("xǁ")))
+
+
+def source_file(name: str) -> Path:
+    mod = module_of(name).replace(".", "/")
+    return Path("src") / (mod + ".py") if Path("src", mod + ".py").exists() else Path("src", mod, "__init__.py")
+
+
+def recheck(names: list[str], root: Path, timeout: int = 180) -> dict[str, str]:
+    """Write each mutant into the copied source, run the pure tests in a fresh process, restore."""
+    env = {**os.environ, "PYTHONPATH": str(Path("src").resolve())}
+    verdict = {}
+    for i, name in enumerate(names, 1):
+        path = source_file(name)
+        try:
+            subprocess.run([sys.executable, "-m", "mutmut", "apply", name], check=True, capture_output=True)
+            try:
+                rc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+                                    env=env, capture_output=True, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+        finally:
+            shutil.copyfile(root / path, path)
+        verdict[name] = "survived" if rc == 0 else ("timeout" if rc == -1 else "killed")
+        print(f"  recheck {i}/{len(names)} {name}: {verdict[name]}", flush=True)
+    return verdict
+
+
+def equivalents(root: Path) -> dict[str, str]:
+    path = root / "benchmarks" / "mutation_equivalent.txt"
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        name, _, why = line.partition("#")
+        if name.strip():
+            out[name.strip()] = why.strip()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, required=True, help="the repository (for pristine sources and notes)")
+    ap.add_argument("--recheck", action="store_true", help="re-test survivors with the mutant applied")
+    args = ap.parse_args()
+    status = mutmut_results()
+    if args.recheck:
+        todo = [n for n, s in status.items() if s in ("survived", "no tests")]
+        for name, v in recheck(todo, args.root.resolve()).items():
+            status[name] = "killed" if v in ("killed", "timeout") else status[name]
+    equiv = equivalents(args.root)
+    for name in equiv:
+        if name in status and status[name] != "killed":
+            status[name] = "equivalent"
+    by_module: dict[str, Counter] = defaultdict(Counter)
+    for name, s in status.items():
+        by_module[module_of(name)][s] += 1
+    cols = ["killed", "survived", "no tests", "timeout", "equivalent"]
+    print(f"\n| module | mutants | {' | '.join(cols)} | score |")
+    print("|---|---:|" + "---:|" * (len(cols) + 1))
+    total: Counter = Counter()
+    for mod in sorted(by_module):
+        c = by_module[mod]
+        total.update(c)
+        print(_row(mod, c, cols))
+    print(_row("**all**", total, cols))
+    left = sorted(n for n, s in status.items() if s in ("survived", "no tests"))
+    stale = sorted(n for n in equiv if status.get(n) == "killed")
+    print(f"\nnot killed, not listed as equivalent ({len(left)}):")
+    for name in left:
+        print(f"  {name}")
+    if stale:
+        print(f"\nlisted as equivalent but killed ({len(stale)}; remove from mutation_equivalent.txt):")
+        for name in stale:
+            print(f"  {name}")
+
+
+def _row(mod: str, c: Counter, cols: list[str]) -> str:
+    n = sum(c.values())
+    killed = c["killed"] + c["timeout"]
+    denom = n - c["equivalent"]
+    score = f"{killed / denom:.1%}" if denom else "-"
+    other = n - sum(c[k] for k in cols)
+    extra = f" (+{other} other)" if other else ""
+    return f"| {mod} | {n}{extra} | " + " | ".join(str(c[k]) for k in cols) + f" | {score} |"
+
+
+if __name__ == "__main__":
+    main()
