@@ -189,3 +189,30 @@ def test_state_pickles_without_process_group_and_validates():
     for bad in ({"momentum": 1.0}, {"warmup_iters": -1}, {"min_compress_numel": -5}):
         with pytest.raises(ValueError):
             CompressionState("onebit", **bad)
+
+
+def _same_state(a: dict, b: dict) -> bool:
+    flat = lambda s: [e["value"] for part in ("momentum", "error_feedback") for e in (s[part] or {}).get("buffers", [])]  # noqa: E731
+    return all(torch.equal(x, y) for x, y in zip(flat(a), flat(b))) and len(flat(a)) == len(flat(b)) > 0
+
+
+@pytest.mark.parametrize("compressor", ["onebit", "topk:0.1"])
+def test_a_step_that_overflows_everywhere_is_as_if_it_never_happened(compressor):
+    # every rank's gradient is non-finite (the usual AMP overflow: the loss scale is shared): the step is skipped
+    # and the momentum, worker and server residuals stay as they were, so training continues exactly as if the
+    # batch had been left out
+    skipped = spawn(workers.overflow_steps, 2, args=(compressor, 7, 3, [0, 1]), timeout=100)
+    dropped = spawn(workers.overflow_steps, 2, args=(compressor, 7, None, [], 3), timeout=100)
+    for r in range(2):
+        assert skipped[r]["skipped"] == [3]
+        assert _same_state(skipped[r]["before"], skipped[r]["after"])
+        assert skipped[r]["finite_after"]
+        assert torch.equal(skipped[r]["params"], dropped[r]["params"])
+
+
+def test_one_rank_overflowing_keeps_its_state_and_training_goes_on_with_gradscaler():
+    res = spawn(workers.overflow_steps, 2, args=("onebit", 8, 3, [0], None, True), timeout=100)
+    assert all(r["skipped"][3] for r in res)  # the scaler on every rank saw the inf in the average and skipped
+    assert _same_state(res[0]["before"], res[0]["after"])  # the rank that overflowed left its state alone
+    for r in res:
+        assert r["finite_after"] and torch.isfinite(r["params"]).all()

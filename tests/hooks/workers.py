@@ -278,3 +278,51 @@ def local_correction_steps(rank: int, world: int, name: str, steps: int, correct
         outs.append(compression_hook(state, bucket).wait().clone())
     ins = [torch.stack([_rank_tensor(r, 4099, seed=step) for r in range(world)]) for step in range(steps)]
     return {"ins": ins, "outs": outs}
+
+
+def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step: int | None, bad_ranks: list[int],
+                   drop_step: int | None = None, scaler: bool = False) -> dict[str, Any]:
+    """DDP + the hook (momentum 0.9); at ``bad_step`` the loss of ``bad_ranks`` is multiplied by inf, and the
+    optimizer step is skipped where the gradients are not finite (GradScaler's rule, or GradScaler itself).
+    ``drop_step``: leave that batch out altogether (the reference of a skipped step)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradwire.hooks import CompressionState, compression_hook
+
+    _init(rank, world)
+    torch.manual_seed(0)
+    model = mlp()
+    ddp = DDP(model)
+    state = CompressionState(compressor, momentum=0.9, min_compress_numel=0)
+    ddp.register_comm_hook(state, compression_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    amp = torch.amp.GradScaler("cpu", init_scale=1.0) if scaler else None
+    out: dict[str, Any] = {"skipped": [], "finite_after": True}
+    for step in range(steps):
+        if step == drop_step:
+            continue
+        x, y = _batch(rank, step, "mlp")
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        if step == bad_step and rank in bad_ranks:
+            loss = loss * float("inf")
+        if step == bad_step:
+            out["before"] = state.state_dict()
+        if amp is not None:
+            amp.scale(loss).backward()
+            amp.step(opt)
+            amp.update()
+            out["skipped"].append(step == bad_step and amp.get_scale() < 1.0)
+        else:
+            loss.backward()
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+            if finite:
+                opt.step()
+            else:
+                out["skipped"].append(step)
+        if step == bad_step:
+            out["after"] = state.state_dict()
+        elif bad_step is not None and step > bad_step:
+            out["finite_after"] &= all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+    out["params"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return out

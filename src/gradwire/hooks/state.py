@@ -51,7 +51,11 @@ the NaN/inf reaches the result, where the scaler sees it, but the momentum,
 the worker residual and the server residual stay as they were, so the next
 clean step continues as if the bad one never happened. The decision is each
 rank's own (its input, or the chunk it serves): on a step where only some
-ranks overflow, the others keep their momentum update.
+ranks overflow, the others keep their momentum update. Trap: with a
+GradScaler the state sees *scaled* gradients, so after the scaler changes
+its scale the momentum and residuals carried over are in the old units for
+a while (they decay with ``beta``); a scale that changes seldom
+(``growth_interval``) keeps that rare.
 
 State keys (:class:`~gradwire.compress.StateKey`): per-element state
 (momentum, worker residual) belongs to named segments. DDP buckets are named
