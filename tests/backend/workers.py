@@ -256,7 +256,8 @@ def cuda_ops(rank: int, world: int) -> dict:
     return {"all_reduce": t.cpu().tolist()[:3], "broadcast": b.cpu().tolist(), "all_gather": rows.cpu().tolist(),
             "all_to_all": recv.cpu().tolist(), "recv": got.cpu().tolist(), "hello": hello.cpu().tolist(),
             "inner": [str(g.cuda_inner) for g in groups().values()],  # in creation order: default, pair
-            "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all", "send")}}
+            "calls": {op: stats[op]["calls"] for op in ("all_reduce", "broadcast", "all_gather", "all_to_all", "send",
+                                                        "recv") if op in stats}}
 
 
 def virtual_sendrecv(rank: int, world: int, net: str, nbytes: int, pause_s: float) -> dict:

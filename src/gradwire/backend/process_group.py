@@ -207,8 +207,14 @@ class GradwireProcessGroup(dist.ProcessGroup):
         dst: int | None = None,
         opts: Any = None,
         source_of: Callable[[], int] | None = None,
+        label: str | None = None,
     ) -> GradwireWork:
-        """Price ``op``, queue it on the link, run it on the inner backend."""
+        """Price ``op``, queue it on the link, run it on the inner backend.
+
+        ``label`` names the op in the accounting where it differs from the
+        priced pattern: a receive is priced as the ``send`` it takes part in
+        and counted as ``recv`` (bytes received, nothing sent).
+        """
         inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
         sends, receives = (src == me, dst == me) if op == "send" else (True, True)
@@ -225,7 +231,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 self._tx_busy = done
             if receives:
                 self._rx_busy = done
-        event = Event(op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
+        event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       cost.seconds, now, start, done)
         try:
             work = start_inner(inner)
@@ -235,10 +241,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 raise
             raise new from exc
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
-        pending = Pending(event, cost.sent_bytes, work, post, self._virtual, _backend_name(inner), timeout)
+        sent = cost.sent_bytes if sends else 0
+        pending = Pending(event, sent, work, post, self._virtual, _backend_name(inner), timeout)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
-        result = GradwireWork(pending, op, source_of)
+        result = GradwireWork(pending, event.op, source_of)
         if self._coalesced is not None:
             self._coalesced.append(result)
         return result
@@ -367,7 +374,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         staged = self._host_staged(tensors, copy=False)
         return self._launch("send", _nbytes(tensors), tensors, lambda b: b.recv(staged, src, tag),
                             post=_copy_back(staged, tensors), src=self._ranks[src], dst=self._ranks[self.rank()],
-                            source_of=lambda: src)
+                            source_of=lambda: src, label="recv")
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> GradwireWork:
         """A receive from whichever rank sends first; its Work tells the sender (``_source_rank``).
@@ -383,7 +390,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
             return inner_work[0]
 
         return self._launch("send", _nbytes(tensors), tensors, start, post=_copy_back(staged, tensors), src=None,
-                            dst=me, source_of=lambda: inner_work[0]._source_rank())
+                            dst=me, source_of=lambda: inner_work[0]._source_rank(), label="recv")
 
     def _host_staged(self, tensors: list[torch.Tensor], copy: bool = True) -> list[torch.Tensor]:
         """CUDA tensors of point-to-point ops on gloo, staged in host memory.
@@ -403,10 +410,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """gloo's monitored barrier on the inner group, priced as a barrier.
 
         Rank 0 collects every other rank within ``timeout`` (default: the
-        group's) and raises naming the first rank (or, with ``wait_all_ranks``,
-        every rank) that did not arrive; the others raise when rank 0 gives up.
+        group's; zero means no time at all, as in gloo) and raises naming the
+        first rank (or, with ``wait_all_ranks``, every rank) that did not
+        arrive; the others raise when rank 0 gives up.
         """
-        limit = timeout if isinstance(timeout, timedelta) and timeout.total_seconds() > 0 else self._timeout
+        limit = self._timeout if timeout is None else timeout
 
         def start(b: Any) -> Any:
             b.monitored_barrier(limit, wait_all_ranks)
@@ -437,6 +445,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
             raise RuntimeError("gradwire: end_coalescing called without start_coalescing")
         works, self._coalesced = self._coalesced, None
         return CoalescedWork(works)
+
+    # what ``_coalescing_manager`` calls from Python (C++ callers reach the two above)
+    _start_coalescing = start_coalescing
+    _end_coalescing = end_coalescing
 
 
 def _copy_back(staged: list[torch.Tensor], tensors: list[torch.Tensor]) -> Callable[[], Any] | None:

@@ -41,6 +41,9 @@ from gradwire.backend.completer import CLOCK, COMPLETER
 
 __all__ = ["CoalescedWork", "GradwireWork", "Pending", "seconds_of", "translate"]
 
+#: ops whose virtual-clock completion is deferred until observed (see completer.py)
+_POINT_TO_POINT = ("send", "recv")
+
 
 class _Failed:
     """The value a private future carries when the op failed (see module doc)."""
@@ -177,7 +180,7 @@ class Pending:
             return
         done = e.modelled_done
         if self.virtual:
-            if e.op == "send":  # point-to-point: applied when observed (see completer.py)
+            if e.op in _POINT_TO_POINT:  # applied when observed (see completer.py)
                 CLOCK.defer(done)
             else:
                 CLOCK.advance_to(done)
@@ -296,7 +299,7 @@ class Pending:
             raise self._wait_timeout(limit, e.modelled_done - CLOCK.now())
         if self.error is not None:
             raise self.error
-        if self.virtual and e.op == "send":
+        if self.virtual and e.op in _POINT_TO_POINT:
             CLOCK.advance_to(e.modelled_done)
 
     def _wait_timeout(self, limit: float, remaining: float) -> BaseException:
