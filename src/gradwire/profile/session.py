@@ -1,7 +1,8 @@
 """Profile communication of a training job: what the network cost, what stayed exposed.
 
 A :class:`ProfileSession` brackets a region of a rank's work. On exit it reads
-the backend's counters and event log and this thread's CPU time:
+the backend's counters and event log, and the windows in which its thread
+waited:
 
 - per op type: calls, payload bytes, wire bytes, modelled seconds (from the
   backend's ledger, the same counters ``gradwire.stats()`` reports);
