@@ -80,7 +80,7 @@ def report(results: list[dict], net: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(Console().width, 120))  # a pipe's 80 columns cut op names short
     r0 = min(results, key=lambda r: r["rank"])
     table = Table(title=f"communication of rank {r0['rank']} on {net}")
     for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)"):
