@@ -83,11 +83,11 @@ def report(results: list[dict], net: str) -> None:
     console = Console(width=max(Console().width, 120))  # a pipe's 80 columns cut op names short
     r0 = min(results, key=lambda r: r["rank"])
     table = Table(title=f"communication of rank {r0['rank']} on {net}")
-    for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)"):
+    for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)", "exposed (s)"):
         table.add_column(col, justify="right")
     for op, s in r0["ops"].items():
         table.add_row(op, f"{s['calls']:.0f}", _mb(s["payload_bytes"]), _mb(s["wire_bytes"]),
-                      f"{s['model_seconds']:.3f}", f"{s['inner_seconds']:.3f}")
+                      f"{s['model_seconds']:.3f}", f"{s['inner_seconds']:.3f}", f"{s.get('exposed_seconds', 0.0):.3f}")
     console.print(table)
     shares = Table(title="communication in flight, and the part the training thread waited for (exposed)")
     for col in ("rank", "wall (s)", "communication (s)", "exposed (s)", "hidden (s)", "exposed share of wall"):

@@ -35,7 +35,7 @@ from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
 
-__all__ = ["ProfileResult", "ProfileSession", "communication", "profile", "merge_traces"]
+__all__ = ["ProfileResult", "ProfileSession", "communication", "exposed_by_op", "profile", "merge_traces"]
 
 
 @dataclass
@@ -116,7 +116,13 @@ class ProfileSession:
             self._prof.export_chrome_trace(str(tmp))
             torch_trace = json.loads(tmp.read_text())
             tmp.unlink(missing_ok=True)
-        self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, gradwire.stats().as_dict())
+        ops = gradwire.stats().as_dict()
+        for op, seconds in exposed_by_op(self._start, end, gradwire.events(), self._waits.windows).items():
+            if op in ops:
+                ops[op]["exposed_seconds"] = seconds
+        if "total" in ops:
+            ops["total"]["exposed_seconds"] = exposed
+        self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, ops)
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
             self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events(), torch_trace)))
@@ -138,6 +144,22 @@ def communication(start: float, end: float, events: list[Any], waits: list[tuple
 
     in_flight = clip((e.issued, e.completed or end) for e in events)
     return length(in_flight), overlap(in_flight, clip(waits))
+
+
+def exposed_by_op(start: float, end: float, events: list[Any], waits: list[tuple[float, float]]) -> dict[str, float]:
+    """Per op type: how long the thread waited while an op of that type was in flight.
+
+    As :func:`communication`'s exposed time, restricted to one op type's
+    spans; where ops of two types overlap, the wait counts for both.
+    """
+    def clip(spans: Any) -> list[tuple[float, float]]:
+        return union((max(a, start), min(b, end)) for a, b in spans)
+
+    waited = clip(waits)
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        by_op.setdefault(e.op, []).append((e.issued, e.completed or end))
+    return {op: overlap(clip(spans), waited) for op, spans in by_op.items()}
 
 
 def merge_traces(network_events: list[dict], torch_trace: dict | None) -> dict:
