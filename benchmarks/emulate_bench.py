@@ -14,7 +14,9 @@ price; the fit column prices each row with the alpha and beta that
 those calibrated on the other layout at the same rate (a prediction, not a
 fit). An unshaped sweep over the same namespaces (``--net custom``) measures
 what gloo and the host cost without a link limit: a row counts as
-link-dominated when that cost is at most a tenth of the modelled link time.
+link-dominated when that cost is at most a quarter of the modelled link time
+(gloo reduces one chunk while the next is on the wire, so host work of that
+size hides under the transfer; every row is reported either way).
 
 Checks, over the link-dominated rows: model within 5 % of measured, fit
 within 3 %. Writes benchmarks/results/emulate_bench.json (and the raw
@@ -36,7 +38,7 @@ RESULTS = Path(__file__).parent / "results"
 RATES = {"100mbit": 100e6, "1gbit": 1e9}
 LAYOUTS = {"2x1": (2, 1), "2x2": (2, 2)}
 #: a row is link-dominated when the unshaped time is at most this share of the modelled time
-DOMINANCE = 0.1
+DOMINANCE = 0.25
 GRADWIRE = [sys.executable, "-m", "gradwire.cli.main"]
 
 
@@ -119,13 +121,14 @@ def analyse(shaped: dict, baseline: dict, cross_fit: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters-slow", type=int, default=3, help="timed iterations at 100 Mbit/s (default 3)")
-    ap.add_argument("--iters-fast", type=int, default=5, help="timed iterations at 1 Gbit/s and unshaped (default 5)")
+    ap.add_argument("--iters-fast", type=int, default=5, help="timed iterations at 1 Gbit/s (default 5)")
+    ap.add_argument("--iters-unshaped", type=int, default=10, help="timed iterations unshaped (default 10)")
     args = ap.parse_args()
     raw = RESULTS / "emulate_bench"
     raw.mkdir(parents=True, exist_ok=True)
     started = load()
     print(f"load at start: {started['uptime']}", flush=True)
-    baselines = {lay: sweep("custom", lay, args.iters_fast, None, raw / f"unshaped_{lay}.json") for lay in LAYOUTS}
+    baselines = {lay: sweep("custom", lay, args.iters_unshaped, None, raw / f"unshaped_{lay}.json") for lay in LAYOUTS}
     shaped = {(rate, lay): sweep(f"bandwidth={rate}", lay, args.iters_slow if rate == "100mbit" else args.iters_fast,
                                  model_spec(rate, lay), raw / f"{rate}_{lay}.json")
               for rate in RATES for lay in LAYOUTS}
@@ -149,8 +152,12 @@ def main() -> int:
             print(f"  {r['size'] >> 20:>4}MB {r['placement']:>12} {r['measured_us'] / 1e3:>12.1f} "
                   f"{r['model_us'] / 1e3:>8.1f} {r['model_error_pct']:>+6.1f}% {r['fit_error_pct']:>+6.1f}% "
                   f"{r['cross_fit_error_pct']:>+6.1f}% {r['unshaped_us'] / 1e3:>12.1f}{'' if r['link_dominated'] else '  (host-bound)'}")
-        print(f"  {'PASS' if good else 'FAIL'}: link-dominated rows: model within "
-              f"{a['max_model_error_pct_dominated']:.1f}% (<= 5), fit within {a['max_fit_error_pct_dominated']:.1f}% (<= 3)")
+        if a["link_dominated_sizes"]:
+            print(f"  {'PASS' if good else 'FAIL'}: link-dominated rows: model within "
+                  f"{a['max_model_error_pct_dominated']:.1f}% (<= 5), fit within "
+                  f"{a['max_fit_error_pct_dominated']:.1f}% (<= 3)")
+        else:
+            print("  FAIL: no row is link-dominated on this machine")
     out = RESULTS / "emulate_bench.json"
     out.write_text(json.dumps({
         "description": __doc__.splitlines()[0], "dominance_threshold": DOMINANCE, "load_at_start": started,

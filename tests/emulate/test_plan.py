@@ -145,8 +145,11 @@ def test_torchrun_command_of_each_node():
     assert torchrun_argv(lay, 0, ["gradwire", "bench"])[-2:] == ["gradwire", "bench"]
     with pytest.raises(ValueError, match="no command"):
         torchrun_argv(lay, 0, [])
-    env = agent_env({"PATH": "/bin"}, "bandwidth=1gbit")
-    assert env == {"PATH": "/bin", "GLOO_SOCKET_IFNAME": NODE_IF, EMULATED_NET_ENV: "bandwidth=1gbit"}
+    env = agent_env({"PATH": "/bin"}, "bandwidth=1gbit", world_size=2, cores=8)
+    assert env == {"PATH": "/bin", "GLOO_SOCKET_IFNAME": NODE_IF, EMULATED_NET_ENV: "bandwidth=1gbit",
+                   "OMP_NUM_THREADS": "4"}
+    assert agent_env({}, "x", world_size=4, cores=2)["OMP_NUM_THREADS"] == "1"
+    assert agent_env({"OMP_NUM_THREADS": "3"}, "x", world_size=4, cores=2)["OMP_NUM_THREADS"] == "3"
 
 
 def test_what_the_host_needs_is_one_line():

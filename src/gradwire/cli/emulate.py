@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import Any
 
@@ -74,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"removed stale namespace(s) of killed runs: {', '.join(removed)}")
     for line in plan.describe():
         say(line)
+    if os.environ.get("GRADWIRE_NET"):
+        say(f"note: GRADWIRE_NET={os.environ['GRADWIRE_NET']} is set: a script on the gradwire backend adds that "
+            "model's time to the real network's")
     if args.plan:
         return 0
     try:

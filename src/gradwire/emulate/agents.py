@@ -21,6 +21,11 @@ Traps:
   (``PR_SET_PDEATHSIG``): after a ``kill -9`` of the parent the agents stop
   their workers instead of waiting forever on a rendezvous. The namespaces
   stay until the next run finds them (:func:`gradwire.emulate.netlink.stale`).
+- Every node shares this host's cores. torchrun sets ``OMP_NUM_THREADS=1``
+  only for several ranks per node; one rank per node would size torch's
+  thread pool to every core, and on a busy host the pool's threads wait on
+  each other (a 1 MB copy measured 10-45 ms). Unless the caller set it, each
+  rank gets ``cores // ranks``, at least 1.
 - Names of the peers do not resolve inside the namespaces (there is no DNS
   there); c10d warns "The hostname of the client socket cannot be
   retrieved" and carries on with addresses.
@@ -61,11 +66,12 @@ def torchrun_argv(layout: Layout, node: int, cmd: Sequence[str], python: str = s
     ]
 
 
-def agent_env(base: Mapping[str, str], model_spec: str) -> dict[str, str]:
-    """The agents' environment: ``base`` plus the interface gloo binds and the emulated network's model spec."""
+def agent_env(base: Mapping[str, str], model_spec: str, world_size: int, cores: int) -> dict[str, str]:
+    """The agents' environment: ``base``, the interface gloo binds, the model spec, the ranks' share of the cores."""
     env = dict(base)
     env["GLOO_SOCKET_IFNAME"] = NODE_IF
     env[EMULATED_NET_ENV] = model_spec
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // world_size)))
     return env
 
 

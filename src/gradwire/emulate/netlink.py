@@ -25,7 +25,7 @@ from typing import Iterable
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from gradwire.emulate.host import EmulationUnavailable, alive, kill_inside
+from gradwire.emulate.host import NETNS_DIR, EmulationUnavailable, alive, kill_inside
 from gradwire.emulate.layout import BRIDGE, NODE_IF, PREFIX, Layout, RunId, port_if
 from gradwire.emulate.plan import Capabilities, Plan, Port
 
@@ -176,7 +176,7 @@ def stale() -> list[str]:
 
 def teardown(layout: Layout) -> list[str]:
     """Remove everything ``layout`` created, whatever state a failed build left; return what could not go."""
-    if os.path.exists(f"/run/netns/{layout.switch_ns}"):
+    if (NETNS_DIR / layout.switch_ns).exists():
         try:
             with _ipr(layout.switch_ns) as sw:
                 for name in [port_if(i) for i in range(layout.nodes)] + [BRIDGE]:

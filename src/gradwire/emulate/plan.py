@@ -45,7 +45,7 @@ from gradwire.net.units import format_fraction, format_time
 
 __all__ = [
     "BURST_SECONDS", "Capabilities", "Impairment", "MIN_BURST", "Plan", "Port", "QUEUE_SECONDS", "RATE_LIMITERS",
-    "RateLimit", "Unsupported", "default_burst", "plan_network",
+    "RateLimit", "Unsupported", "default_burst", "model_spec", "plan_network",
 ]
 
 #: a token bucket holds this much line time by default

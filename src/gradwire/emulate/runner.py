@@ -22,7 +22,7 @@ import subprocess
 import time
 from ipaddress import IPv4Network
 from types import FrameType
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from gradwire.emulate import netlink
 from gradwire.emulate.agents import agent_env, start_agent, torchrun_argv
@@ -47,15 +47,16 @@ class Stopped(BaseException):
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread.
+def _signals(then: str) -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` (``then="raise"``) or are ignored.
 
     Trap: pyroute2 forks helper children (to open a socket inside a
     namespace) and stops them with SIGTERM. A forked child inherits this
     handler; were it to raise there, the exception would unwind the child
     out of its helper and into a copy of this program, building the network a
-    second time from inside a namespace. In any process but this one the
-    handler dies of the signal, as the child would have without it.
+    second time from inside a namespace (and were it to ignore the signal, the
+    helper's parent could wait on it forever). In any process but this one
+    the handler dies of the signal, as the child would have without it.
     """
     owner = os.getpid()
 
@@ -64,19 +65,10 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        raise Stopped(signum)
+        if then == "raise":
+            raise Stopped(signum)
 
     old = {s: signal.signal(s, handler) for s in _FORWARDED}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in _FORWARDED}
     try:
         yield
     finally:
@@ -143,7 +135,7 @@ class Emulation:
 
     def close(self) -> None:
         """Remove every namespace, link and qdisc of the plan (idempotent); raise if something stays."""
-        with _signals_ignored():
+        with _signals("ignore"):  # a second Ctrl-C must not cut the removal short
             left = netlink.teardown(self.plan.layout)
         if left:
             raise EmulationUnavailable(f"could not remove {', '.join(left)}; `gradwire emulate --clean` retries")
@@ -155,7 +147,6 @@ def run(
     *,
     timeout: float | None = None,
     grace: float = GRACE_SECONDS,
-    on_start: Callable[[list[subprocess.Popen]], None] | None = None,
 ) -> int:
     """Build the network, run ``cmd`` under one torchrun agent per node, tear down; return the exit code.
 
@@ -165,16 +156,14 @@ def run(
     """
     lay = plan.layout
     argvs = [torchrun_argv(lay, node, cmd) for node in range(lay.nodes)]  # a bad command fails before building
-    env = agent_env(os.environ, plan.model_spec.to_string())
+    env = agent_env(os.environ, plan.model_spec.to_string(), lay.world_size, os.cpu_count() or 1)
     agents: list[subprocess.Popen] = []
-    with _signals_raise():
+    with _signals("raise"):
         try:
             with Emulation(plan):
                 try:
                     for node, argv in enumerate(argvs):
                         agents.append(start_agent(lay.node_ns(node), argv, env))
-                    if on_start is not None:
-                        on_start(agents)
                     return _wait(agents, timeout, grace)
                 except Stopped as stop:
                     _stop(agents, stop.signum, grace)
