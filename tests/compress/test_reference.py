@@ -233,7 +233,7 @@ def test_powersgd_payloads_and_warm_start() -> None:
 
 
 @pytest.mark.parametrize("shape, expected", [
-    ((4, 5), (4, 5)), ((4, 5, 2), (4, 10)), ((1, 20), (4, 5)), ((6, 1), (2, 3)), ((10,), (3, 4)), ((1,), (1, 1)),
+    ((4, 5), (4, 5)), ((2, 5), (2, 5)), ((4, 2), (4, 2)), ((2, 1, 3), (2, 3)), ((4, 5, 2), (4, 10)), ((1, 20), (4, 5)), ((6, 1), (2, 3)), ((10,), (3, 4)), ((1,), (1, 1)),
 ])
 def test_powersgd_matrix_shape(shape: tuple[int, ...], expected: tuple[int, int]) -> None:
     assert matrix_shape(torch.Size(shape), math.prod(shape)) == expected
@@ -282,8 +282,24 @@ def test_combine_is_the_mean_of_every_rank_decoded(name: str, world: int, n: int
     torch.testing.assert_close(got.double(), dense, rtol=1e-6, atol=1e-6)
 
 
-def test_combine_of_passthrough_tensors_is_their_mean_in_their_dtype() -> None:
-    comp = get_compressor("onebit:allgather")
+@pytest.mark.parametrize("name", GATHERED + ["signum"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_combine_and_decompress_keep_the_input_dtype(name: str, dtype: torch.dtype) -> None:
+    comp = get_compressor(name)
+    xs = [(rand(24, s) * (s + 1)).to(dtype).view(4, 6) for s in range(3)]
+    payloads, ctxs = zip(*(comp.compress(x, 0) for x in xs))
+    got = comp.combine([list(p) for p in payloads], ctxs[0])
+    assert got.dtype == dtype and got.shape == (4, 6)
+    one = comp.decompress(list(payloads[0]), ctxs[0])
+    assert one.dtype == dtype and one.shape == (4, 6)
+    if name != "signum":  # a vote is not a mean
+        dense = torch.stack([comp.decompress(list(p), c).double() for p, c in zip(payloads, ctxs)]).mean(0)
+        torch.testing.assert_close(got.double(), dense, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", ["onebit:allgather", "signum", "topk:0.1", "qsgd:4", "terngrad"])
+def test_combine_of_passthrough_tensors_is_their_mean_in_their_dtype(name: str) -> None:
+    comp = get_compressor(name)
     ints = [torch.tensor([1, 2, 3]), torch.tensor([2, 2, 6])]
     payloads, ctxs = zip(*(comp.compress(x) for x in ints))
     assert ctxs[0].passthrough and payloads[0][0] is ints[0]
@@ -455,6 +471,15 @@ def test_parse_compressor_by_hand() -> None:
                        ("topk:x", "ratio must be a float")):
         with pytest.raises(ValueError, match=match):
             get_compressor(bad)
+
+
+def test_unknown_name_lists_every_name_with_its_syntax() -> None:
+    with pytest.raises(ValueError) as info:
+        get_compressor("zip")
+    assert str(info.value) == (
+        "unknown compressor 'zip'; valid names: bf16, fp16, int8:two_phase|allgather[:block=N], none, "
+        "onebit:two_phase|allgather[:block=N][:rms=N], powersgd:r, qsgd:s, randomk:ratio, signum[:block=N], "
+        "terngrad, topk:ratio")
 
 
 def test_every_registered_name_builds_its_compressor() -> None:
