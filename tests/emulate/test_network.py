@@ -23,13 +23,15 @@ def test_probe_finds_a_rate_limiter(caps):
     assert caps.qdiscs & {"tbf", "htb"}, caps.describe()
 
 
-def transfer_seconds(lay: Layout, nbytes: int, out: Path) -> float:
-    """Send ``nbytes`` over TCP from node 0 to node 1 and return the sender's seconds."""
-    dst = str(lay.address(1).ip)
-    recv = start_agent(lay.node_ns(1), [sys.executable, PAIR, "recv", dst, "5001"], {})
-    send = start_agent(lay.node_ns(0), [sys.executable, PAIR, "send", dst, "5001", str(nbytes), str(out)], {})
-    assert send.wait(timeout=30) == 0 and recv.wait(timeout=10) == 0
-    return float(out.read_text())
+def transfer_seconds(lay: Layout, nbytes: int, out: Path, both_ways: bool = False) -> list[float]:
+    """Send ``nbytes`` over TCP from node 0 to node 1 (and at once from 1 to 0); return each sender's seconds."""
+    pairs = [(0, 1), (1, 0)] if both_ways else [(0, 1)]
+    recv = [start_agent(lay.node_ns(dst), [sys.executable, PAIR, "recv", str(lay.address(dst).ip), f"500{dst}"], {})
+            for _, dst in pairs]
+    send = [start_agent(lay.node_ns(src), [sys.executable, PAIR, "send", str(lay.address(dst).ip), f"500{dst}",
+                                           str(nbytes), str(out / f"from{src}")], {}) for src, dst in pairs]
+    assert all(p.wait(timeout=30) == 0 for p in send + recv)
+    return [float((out / f"from{src}").read_text()) for src, _ in pairs]
 
 
 @pytest.mark.parametrize("kind", ["tbf", "htb"])
@@ -43,10 +45,14 @@ def test_links_carry_tcp_at_the_shaped_rate_and_go_away(caps, kind, tmp_path, no
         for port in plan.ports:
             assert netlink.qdisc_kinds(port.namespace, port.device)[0] == kind
         nbytes = 2 << 20
-        seconds = transfer_seconds(lay, nbytes, tmp_path / "seconds")
+        (seconds,) = transfer_seconds(lay, nbytes, tmp_path)
+        if kind == "htb":  # ACKs first: data both ways at once still gets the link rate each way
+            both = transfer_seconds(lay, nbytes, tmp_path, both_ways=True)
     # payload at 1448 of every 1514 bytes; the bucket's head start is 32 KiB (1.6 %)
     model = nbytes / (100e6 / 8 * 1448 / 1514)
     assert 0.9 < seconds / model < 1.25, (seconds, model)
+    if kind == "htb":
+        assert all(0.9 < t / model < 1.25 for t in both), (both, model)
     assert not set(lay.namespaces) & set(netlink.namespaces())
 
 

@@ -8,8 +8,12 @@ host's own namespace):
    into the node's namespace and is renamed ``gw-eth``;
 3. in each node: lo up, the address, ``gw-eth`` up;
 4. the qdiscs of every :class:`~gradwire.emulate.plan.Port`: the rate limiter
-   at the root (tbf, or htb with one class 1:1 that takes all traffic), and
-   netem under it (or at the root without a rate).
+   at the root, and netem under each of its leaves (or at the root without a
+   rate). tbf is one bucket and one queue. htb is a class 1:1 at the link
+   rate with two children that may each use all of it: 1:10 at priority 0
+   for small TCP packets (a u32 filter: IP protocol 6, total length below
+   128 bytes, i.e. pure ACKs) and 1:20 at priority 1 for everything else
+   (see :mod:`gradwire.emulate.plan` for why ACKs go first).
 
 Teardown deletes the switch ports (each takes its veth pair and both ends'
 qdiscs with it) and then the namespaces, so nothing is left for the kernel to
@@ -33,8 +37,13 @@ __all__ = ["build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "st
 
 TC_H_ROOT = 0xFFFFFFFF
 _ROOT_HANDLE = 0x10000  # 1:
-_CLASS = 0x10001  # 1:1, tbf's one class or htb's class for all traffic
-_NETEM_HANDLE = 0x20000  # 2:
+_CLASS = 0x10001  # 1:1, tbf's one class or htb's class at the link rate
+_ACK_CLASS = 0x10010  # 1:10, htb: small TCP packets, priority 0
+_BULK_CLASS = 0x10020  # 1:20, htb: everything else, priority 1
+_ACK_SHARE = 0.05  # guaranteed share of the ACK class; both classes may borrow up to the link rate
+_ETH_P_IP = 0x0800
+#: u32 keys (value/mask+byte offset of a 32-bit word of the IP header): protocol TCP, total length < 128
+_SMALL_TCP = ["0x00060000/0x00ff0000+8", "0x00000000/0x0000ff80+0"]
 _PROBED = ("tbf", "htb", "netem")
 
 
@@ -74,24 +83,35 @@ def probe(run: RunId) -> Capabilities:
                     raise EmulationUnavailable(f"gradwire emulate needs {what}; this kernel refused one "
                                                f"({os.strerror(exc.code)})") from None
             index = _index(ipr, "gw-a")
-            found = set()
+            found, filters = set(), set()
             for kind in _PROBED:
                 try:
                     ipr.tc("add", kind, index=index, **_probe_args(kind))
                 except NetlinkError:
                     continue
                 found.add(kind)
+                if kind == "htb":
+                    try:
+                        _add_ack_filter(ipr, index)
+                        filters.add("u32")
+                    except NetlinkError:
+                        pass
                 ipr.tc("del", index=index, parent=TC_H_ROOT)
     finally:
         remove([name])
-    return Capabilities(frozenset(found))
+    return Capabilities(frozenset(found), frozenset(filters))
+
+
+def _add_ack_filter(ipr: IPRoute, index: int) -> None:
+    ipr.tc("add-filter", "u32", index=index, parent=_ROOT_HANDLE, prio=1, protocol=_ETH_P_IP,
+           target=_ACK_CLASS, keys=_SMALL_TCP)
 
 
 def _probe_args(kind: str) -> dict:
     if kind == "tbf":
         return {"rate": 125_000, "burst": 32 << 10, "limit": 64 << 10}
     if kind == "htb":
-        return {"handle": _ROOT_HANDLE, "default": 1}
+        return {"handle": _ROOT_HANDLE, "default": _BULK_CLASS & 0xFFFF}
     return {"delay": 1000}
 
 
@@ -128,20 +148,25 @@ def build(plan: Plan) -> None:
 def _shape(port: Port) -> None:
     with _ipr(port.namespace) as ipr:
         index = _index(ipr, port.device)
-        parent = TC_H_ROOT
+        leaves = [TC_H_ROOT]
         rate = port.rate
         if rate is not None and rate.kind == "tbf":
             ipr.tc("add", "tbf", index=index, handle=_ROOT_HANDLE, rate=rate.rate_bytes, burst=rate.burst,
                    limit=rate.limit)
-            parent = _CLASS
+            leaves = [_CLASS]
         elif rate is not None:
-            ipr.tc("add", "htb", index=index, handle=_ROOT_HANDLE, default=_CLASS & 0xFFFF)
-            ipr.tc("add-class", "htb", index=index, handle=_CLASS, parent=_ROOT_HANDLE, rate=rate.rate_bytes,
-                   ceil=rate.rate_bytes, burst=rate.burst, cburst=rate.burst)
-            parent = _CLASS
+            ipr.tc("add", "htb", index=index, handle=_ROOT_HANDLE, default=_BULK_CLASS & 0xFFFF)
+            link = {"ceil": rate.rate_bytes, "burst": rate.burst, "cburst": rate.burst, "quantum": 200_000}
+            ipr.tc("add-class", "htb", index=index, handle=_CLASS, parent=_ROOT_HANDLE, rate=rate.rate_bytes, **link)
+            ack = max(int(rate.rate_bytes * _ACK_SHARE), 1)
+            ipr.tc("add-class", "htb", index=index, handle=_ACK_CLASS, parent=_CLASS, rate=ack, prio=0, **link)
+            ipr.tc("add-class", "htb", index=index, handle=_BULK_CLASS, parent=_CLASS, rate=rate.rate_bytes - ack,
+                   prio=1, **link)
+            _add_ack_filter(ipr, index)
+            leaves = [_ACK_CLASS, _BULK_CLASS]
         imp = port.impairment
-        if imp is not None:
-            ipr.tc("add", "netem", index=index, handle=_NETEM_HANDLE, parent=parent, delay=imp.delay * 1e6,
+        for n, leaf in enumerate(leaves if imp is not None else []):  # ACKs meet the delay and the loss too
+            ipr.tc("add", "netem", index=index, handle=(2 + n) << 16, parent=leaf, delay=imp.delay * 1e6,
                    jitter=imp.jitter * 1e6, loss=imp.loss * 100, limit=10_000)
 
 
