@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Iterator, Sequence
 
 import torch
@@ -41,7 +42,7 @@ from torch import Tensor, nn
 
 from gradwire.hooks import CompressionState, Compressor, get_compressor
 
-__all__ = ["Strategy", "average_parameters", "broadcast_module", "flatten", "unflatten_into"]
+__all__ = ["Strategy", "average_parameters", "broadcast_module", "flatten", "group_timeout", "unflatten_into"]
 
 
 def flatten(tensors: Sequence[Tensor]) -> Tensor:
@@ -56,6 +57,24 @@ def unflatten_into(flat: Tensor, tensors: Sequence[Tensor]) -> None:
         n = t.numel()
         t.copy_(flat[offset:offset + n].view_as(t))
         offset += n
+
+
+def group_timeout(group: dist.ProcessGroup | None = None) -> timedelta | None:
+    """The timeout ``group``'s collectives run under (None when the backend does not say).
+
+    A group made with ``dist.new_group`` and no timeout gets the backend's
+    default (30 minutes for gloo), not its parent's: a strategy that makes a
+    group of its own passes this on, so a stalled peer fails it as soon as
+    it fails the training's group.
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    timeout = getattr(pg, "timeout", None) or getattr(pg, "_timeout", None)
+    if isinstance(timeout, timedelta):
+        return timeout
+    try:
+        return pg._get_backend(torch.device("cpu")).options._timeout
+    except (RuntimeError, AttributeError):
+        return None
 
 
 def average_parameters(params: Sequence[Tensor], group: dist.ProcessGroup | None = None) -> Tensor:

@@ -78,7 +78,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import CompressionState, Compressor, StateKey
 
-from .base import Strategy, average_parameters
+from .base import Strategy, average_parameters, group_timeout
 
 __all__ = ["DelayedStrategy"]
 
@@ -166,7 +166,7 @@ class DelayedStrategy(Strategy):
         # passes instead of a copy per parameter (rank 0's weights everywhere, as DDP does)
         ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb, gradient_as_bucket_view=True)
         ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
-        self.comm_group = dist.new_group(ranks)
+        self.comm_group = dist.new_group(ranks, timeout=group_timeout(self.group))
         state = self.exchange_state(self.comm_group, momentum=self.momentum if self.compressor is not None else 0.0)
         if self.exchange is not None:  # restored before wrap: keep what load_state_dict put there
             state.load_state_dict(self.exchange.state_dict())
