@@ -155,6 +155,32 @@ def test_topk_pads_a_mostly_zero_tensor_and_keeps_everything_at_ratio_one() -> N
     assert sorted(idx.tolist()) == list(range(20)) and roundtrip(TopKCompressor(1.0), y).tolist() == y.tolist()
 
 
+def test_topk_threshold_comes_from_a_strided_sample_that_moves_each_call() -> None:
+    """200 000 elements, sample 100 000: stride 2. The odd elements are large, the even ones tiny.
+
+    Call 1 samples the odd ones (start 7919 % 2 = 1): its threshold keeps the 1.15 * 1% * 100 000 = 1150
+    largest odd elements and pads to k = 2000. Call 2 samples the even ones (start 0): every odd
+    element passes, and the 2000 largest are kept: the exact top-k.
+    """
+    x = torch.empty(200_000)
+    x[1::2] = torch.linspace(0.5, 0.9, 100_000)  # below 1: a threshold test against 1 would matter
+    x[0::2] = torch.linspace(1e-6, 1e-3, 100_000)
+    comp = TopKCompressor(0.01)
+    (idx, vals), _ = comp.compress(x)
+    assert idx.numel() == 2000 and int((vals != 0).sum()) == 1150
+    assert set(idx[:1150].tolist()) == set(range(200_000 - 2 * 1150 + 1, 200_000, 2))
+    (idx, vals), _ = comp.compress(x)
+    assert int((vals != 0).sum()) == 2000 and set(idx.tolist()) == set(x.topk(2000).indices.tolist())
+    assert comp.state_dict() == {"calls": 2}
+
+
+def test_topk_small_tensors_keep_at_least_one_and_the_sample_is_all_of_them() -> None:
+    assert TopKCompressor(0.01).compress(rand(50))[0][0].numel() == 1  # ceil(0.5) = 1
+    comp, x = TopKCompressor(0.1), rand(1000)
+    # fewer elements than the sample: stride 1, the (1000 - 115 + 1)-th smallest magnitude
+    assert comp._threshold(x, 100) == float(x.abs().kthvalue(1000 - 115 + 1).values)
+
+
 def test_topk_threshold_is_the_sampled_quantile_and_its_state_round_trips() -> None:
     comp = TopKCompressor(0.01, sample=1000)
     x = rand(10_000)
@@ -255,6 +281,13 @@ def test_orthogonalize_is_gram_schmidt() -> None:
     torch.testing.assert_close(q[:, 1], rest / rest.norm())
     zero = orthogonalize(torch.zeros(3, 2))
     assert torch.isfinite(zero).all()  # the epsilon: no division by zero
+
+
+def test_powersgd_defaults_and_rank_one() -> None:
+    comp = PowerSGDCompressor()
+    assert (comp.rank, comp.seed) == (4, 0)
+    m = rand(5, 3).view(5, 1) @ rand(4, 4).view(1, 4)  # rank 1
+    torch.testing.assert_close(roundtrip(PowerSGDCompressor(1), m), m, rtol=1e-4, atol=1e-5)
 
 
 def test_powersgd_rejects_rank_zero() -> None:

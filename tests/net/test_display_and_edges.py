@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from gradwire.net import describe
 from gradwire.net.spec import parse_spec, resolve_topology
 from gradwire.net.units import _shown, human_bandwidth, human_size, human_time, parse_size
 
@@ -55,3 +56,21 @@ def test_topology_auto_with_one_rank_per_node() -> None:
     assert resolve_topology(auto, 1, {"LOCAL_WORLD_SIZE": "1"}).topology == (1, 1)
     with pytest.raises(ValueError, match="do not split"):
         resolve_topology(auto, 4, {"LOCAL_WORLD_SIZE": "0"})
+
+
+def test_describe_on_loopback_shows_unbounded_bandwidth() -> None:
+    rows = describe("loopback", world_sizes=(2,), sizes=(4096,))
+    for r in rows:
+        assert r.seconds == 0
+        assert (r.algbw, r.busbw) == ((0.0, 0.0) if r.op == "barrier" else (math.inf, math.inf)), r.op
+
+
+def test_describe_sends_from_the_first_rank_to_the_last() -> None:
+    # rank 1 straggles at half speed; a send from rank 0 to rank 3 does not cross its link
+    rows = describe("bandwidth=8gbit,latency=10us,protocol=none,straggler=1:link=0.5", world_sizes=(4,),
+                    sizes=(1 << 20,), ops=("send", "all_reduce"))
+    send = next(r for r in rows if r.op == "send")
+    assert send.seconds == pytest.approx(10e-6 + (1 << 20) * 1e-9, rel=1e-12)
+    assert send.busbw == pytest.approx(send.algbw) and send.algorithm == "direct"
+    slowed = next(r for r in rows if r.op == "all_reduce")  # the whole group runs at the straggler's pace
+    assert slowed.seconds == pytest.approx(4 * 10e-6 + 1.5 * (1 << 20) * 2e-9, rel=1e-12)  # Rabenseifner
