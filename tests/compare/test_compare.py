@@ -60,7 +60,7 @@ def test_schedule_interleaves_seeds_and_rotates_the_order():
         ("fp16", 1), ("onebit", 1), (COMPUTE_ONLY, 1), ("sync", 1)]
     assert [t.index for t in turns] == list(range(8))
     co = turns[0].config
-    assert (co.strategy, co.net) == ("sync", "loopback") and turns[0].net == cfg.nets[0]
+    assert (str(co.strategy), co.net.to_string()) == ("sync", "loopback") and turns[0].net == cfg.net_names[0]
     apart = schedule(CompareConfig(strategies=("sync", "fp16"), workers=2, seeds=(0, 1), interleave=False))
     assert [[(t.strategy, t.config.seed) for t in g] for g in apart] == [
         [(COMPUTE_ONLY, 0), (COMPUTE_ONLY, 1)], [("sync", 0), ("sync", 1)], [("fp16", 0), ("fp16", 1)]]
@@ -74,7 +74,9 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     def broken(cfg, index, net, strategy, seed):
         t = real(cfg, index, net, strategy, seed)
         if strategy == "fp16" and seed == 1:  # fails inside the ranks, past the parent's checks
-            object.__setattr__(t.config, "strategy", "no-such-strategy")
+            from gradwire.overlap import StrategyChoice, StrategySpec
+
+            object.__setattr__(t.config, "strategy", StrategyChoice("no-such-strategy", StrategySpec("sync")))
         return t
 
     monkeypatch.setattr(runner, "_training", broken)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradwire.overlap import STRATEGIES, StrategySpec, parse_strategy
+from gradwire.overlap import STRATEGIES, StrategyChoice, StrategySpec, parse_strategy
 
 
 @pytest.mark.parametrize("text, compressor, spec", [
@@ -20,12 +20,14 @@ from gradwire.overlap import STRATEGIES, StrategySpec, parse_strategy
     ("signum+delayed:naive", "signum", StrategySpec("delayed", {"naive": 1})),
 ])
 def test_parse(text: str, compressor: str | None, spec: StrategySpec) -> None:
-    assert parse_strategy(text) == (compressor, spec)
+    assert parse_strategy(text) == StrategyChoice(compressor, spec)
 
 
 def test_spec_round_trips_through_str() -> None:
     for text in ("sync", "localsgd:4:warmup=50", "async-average:8", "delayed:naive"):
-        assert str(parse_strategy(text)[1]) == text
+        assert str(parse_strategy(text)) == text
+    assert str(parse_strategy("onebit+delayed")) == "onebit+delayed" and str(parse_strategy("delayed+fp16")) == "fp16+delayed"
+    assert str(parse_strategy("fp16")) == str(parse_strategy("fp16+sync")) == "fp16"
 
 
 @pytest.mark.parametrize("text, fragment", [

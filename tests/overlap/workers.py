@@ -109,8 +109,7 @@ def delayed_updates(rank: int, world: int, names: list[str], steps: int) -> dict
     _init(rank, world)
     loss_fn, out = nn.CrossEntropyLoss(), {}
     for name in names:
-        compressor, spec = parse_strategy(name)
-        strategy = spec.build(compressor, momentum=0.9)
+        strategy = parse_strategy(name).build(momentum=0.9)
         model = build_model("cnn", seed=rank)  # different per rank: the start must come from rank 0
         module = strategy.wrap(model)
         recorder = _Recorder(list(model.parameters()))
@@ -141,8 +140,7 @@ def exposure(rank: int, world: int, names: list[str], steps: int, compute_s: flo
     _init(rank, world, "bandwidth=10mbit,latency=100us")  # Linear(64, 10): 2.6 KB, about 4 ms per all_reduce
     out = {}
     for name in names:
-        compressor, spec = parse_strategy(name)
-        strategy = spec.build(compressor, momentum=0.9)
+        strategy = parse_strategy(name).build(momentum=0.9)
         model = nn.Linear(64, 10)
         module = strategy.wrap(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=strategy.optimizer_momentum)
@@ -178,8 +176,7 @@ def cpu_and_cuda(rank: int, world: int, names: list[str], steps: int) -> dict[st
     for name in names:
         out[name] = {}
         for device in ("cpu", "cuda"):
-            compressor, spec = parse_strategy(name)
-            strategy = spec.build(compressor, momentum=0.9)
+            strategy = parse_strategy(name).build(momentum=0.9)
             model = build_model("cnn", seed=rank).to(device)  # the start comes from rank 0
             try:
                 module = strategy.wrap(model)

@@ -1,8 +1,12 @@
 """What `gradwire compare` runs: the experiment as a validated dataclass."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gradwire.net import NetSpec, parse_spec
+from gradwire.overlap import StrategyChoice, parse_strategy
 
 __all__ = ["CompareConfig", "DEFAULT_NET", "DEFAULT_STRATEGIES", "COMPUTE_ONLY"]
 
@@ -21,12 +25,17 @@ COMPUTE_ONLY = "compute-only"
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """One comparison: every strategy x every network x every seed."""
+    """One comparison: every strategy x every network x every seed.
 
-    nets: tuple[str, ...] = (DEFAULT_NET,)
-    """network specs or presets; several make a sweep"""
-    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    """composed strategy names (``compressor+strategy``); the first is the baseline"""
+    Networks and strategies may be given as strings; they are parsed once,
+    here, and kept parsed (``str(strategy)`` and ``net.to_string()`` name them).
+    """
+
+    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (parse_spec(DEFAULT_NET),))
+    """networks (spec strings or presets accepted); several make a sweep"""
+    strategies: tuple[StrategyChoice, ...] = field(
+        default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_STRATEGIES))
+    """composed strategies (``compressor+strategy`` names accepted); the first is the baseline"""
     workers: int = 4
     """ranks per training run"""
     model: str = "cnn-wide"
@@ -46,20 +55,17 @@ class CompareConfig:
     """run the strategies' trainings in turns in one set of processes (see :mod:`gradwire.compare.runner`)"""
 
     def __post_init__(self) -> None:
-        from gradwire.net import parse_spec
-        from gradwire.overlap import parse_strategy
         from gradwire.train.models import MODELS
 
         if not self.nets:
             raise ValueError("at least one --net is needed")
-        for net in self.nets:
-            parse_spec(net)
+        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
         if not self.strategies:
             raise ValueError("at least one strategy is needed")
-        for s in self.strategies:
-            parse_strategy(s)
-        if len(set(self.strategies)) != len(self.strategies):
-            raise ValueError(f"strategies repeat: {', '.join(self.strategies)}")
+        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
+        names = [str(s) for s in self.strategies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"strategies repeat: {', '.join(names)}")
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(sorted(MODELS))}")
         if not 2 <= self.workers <= 16:
@@ -70,3 +76,18 @@ class CompareConfig:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"--target must be in (0, 1], got {self.target_accuracy}")
+
+    @property
+    def net_names(self) -> tuple[str, ...]:
+        """The networks as spec strings, in order."""
+        return tuple(net.to_string() for net in self.nets)
+
+    @property
+    def strategy_names(self) -> tuple[str, ...]:
+        """The strategies as composed names, in order (the first is the baseline)."""
+        return tuple(str(s) for s in self.strategies)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config in plain types, for results files."""
+        return {**asdict(self), "nets": list(self.net_names), "strategies": list(self.strategy_names),
+                "out": str(self.out)}

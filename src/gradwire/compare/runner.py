@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
+from gradwire.net import parse_spec
+from gradwire.overlap import parse_strategy
 
 if TYPE_CHECKING:
     from gradwire.train.loop import TrainConfig
@@ -66,14 +68,19 @@ class Training:
 
 
 def _runs(cfg: CompareConfig) -> list[tuple[str, str]]:
-    """(net, strategy) of every run, in table order: compute-only first."""
-    return [(cfg.nets[0], COMPUTE_ONLY)] + [(net, s) for net in cfg.nets for s in cfg.strategies]
+    """(net, strategy) names of every run, in table order: compute-only first."""
+    nets, strategies = cfg.net_names, cfg.strategy_names
+    return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in strategies]
 
 
 def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int) -> Training:
     from gradwire.train.loop import TrainConfig
 
-    train_strategy, train_net = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, net)
+    if strategy == COMPUTE_ONLY:
+        train_strategy, train_net = parse_strategy("sync"), parse_spec("loopback")
+    else:
+        train_strategy = cfg.strategies[cfg.strategy_names.index(strategy)]
+        train_net = cfg.nets[cfg.net_names.index(net)]
     config = TrainConfig(strategy=train_strategy, net=train_net, model=cfg.model, seed=seed, epochs=cfg.epochs,
                          batch_size=cfg.batch_size, lr=cfg.lr)
     return Training(index, net, strategy, config)
@@ -185,7 +192,7 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
     runs = {(net, s): {"strategy": s, "net": net, "ok": False, "finished": False, "error": "not run yet",
                        "ranks_agree": True, "seeds": [], "seconds": 0.0}
             for net, s in _runs(cfg)}
-    results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+    results: dict = {"config": cfg.as_dict(),
                      "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": list(runs.values())}
 
     def tell(event: dict) -> None:

@@ -15,11 +15,11 @@ from .base import Strategy, broadcast_module
 from .delayed import DelayedStrategy
 from .handler import AsyncGradientHandler, HandlerStrategy
 from .metrics import network_wait, split_exposed, step_comm_seconds
-from .registry import STRATEGIES, StrategySpec, build_strategy, check_composition, parse_strategy
+from .registry import STRATEGIES, StrategyChoice, StrategySpec, build_strategy, check_composition, parse_strategy
 from .sync import SyncStrategy
 
 __all__ = [
-    "STRATEGIES", "AsyncAverageStrategy", "AsyncGradientHandler", "DelayedStrategy",
+    "STRATEGIES", "AsyncAverageStrategy", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
     "HandlerStrategy", "LocalSGDStrategy", "Strategy", "StrategySpec", "SyncStrategy", "broadcast_module",
     "build_strategy", "check_composition", "network_wait", "parse_strategy", "split_exposed",
     "step_comm_seconds",

@@ -37,7 +37,7 @@ from .handler import HandlerStrategy
 from .sync import SyncStrategy
 from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
 
-__all__ = ["STRATEGIES", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
+__all__ = ["STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
 
 #: compressors whose exchange is not an average (a majority vote): they cannot average parameters
 _NOT_AN_AVERAGE = frozenset({"signum"})
@@ -169,8 +169,30 @@ def check_composition(compressor: str | Compressor | None, spec: StrategySpec) -
         )
 
 
-def parse_strategy(text: str) -> tuple[str | None, StrategySpec]:
-    """Split ``"compressor+strategy"`` into (compressor name or None, :class:`StrategySpec`).
+@dataclass(frozen=True)
+class StrategyChoice:
+    """A parsed ``compressor+strategy`` name: the validated compressor name and the :class:`StrategySpec`.
+
+    It is a description, built into a fresh runtime strategy (and a fresh
+    compressor: compressors hold per-tensor state) for every training run.
+    """
+
+    compressor: str | None
+    spec: StrategySpec
+
+    def __str__(self) -> str:
+        """The canonical name: ``onebit+delayed``; a compressor alone means ``sync`` with it (``fp16``)."""
+        if self.compressor is None:
+            return str(self.spec)
+        return self.compressor if str(self.spec) == "sync" else f"{self.compressor}+{self.spec}"
+
+    def build(self, momentum: float = 0.9, group: dist.ProcessGroup | None = None) -> Strategy:
+        """A fresh runtime strategy (one per training run)."""
+        return self.spec.build(self.compressor, momentum=momentum, group=group)
+
+
+def parse_strategy(text: str | StrategyChoice) -> StrategyChoice:
+    """Parse ``"compressor+strategy"`` into a :class:`StrategyChoice` (a choice passes through).
 
     Examples: ``"delayed"`` -> (None, delayed); ``"onebit+delayed"`` -> ("onebit", delayed);
     ``"fp16"`` -> ("fp16", sync); ``"topk:0.01+localsgd:4:warmup=50"``.
@@ -180,6 +202,8 @@ def parse_strategy(text: str) -> tuple[str | None, StrategySpec]:
             two strategies or two compressors, a bad parameter, or a composition
             that cannot work.
     """
+    if isinstance(text, StrategyChoice):
+        return text
     parts = [p.strip() for p in str(text).split("+")]
     if not text or any(not p for p in parts):
         raise ValueError(f"empty part in strategy name {text!r}; write e.g. 'onebit+delayed'")
@@ -206,10 +230,10 @@ def parse_strategy(text: str) -> tuple[str | None, StrategySpec]:
             )
     spec = spec or StrategySpec("sync")
     check_composition(compressor, spec)
-    return compressor, spec
+    return StrategyChoice(compressor, spec)
 
 
-def build_strategy(text: str, momentum: float = 0.9, group: dist.ProcessGroup | None = None) -> Strategy:
-    """Parse ``text`` and build the runtime strategy in one call."""
-    compressor, spec = parse_strategy(text)
-    return spec.build(compressor, momentum=momentum, group=group)
+def build_strategy(text: str | StrategyChoice, momentum: float = 0.9,
+                   group: dist.ProcessGroup | None = None) -> Strategy:
+    """Parse ``text`` (once) and build the runtime strategy in one call."""
+    return parse_strategy(text).build(momentum=momentum, group=group)

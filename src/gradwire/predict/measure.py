@@ -33,7 +33,8 @@ def profile_from_result(strategy: str, result: Any, world: int, skip: int = 3) -
 
     results = list(result) if isinstance(result, (list, tuple)) else [result]
     result = results[0]
-    compressor, spec = parse_strategy(strategy)
+    choice = parse_strategy(strategy)
+    compressor, spec = choice.compressor, choice.spec
     steps = len(result.step_seconds)
     if steps <= skip:
         raise ValueError(f"need more than {skip} steps to profile {strategy!r}, got {steps}")

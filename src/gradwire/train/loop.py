@@ -28,6 +28,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from gradwire.net import NetSpec, parse_spec
+from gradwire.overlap import StrategyChoice, parse_strategy
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
 
@@ -40,12 +42,17 @@ __all__ = ["RunResult", "TrainConfig", "evaluate", "run_in_turns", "run_training
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run; every rank gets the same config."""
+    """One training run; every rank gets the same config.
 
-    strategy: str = "sync"
-    """composed name, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.overlap.registry`)"""
-    net: str = "loopback"
-    """network spec for the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
+    ``strategy`` and ``net`` are parsed once, here (a name or a spec string
+    is accepted and replaced by its parsed form), so a bad name fails in the
+    parent before any rank starts.
+    """
+
+    strategy: StrategyChoice = field(default_factory=lambda: parse_strategy("sync"))
+    """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.overlap.registry`)"""
+    net: NetSpec = field(default_factory=lambda: parse_spec("loopback"))
+    """network of the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
     model: str = "cnn"
     """model name (:data:`gradwire.train.models.MODELS`)"""
     seed: int = 0
@@ -59,9 +66,8 @@ class TrainConfig:
     """stop after this many steps in total (tests); None: full epochs"""
 
     def __post_init__(self) -> None:
-        from gradwire.overlap import parse_strategy
-
-        parse_strategy(self.strategy)  # a bad name fails here, in the parent, not in every rank
+        object.__setattr__(self, "strategy", parse_strategy(self.strategy))
+        object.__setattr__(self, "net", parse_spec(self.net))
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.batch_size < 1:
@@ -70,6 +76,11 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config in plain types (strategy and network as their names), for results files."""
+        return {**asdict(self), "strategy": str(self.strategy), "net": self.net.to_string()}
 
 
 @dataclass
@@ -135,7 +146,7 @@ def train_worker(rank: int, world: int, config: TrainConfig) -> RunResult:
 
     torch.set_num_threads(1)
     gradwire.configure(config.net)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     return train_rank(config)
 
 
@@ -147,18 +158,17 @@ def train_rank(config: TrainConfig) -> RunResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.overlap import parse_strategy, split_exposed, step_comm_seconds
+    from gradwire.overlap import split_exposed, step_comm_seconds
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    compressor, spec = parse_strategy(config.strategy)
-    strategy = spec.build(compressor, momentum=config.momentum)
+    strategy = config.strategy.build(momentum=config.momentum)
     data = load_digits()
     model = build_model(config.model, seed=config.seed)
     module = strategy.wrap(model)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=strategy.optimizer_momentum)
     strategy.attach(opt)
     loss_fn = nn.CrossEntropyLoss()
-    result = RunResult(rank, world, asdict(config), num_parameters(model))
+    result = RunResult(rank, world, config.as_dict(), num_parameters(model))
     windows: list[tuple[float, float]] = []
     waits: list[list[tuple[float, float]]] = []
     dist.barrier()
