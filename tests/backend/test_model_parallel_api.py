@@ -61,12 +61,12 @@ def test_coalesced_ops_are_priced_as_one_op_of_their_total_bytes(api_runs):
         assert priced["payload_bytes"] == (1000 + 3000) * 2 * 4
 
 
-@pytest.mark.parametrize("kind", ["shape", "op"])
-def test_detail_debug_mode_detects_mismatched_collectives(kind):
+def test_detail_debug_mode_detects_mismatched_collectives():
     env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
-    ref = spawn(api_workers.mismatch, 2, ("gloo", kind), timeout=60, env=env)
-    got = spawn(api_workers.mismatch, 2, ("gradwire", kind), timeout=60, env=env)
+    ref = spawn(api_workers.mismatches, 2, ("gloo",), timeout=60, env=env)
+    got = spawn(api_workers.mismatches, 2, ("gradwire",), timeout=60, env=env)
     for rank in range(2):
-        assert "Detected mismatch between collectives" in ref[rank]["message"]
-        assert got[rank]["error"] == ref[rank]["error"], (got[rank], ref[rank])
-        assert "Detected mismatch between collectives" in got[rank]["message"], got[rank]
+        for kind in ("shape", "op"):
+            assert "Detected mismatch between collectives" in ref[rank][kind]["message"]
+            assert got[rank][kind]["error"] == ref[rank][kind]["error"], (kind, got[rank], ref[rank])
+            assert "Detected mismatch between collectives" in got[rank][kind]["message"], (kind, got[rank])

@@ -33,8 +33,24 @@ Traps:
   our future completes (``work.Pending._on_inner``). Without that, a hook reading
   the result in a ``then`` callback (PyTorch's fp16 hook, local SGD's average)
   read it before gloo's copy back to the GPU landed: ranks diverged.
-- Python process groups bypass the dispatcher, so torch.profiler shows only the
-  inner gloo events; we add ``record_function`` ranges when a profiler runs.
+- Python process groups bypass the dispatcher, so torch.profiler shows the
+  inner group's events (``c10d::allreduce_``, ``gloo:all_reduce``), not ours;
+  the simulated network's own events are in the ledger's trace.
+
+What model-parallel libraries expect of a group, and where it is met:
+- a name and a description (``group.group_name``, ``group.group_desc``):
+  DeviceMesh, ``new_subgroups``, ``destroy_process_group(group)`` and the
+  functional collectives (which find a group by name from C++) read them.
+  torch stores the name in a group's C++ backends, which a Python group has
+  none of ("ProcessGroup name not set"), so the group keeps it itself.
+- coalesced ops (``_coalescing_manager``, FSDP, functional collectives):
+  ``allreduce_coalesced``, ``all_gather_single_coalesced`` and
+  ``reduce_scatter_single_coalesced`` each run as one op of the inner backend
+  and are priced as one collective of their total bytes (one set of latency
+  steps, all the bytes); ``start_coalescing`` / ``end_coalescing`` collect
+  point-to-point ops into one Work, each still priced on the link as it is.
+- timeouts: the group's (or an op's ``opts.timeout``) applies to the
+  simulated time, and ``Work.wait(timeout)`` bounds the wait (see ``work.py``).
 """
 from __future__ import annotations
 
@@ -529,7 +545,10 @@ def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: 
         backend = _create_process_group_wrapper(backend, f"gradwire/{device}", store, rank, size, timeout)
     group = dist.ProcessGroup(store, rank, size)
     group._set_default_backend(kind)
-    group._register_backend(torch.device(device), kind, backend)
+    # gloo also takes the CUDA tensors of ranks that share a GPU (module doc); a plain
+    # ProcessGroup routes tensors by device type, so it must know gloo for both
+    for dev in ("cpu", "cuda") if kind == dist.ProcessGroup.BackendType.GLOO else (device,):
+        group._register_backend(torch.device(dev), kind, backend)
     return group
 
 

@@ -291,7 +291,7 @@ class Pending:
             now = CLOCK.now()
             if end > now + limit:
                 CLOCK.advance_to(now + limit)
-                raise self._wait_timeout(limit, end - now)
+                raise self._wait_timeout(limit, e.modelled_done - now)
         future = self.chain()
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
@@ -304,7 +304,7 @@ class Pending:
 
     def _wait_timeout(self, limit: float, remaining: float) -> BaseException:
         e = self.event
-        left = f"; the simulated network needs {remaining:.3f} s more" if remaining > 0 else ""
+        left = f"; the simulated network delivers it in {remaining:.3f} s" if remaining > 0 else ""
         return dist.DistBackendError(
             f"gradwire: {e.op} of {e.payload_bytes} bytes (group {e.group}, seq {e.seq}) did not complete within "
             f"wait(timeout={limit:g} s){left} (modelled time {e.model_seconds:.3f} s). The op is still in flight."
