@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradwire.bench.collectives import COLLECTIVES, Ctx, fill, reference_reduce
+from gradwire.bench.collectives import COLLECTIVES, RankSetup, fill, reference_reduce
 from gradwire.net import NetworkModel, busbw_factor
 from tests.net import textbook as tb
 
@@ -51,12 +51,12 @@ def test_layout_rounds_down_to_a_multiple_of_ranks() -> None:
 
 
 def test_algbw_and_busbw_from_time() -> None:
-    from gradwire.bench.collectives import Layout
+    from gradwire.bench.collectives import Buffers
     from gradwire.bench.config import BenchConfig
     from gradwire.bench.driver import _row
 
-    ctx = Ctx(0, 4, torch.float32, "sum", 0, torch.device("cpu"))
-    lay = Layout(8_000_000, 2_000_000, 2_000_000, 2_000_000)
+    ctx = RankSetup(0, 4, torch.float32, "sum", 0, torch.device("cpu"))
+    lay = Buffers(8_000_000, 2_000_000, 2_000_000, 2_000_000)
     row = _row(COLLECTIVES["all_reduce"], lay, BenchConfig(), ctx, "in-place", 0.01, 0, None)
     assert row.algbw == pytest.approx(0.8)  # 8 MB / 10 ms = 0.8 GB/s
     assert row.busbw == pytest.approx(0.8 * 2 * 3 / 4)
@@ -65,7 +65,7 @@ def test_algbw_and_busbw_from_time() -> None:
 
 @pytest.mark.parametrize("redop", ["sum", "prod", "max", "min", "avg"])
 def test_fill_is_exact_in_half_precision(redop: str) -> None:
-    ctx = Ctx(0, 8, torch.float16, redop, 0, torch.device("cpu"))
+    ctx = RankSetup(0, 8, torch.float16, redop, 0, torch.device("cpu"))
     ref = reference_reduce(ctx, 1000)
     if redop != "avg":
         assert torch.equal(ref.to(torch.float16).double(), ref)

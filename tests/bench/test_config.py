@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gradwire.bench.collectives import check_world
 from gradwire.bench.config import BenchConfig, parse_bench_size, sweep_sizes
 from gradwire.cli.main import main
 
@@ -43,9 +44,9 @@ def test_bad_config_names_the_problem(kwargs: dict, message: str) -> None:
 
 def test_world_too_small_for_the_op() -> None:
     with pytest.raises(ValueError, match=r"sendrecv needs a world size >= 2, got 1"):
-        BenchConfig(ops=("sendrecv",)).check_world(1)
+        check_world(BenchConfig(ops=("sendrecv",)), 1)
     with pytest.raises(ValueError, match=r"root 2\) must be a rank of the world \(0..1\)"):
-        BenchConfig(root=2).check_world(2)
+        check_world(BenchConfig(root=2), 2)
 
 
 @pytest.mark.parametrize("argv,message", [

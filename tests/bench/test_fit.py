@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from gradwire.bench.config import BenchConfig
-from gradwire.bench.driver import BenchResult, Row
+from gradwire.bench.driver import BenchResult, BenchRow
 from gradwire.bench.fit import fit_points, fit_result, terms
 from gradwire.net import NetworkModel, parse_spec
 
@@ -51,7 +51,7 @@ def _synthetic(spec: str, alpha: float, beta: float, algorithm: str) -> BenchRes
         algs = _ALL_REDUCE_P4 if algorithm == "auto" else {algorithm: _ALL_REDUCE_P4[algorithm]}
         return min(steps * alpha + volume * n * beta for steps, volume in algs.values())
 
-    rows = [Row("all_reduce", n, n // 4, "float", "sum", -1, "in-place", seconds(n) * 1e6, None, None, 0)
+    rows = [BenchRow("all_reduce", n, n // 4, "float", "sum", -1, "in-place", seconds(n) * 1e6, None, None, 0)
             for n in (1 << 12, 1 << 16, 1 << 20, 1 << 24)]
     return BenchResult(BenchConfig(), 4, "gradwire", spec, True, [], rows)
 

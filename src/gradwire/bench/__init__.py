@@ -18,7 +18,7 @@ from typing import Any
 # Lazy exports: `gradwire --help` imports gradwire.bench.config, which must not pull in torch.
 _EXPORTS = {
     "BenchConfig": "config", "parse_bench_size": "config",
-    "BenchResult": "driver", "Row": "driver", "run": "driver",
+    "BenchResult": "driver", "BenchRow": "driver", "run": "driver",
     "Fit": "fit", "fit_result": "fit",
     "format_table": "report", "plot": "report", "write_csv": "report", "write_json": "report",
 }

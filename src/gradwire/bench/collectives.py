@@ -22,14 +22,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gradwire.bench.config import COLLECTIVE_NAMES
+from gradwire.bench.config import COLLECTIVE_NAMES, REDOPS, BenchConfig
 from gradwire.net import NetworkModel
 
-__all__ = ["COLLECTIVES", "Collective", "Ctx", "Layout", "fill", "reference_reduce"]
+__all__ = ["COLLECTIVES", "Buffers", "Collective", "RankSetup", "check_world", "fill", "reference_reduce"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class Buffers:
     """Buffers of one row: ``size`` bytes (nccl-tests S), element counts per buffer."""
 
     size: int
@@ -39,7 +39,7 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class Ctx:
+class RankSetup:
     """What a rank knows when it builds, runs and checks a collective."""
 
     rank: int
@@ -51,12 +51,10 @@ class Ctx:
 
     @property
     def op(self) -> Any:
-        from gradwire.bench.config import REDOPS
-
         return getattr(dist.ReduceOp, REDOPS[self.redop])
 
 
-def fill(ctx: Ctx, rank: int, numel: int, offset: int = 0) -> torch.Tensor:
+def fill(ctx: RankSetup, rank: int, numel: int, offset: int = 0) -> torch.Tensor:
     """Deterministic input of ``rank``: small integers, exact in every dtype.
 
     Values 1..8 differ by rank and position, so a misplaced chunk shows up;
@@ -70,7 +68,7 @@ def fill(ctx: Ctx, rank: int, numel: int, offset: int = 0) -> torch.Tensor:
     return values.to(torch.float64)
 
 
-def reference_reduce(ctx: Ctx, numel: int) -> torch.Tensor:
+def reference_reduce(ctx: RankSetup, numel: int) -> torch.Tensor:
     """The reduction of every rank's :func:`fill` in float64."""
     stack = torch.stack([fill(ctx, r, numel) for r in range(ctx.world)])
     if ctx.redop in ("sum", "avg"):
@@ -81,11 +79,11 @@ def reference_reduce(ctx: Ctx, numel: int) -> torch.Tensor:
     return stack.amax(0) if ctx.redop == "max" else stack.amin(0)
 
 
-def _buf(ctx: Ctx, values: torch.Tensor) -> torch.Tensor:
+def _buf(ctx: RankSetup, values: torch.Tensor) -> torch.Tensor:
     return values.to(ctx.dtype).to(ctx.device)
 
 
-def _empty(ctx: Ctx, numel: int) -> torch.Tensor:
+def _empty(ctx: RankSetup, numel: int) -> torch.Tensor:
     return torch.zeros(numel, dtype=ctx.dtype, device=ctx.device)
 
 
@@ -107,22 +105,22 @@ class Collective:
     #: point-to-point calls a rank issues per iteration (each is priced as one ``send``)
     p2p_calls: int = 0
 
-    def layout(self, nbytes: int, elem: int, p: int) -> Layout:
+    def layout(self, nbytes: int, elem: int, p: int) -> Buffers:
         count = nbytes // elem
-        return Layout(count * elem, count, count, count)
+        return Buffers(count * elem, count, count, count)
 
     def bus_factor(self, p: int) -> float:
         return 1.0
 
-    def buffers(self, ctx: Ctx, lay: Layout, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def buffers(self, ctx: RankSetup, lay: Buffers, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
         send = _buf(ctx, fill(ctx, ctx.rank, lay.send))
         return send, (send if in_place else _empty(ctx, lay.recv))
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         """What ``recv`` must hold on this rank after one call (None: nothing defined)."""
         return reference_reduce(ctx, lay.recv)
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         raise NotImplementedError
 
     def model_seconds(self, model: NetworkModel, size: int) -> float:
@@ -137,7 +135,7 @@ class AllReduce(Collective):
     def bus_factor(self, p: int) -> float:
         return 2 * (p - 1) / p
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         if not in_place:
             recv.copy_(send)
         dist.all_reduce(recv, op=ctx.op)
@@ -147,10 +145,10 @@ class Broadcast(Collective):
     name = model_op = "broadcast"
     rooted = True
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         return fill(ctx, ctx.root, lay.recv)
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         if not in_place and ctx.rank == ctx.root:
             recv.copy_(send)
         dist.broadcast(recv, src=ctx.root)
@@ -160,10 +158,10 @@ class Reduce(Collective):
     name = model_op = "reduce"
     reduces = rooted = True
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         return reference_reduce(ctx, lay.recv) if ctx.rank == ctx.root else None
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         if not in_place:
             recv.copy_(send)
         dist.reduce(recv, dst=ctx.root, op=ctx.op)
@@ -172,14 +170,14 @@ class Reduce(Collective):
 class AllGather(Collective):
     name = model_op = "all_gather"
 
-    def layout(self, nbytes: int, elem: int, p: int) -> Layout:
+    def layout(self, nbytes: int, elem: int, p: int) -> Buffers:
         base = nbytes // elem // p
-        return Layout(base * p * elem, base * p, base, base * p)
+        return Buffers(base * p * elem, base * p, base, base * p)
 
     def bus_factor(self, p: int) -> float:
         return (p - 1) / p
 
-    def buffers(self, ctx: Ctx, lay: Layout, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def buffers(self, ctx: RankSetup, lay: Buffers, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
         mine = _buf(ctx, fill(ctx, ctx.rank, lay.send, ctx.rank * lay.send))
         if not in_place:
             return mine, _empty(ctx, lay.recv)
@@ -188,10 +186,10 @@ class AllGather(Collective):
         send.copy_(mine)
         return send, recv
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         return torch.cat([fill(ctx, r, lay.send, r * lay.send) for r in range(ctx.world)])
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         _all_gather(recv, send)
 
 
@@ -199,22 +197,22 @@ class ReduceScatter(Collective):
     name = model_op = "reduce_scatter"
     reduces = True
 
-    def layout(self, nbytes: int, elem: int, p: int) -> Layout:
+    def layout(self, nbytes: int, elem: int, p: int) -> Buffers:
         base = nbytes // elem // p
-        return Layout(base * p * elem, base * p, base * p, base)
+        return Buffers(base * p * elem, base * p, base * p, base)
 
     def bus_factor(self, p: int) -> float:
         return (p - 1) / p
 
-    def buffers(self, ctx: Ctx, lay: Layout, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def buffers(self, ctx: RankSetup, lay: Buffers, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
         send = _buf(ctx, fill(ctx, ctx.rank, lay.send))
         recv = send[ctx.rank * lay.recv:(ctx.rank + 1) * lay.recv] if in_place else _empty(ctx, lay.recv)
         return send, recv
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         return reference_reduce(ctx, lay.send)[ctx.rank * lay.recv:(ctx.rank + 1) * lay.recv]
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         _reduce_scatter(recv, send, op=ctx.op)
 
 
@@ -222,18 +220,18 @@ class AllToAll(Collective):
     name = model_op = "all_to_all"
     has_in_place = False
 
-    def layout(self, nbytes: int, elem: int, p: int) -> Layout:
+    def layout(self, nbytes: int, elem: int, p: int) -> Buffers:
         base = nbytes // elem // p
-        return Layout(base * p * elem, base * p, base * p, base * p)
+        return Buffers(base * p * elem, base * p, base * p, base * p)
 
     def bus_factor(self, p: int) -> float:
         return (p - 1) / p
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         chunk = lay.send // ctx.world
         return torch.cat([fill(ctx, r, lay.send)[ctx.rank * chunk:(ctx.rank + 1) * chunk] for r in range(ctx.world)])
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         dist.all_to_all_single(recv, send)
 
 
@@ -246,10 +244,10 @@ class SendRecv(Collective):
     has_in_place = False
     p2p_calls = 1  # send and recv overlap on a full-duplex link
 
-    def expected(self, ctx: Ctx, lay: Layout) -> torch.Tensor | None:
+    def expected(self, ctx: RankSetup, lay: Buffers) -> torch.Tensor | None:
         return fill(ctx, (ctx.rank - 1) % ctx.world, lay.recv)
 
-    def run(self, ctx: Ctx, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
+    def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         req = dist.isend(send, (ctx.rank + 1) % ctx.world)
         dist.recv(recv, (ctx.rank - 1) % ctx.world)
         req.wait()
@@ -271,3 +269,15 @@ COLLECTIVES: dict[str, Collective] = {
     c.name: c for c in (AllReduce(), AllGather(), ReduceScatter(), Broadcast(), Reduce(), AllToAll(), SendRecv())
 }
 assert tuple(COLLECTIVES) == COLLECTIVE_NAMES, "keep gradwire.bench.config.COLLECTIVE_NAMES in step"
+
+
+def check_world(config: BenchConfig, world_size: int) -> None:
+    """Raise ValueError if ``world_size`` cannot run every collective ``config`` asks for."""
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    for op in config.ops:
+        need = COLLECTIVES[op].min_world
+        if world_size < need:
+            raise ValueError(f"{op} needs a world size >= {need}, got {world_size}")
+    if config.root >= world_size:
+        raise ValueError(f"-r (root {config.root}) must be a rank of the world (0..{world_size - 1})")

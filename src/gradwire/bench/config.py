@@ -130,19 +130,6 @@ class BenchConfig:
 
             parse_spec(self.net)  # a bad spec fails here, before any rank starts
 
-    def check_world(self, world_size: int) -> None:
-        """Raise ValueError if ``world_size`` cannot run every requested collective."""
-        from gradwire.bench.collectives import COLLECTIVES
-
-        if world_size < 1:
-            raise ValueError(f"world size must be >= 1, got {world_size}")
-        for op in self.ops:
-            need = COLLECTIVES[op].min_world
-            if world_size < need:
-                raise ValueError(f"{op} needs a world size >= {need}, got {world_size}")
-        if self.root >= world_size:
-            raise ValueError(f"-r (root {self.root}) must be a rank of the world (0..{world_size - 1})")
-
     @property
     def device_type(self) -> str:
         """``cpu`` or ``cuda``: the resolved :attr:`device`"""

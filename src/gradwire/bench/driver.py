@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable
 
-from gradwire.bench.collectives import COLLECTIVES, Collective, Ctx, Layout
+from gradwire.bench.collectives import COLLECTIVES, Buffers, Collective, RankSetup, check_world
 from gradwire.bench.config import DTYPES, BenchConfig
 
-__all__ = ["BenchResult", "CORRUPT_ENV", "Row", "run", "run_in_group", "run_rank", "under_torchrun"]
+__all__ = ["BenchResult", "CORRUPT_ENV", "BenchRow", "run", "run_in_group", "run_rank", "under_torchrun"]
 
 #: test-only: a collective name whose checked output each rank corrupts before comparing
 CORRUPT_ENV = "GRADWIRE_BENCH_CORRUPT"
@@ -32,7 +32,7 @@ OUT_OF_PLACE, IN_PLACE = "out-of-place", "in-place"
 
 
 @dataclass
-class Row:
+class BenchRow:
     """One measured (collective, size, placement)."""
 
     op: str
@@ -72,7 +72,7 @@ class BenchResult:
     """whether the backend simulated that network (gradwire) or it only priced rows"""
     ranks: list[str] = field(default_factory=list)
     """one line per rank: host, pid, device"""
-    rows: list[Row] = field(default_factory=list)
+    rows: list[BenchRow] = field(default_factory=list)
 
     @property
     def wrong(self) -> int:
@@ -99,11 +99,11 @@ def run(config: BenchConfig) -> BenchResult:
         raise ValueError(f"{what} CUDA GPUs and this machine has none; use gloo or gradwire on cpu")
     if under_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        config.check_world(world)
+        check_world(config, world)
         return run_rank(rank, world, config, external=True)
     from gradwire.launch import spawn
 
-    config.check_world(config.world_size)
+    check_world(config, config.world_size)
     return spawn(run_rank, config.world_size, (config,), timeout=config.timeout)[0]
 
 
@@ -149,7 +149,7 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     from gradwire.net import NetworkModel
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    config.check_world(world)
+    check_world(config, world)
     cuda = config.device_type == "cuda"
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
     model = gradwire.network() if config.backend == "gradwire" else None
@@ -163,7 +163,7 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     names: list[str | None] = [None] * world
     dist.all_gather_object(names, me)
     result.ranks = [str(n) for n in names]
-    ctx = Ctx(rank, world, getattr(torch, DTYPES[config.dtype]), config.redop, config.root, device)
+    ctx = RankSetup(rank, world, getattr(torch, DTYPES[config.dtype]), config.redop, config.root, device)
     result.rows = _sweep(config, ctx, _clock(config, device), model)
     return result
 
@@ -184,14 +184,14 @@ def _clock(config: BenchConfig, device: "object") -> Callable[[], float]:
     return synced
 
 
-def _sweep(config: BenchConfig, ctx: Ctx, clock: Callable[[], float], model: object) -> list[Row]:
+def _sweep(config: BenchConfig, ctx: RankSetup, clock: Callable[[], float], model: object) -> list[BenchRow]:
     from gradwire.bench.progress import progress_bar
 
     elem = _elem_size(ctx)
     plan = [(COLLECTIVES[op], lay) for op in config.ops
             for lay in dict.fromkeys(COLLECTIVES[op].layout(n, elem, ctx.world) for n in config.sizes)
             if lay.count > 0]
-    rows: list[Row] = []
+    rows: list[BenchRow] = []
     with progress_bar(len(plan), enabled=config.progress and ctx.rank == 0) as advance:
         for coll, lay in plan:
             model_us = coll.model_seconds(model, lay.size) * 1e6 if model is not None else None
@@ -207,13 +207,13 @@ def _sweep(config: BenchConfig, ctx: Ctx, clock: Callable[[], float], model: obj
     return rows
 
 
-def _elem_size(ctx: Ctx) -> int:
+def _elem_size(ctx: RankSetup) -> int:
     import torch
 
     return torch.empty(0, dtype=ctx.dtype).element_size()
 
 
-def _measure(coll: Collective, lay: Layout, config: BenchConfig, ctx: Ctx,
+def _measure(coll: Collective, lay: Buffers, config: BenchConfig, ctx: RankSetup,
              clock: Callable[[], float], in_place: bool, warmup: int) -> tuple[float, int | None]:
     """Mean seconds per call (mean over ranks) and wrong elements (sum over ranks)."""
     import torch
@@ -233,7 +233,7 @@ def _measure(coll: Collective, lay: Layout, config: BenchConfig, ctx: Ctx,
     return both[0].item() / ctx.world, (int(both[1].item()) if config.check else None)
 
 
-def _check(coll: Collective, lay: Layout, ctx: Ctx, in_place: bool) -> int:
+def _check(coll: Collective, lay: Buffers, ctx: RankSetup, in_place: bool) -> int:
     """Run once on fresh input and count the elements of this rank's output that are wrong."""
     import torch
 
@@ -254,12 +254,12 @@ def _check(coll: Collective, lay: Layout, ctx: Ctx, in_place: bool) -> int:
     return int((~ok).sum().item())
 
 
-def _row(coll: Collective, lay: Layout, config: BenchConfig, ctx: Ctx, placement: str,
-         seconds: float | None, wrong: int | None, model_us: float | None) -> Row:
+def _row(coll: Collective, lay: Buffers, config: BenchConfig, ctx: RankSetup, placement: str,
+         seconds: float | None, wrong: int | None, model_us: float | None) -> BenchRow:
     redop = config.redop if coll.reduces else "none"
     root = config.root if coll.rooted else -1
     if seconds is None:
-        return Row(coll.name, lay.size, lay.count, config.dtype, redop, root, placement, None, None, None, None, model_us)
+        return BenchRow(coll.name, lay.size, lay.count, config.dtype, redop, root, placement, None, None, None, None, model_us)
     algbw = lay.size / seconds / 1e9 if seconds > 0 else float("inf")
-    return Row(coll.name, lay.size, lay.count, config.dtype, redop, root, placement, seconds * 1e6,
+    return BenchRow(coll.name, lay.size, lay.count, config.dtype, redop, root, placement, seconds * 1e6,
                algbw, algbw * coll.bus_factor(ctx.world), wrong, model_us)

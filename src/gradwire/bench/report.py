@@ -14,7 +14,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from gradwire.bench.driver import IN_PLACE, OUT_OF_PLACE, BenchResult, Row
+from gradwire.bench.driver import IN_PLACE, OUT_OF_PLACE, BenchResult, BenchRow
 
 __all__ = ["format_table", "plot", "to_dict", "write_csv", "write_json"]
 
@@ -66,7 +66,7 @@ def format_table(result: BenchResult) -> str:
             f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
             + f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}" * 2 + extra[2],
         ]
-        by_size: dict[int, dict[str, Row]] = {}
+        by_size: dict[int, dict[str, BenchRow]] = {}
         for r in rows:
             by_size.setdefault(r.size, {})[r.placement] = r
         for size, pair in by_size.items():
@@ -113,10 +113,10 @@ def write_json(result: BenchResult, path: str | Path, fit: Any = None) -> Path:
 
 
 def write_csv(result: BenchResult, path: str | Path) -> Path:
-    """One CSV line per op, size and placement, columns named as :class:`Row` fields."""
+    """One CSV line per op, size and placement, columns named as :class:`BenchRow` fields."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    names = ["backend", "world_size", *(f.name for f in fields(Row))]
+    names = ["backend", "world_size", *(f.name for f in fields(BenchRow))]
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=names)
         writer.writeheader()

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig, parse_bench_size
-from gradwire.cli._args import check_world, output_file, positive_int, seconds
+from gradwire.cli._args import check_net_fits, output_file, positive_int, seconds
 
 
 def add_parser(subparsers: Any) -> None:
@@ -87,7 +87,7 @@ def run_bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if config.net is not None:  # a topology of another size fails here, not in every rank
         torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-        check_world(config.net, int(os.environ["WORLD_SIZE"]) if torchrun else config.world_size)
+        check_net_fits(config.net, int(os.environ["WORLD_SIZE"]) if torchrun else config.world_size)
     result = run(config)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 1 if result.wrong else 0

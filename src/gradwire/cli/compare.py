@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradwire.cli._args import check_world, output_dir, positive_int
+from gradwire.cli._args import check_net_fits, output_dir, positive_int
 
 
 def add_parser(sub: Any) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         interleave=args.interleave,
     )
     for net in cfg.nets:
-        check_world(net, cfg.workers)
+        check_net_fits(net, cfg.workers)
     console = Console(stderr=True)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     trained = [0]

@@ -9,7 +9,7 @@ import argparse
 import time
 from typing import Any
 
-from gradwire.cli._args import check_world, positive_int
+from gradwire.cli._args import check_net_fits, positive_int
 
 
 def add_parser(sub: Any) -> None:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.net import parse_spec
 
     spec = parse_spec(args.net)
-    check_world(args.net, args.world_size)
+    check_net_fits(args.net, args.world_size)
     console = Console()
     console.print(f"[bold]gradwire demo[/]: {args.world_size} ranks on [cyan]{spec.to_string()}[/]")
     res = spawn(_worker, args.world_size, (args.net, args.steps), timeout=300)[0]

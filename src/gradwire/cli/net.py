@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gradwire.cli._args import check_world, positive_int
+from gradwire.cli._args import check_net_fits, positive_int
 from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
 from gradwire.net.model import DESCRIBE_SIZES
 from gradwire.net.spec import SPEC_KEYS
@@ -109,7 +109,7 @@ def run_describe(args: argparse.Namespace) -> int:
     """Print the spec and, per world size, the modelled time of every op and size."""
     spec = parse_spec(args.spec)
     for world in args.world_size or ():  # a topology holds one world size: say so rather than price another
-        check_world(args.spec, world)
+        check_net_fits(args.spec, world)
     console = Console()
     console.print(spec_table(spec))
     rows = describe(spec, world_sizes=args.world_size or (2, 4, 8), sizes=args.sizes, ops=args.ops)

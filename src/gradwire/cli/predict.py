@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gradwire.cli._args import check_world, input_file, output_file, positive_int
+from gradwire.cli._args import check_net_fits, input_file, output_file, positive_int
 
 DEFAULT_WORLDS = "2,4,8,16,32,64,128,256,512,1024"
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     net = parse_spec(args.net).to_string()
     worlds = _worlds(args.worlds)
     for n in worlds:
-        check_world(net, n)
+        check_net_fits(net, n)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     for s in strategies:
         parse_strategy(s)
