@@ -2,8 +2,8 @@
 
 1. A 25 M-element fp32 tensor (100 MB, a ResNet-50-sized gradient), fixed seed.
 2. Per compressor: one warm-up round trip, then the median of ``--repeats``
-   (:func:`gradwire.compress.timing.time_roundtrip`: compress + every round +
-   decompress, no network). Compressors are measured interleaved, round by
+   (:func:`gradwire.compress.roundtrip`: compress + every round + decompress,
+   no network). Compressors are measured interleaved, round by
    round, so that the machine's changing load hits all of them alike.
 3. Ratio to ``fp16`` (the cheapest real compressor) from the same run.
 

@@ -12,8 +12,8 @@ the caches):
 - ``fresh``: every bucket-sized tensor allocated anew each step (clones, the
   approximation, decode outputs), as the code did before it reused buffers;
 - ``reuse``: what :class:`gradwire.overlap.DelayedStrategy` and
-  :func:`gradwire.hooks.exchange` do now (spent buffers, the residual buffer
-  lent for the approximation, decode into the caller's buffer).
+  :class:`gradwire.hooks.CompressionState` do (spent buffers, the residual
+  buffers lent for the approximations, decode into the caller's buffer).
 
 glibc serves a multi-MB allocation from fresh pages whose first touch faults;
 ``fresh`` pays that each step. Median ms per step of the tensor work (the
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from gradwire.compress import ErrorFeedback, get_compressor, twophase
+from gradwire.compress import ErrorFeedback, StateKey, get_compressor, twophase
 from gradwire.train import build_model, num_parameters
 
 OUT = Path(__file__).parent / "results" / "onebit_delayed_step.json"
@@ -44,7 +44,8 @@ class Rank:
     def __init__(self, n: int, reuse: bool) -> None:
         self.reuse = reuse
         self.comp = get_compressor("onebit")
-        self.ef, self.server_ef = ErrorFeedback(), ErrorFeedback()
+        self.ef = ErrorFeedback()
+        self.key = StateKey.of("bucket", n)
         self.m = torch.zeros(n)
         self.previous: tuple[torch.Tensor, torch.Tensor] | None = None
         self.spare: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -59,32 +60,25 @@ class Rank:
         else:
             local = self.m.clone()
             sent = local.clone()
-        self.ef.compensate(sent, "k")
-        lent = self.ef.workspace("k", sent) if self.reuse else None
-        send, approx, plan = twophase.split_encode(sent, WORLD, self.comp, "k", approx=lent)
-        self.ef.update("k", sent, approx)
+        key = self.key
+        self.ef.compensate(sent, key)
+        lent = self.ef.workspace(key, sent) if self.reuse else None
+        send, approx, plan = twophase.split_encode(sent, WORLD, self.comp, key, approx=lent)
+        self.ef.update(key, sent, approx)
+        chunk = twophase.server_combine(send, plan, 1, self.comp)  # this rank serves chunk 1
+        served = key.serving(*plan.bounds[1])
+        self.ef.compensate(chunk, served)
+        lent = self.ef.workspace(served, chunk) if self.reuse else None
+        row, chunk_approx = twophase.encode_row(chunk, plan, 1, self.comp, key, approx=lent)
+        self.ef.update(served, chunk, chunk_approx)
         if self.reuse:
-            row = twophase.server_reduce(send, plan, 1, self.comp, self.server_ef, "k")
             twophase.gather_decode(torch.stack([row] * WORLD), plan, self.comp, out=sent)
         else:
-            row = _server_reduce_fresh(send, plan, self.comp, self.server_ef)
             sent.copy_(twophase.gather_decode(torch.stack([row] * WORLD), plan, self.comp))
         if self.previous is not None:
             torch.add(local, self.previous[1], out=self.u).sub_(self.previous[0])
             self.spare = self.previous
         self.previous = (local, sent)
-
-
-def _server_reduce_fresh(received: torch.Tensor, plan: twophase.Plan, comp, ef: ErrorFeedback) -> torch.Tensor:
-    """``twophase.server_reduce`` with a freshly allocated approximation (the earlier code)."""
-    from gradwire.compress.base import deserialize, serialize
-
-    layout, ctx = plan.layouts[1], plan.ctxs[1]
-    avg = comp.combine([deserialize(r, layout) for r in received.unbind(0)], ctx).reshape(-1)
-    avg = ef.compensate(avg, "server")
-    payload, out_ctx = comp.compress(avg, ("server", 1))
-    ef.update("server", avg, comp.decompress(payload, out_ctx))
-    return serialize(payload, plan.row_bytes)[0]
 
 
 def main() -> None:

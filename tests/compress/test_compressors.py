@@ -20,7 +20,6 @@ from gradwire.compress.packing import (
     SIGN_TABLE, decode_table, decode_table_torch, pack_bits_torch, pack_codes2, pack_signs, unpack_signs,
 )
 from gradwire.compress.randomk import RandomKCompressor
-from gradwire.compress.timing import time_roundtrip
 
 ALL = ["none", "fp16", "bf16", "int8", "int8:allgather", "qsgd:16", "terngrad", "onebit", "onebit:allgather",
        "onebit:block=0:rms=0", "signum", "topk:0.01", "randomk:0.1", "powersgd:4"]
@@ -348,12 +347,6 @@ def test_two_phase_sliced_encoding_equals_encoding_each_chunk(name, numel):
 def test_two_phase_rejects_multi_round_compressors():
     with pytest.raises(ValueError, match="rounds"):
         twophase.split_encode(rand(100), 2, get_compressor("powersgd:2"))
-
-
-def test_time_roundtrip_returns_seconds():
-    assert 0 < time_roundtrip("onebit", numel=10_000, repeats=2) < 5
-    with pytest.raises(ValueError):
-        time_roundtrip("onebit", numel=10, repeats=0)
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if get_compressor(n).rounds == 1])

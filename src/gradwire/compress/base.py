@@ -30,10 +30,10 @@ from typing import Any, Hashable
 import torch
 from torch import Tensor
 
-__all__ = ["Compressor", "Ctx", "Layout", "Pattern", "deserialize", "payload_nbytes", "roundtrip", "serialize"]
+__all__ = ["Compressor", "Ctx", "PayloadLayout", "Pattern", "deserialize", "payload_nbytes", "roundtrip", "serialize"]
 
 #: where each payload tensor lies in a serialised buffer: (dtype, shape, byte offset, byte count)
-Layout = list[tuple[torch.dtype, torch.Size, int, int]]
+PayloadLayout = list[tuple[torch.dtype, torch.Size, int, int]]
 
 
 class Pattern(enum.Enum):
@@ -182,7 +182,7 @@ def check_out(out: Tensor, ctx: Ctx) -> None:
                          f"pass a tensor of {ctx.numel} elements")
 
 
-def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor, Layout]:
+def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor, PayloadLayout]:
     """One uint8 buffer holding every payload tensor at an 8-byte aligned offset.
 
     ``nbytes`` pads the buffer to that size (rows of one all_gather must be equal).
@@ -201,6 +201,6 @@ def serialize(payload: list[Tensor], nbytes: int | None = None) -> tuple[Tensor,
     return buf, layout
 
 
-def deserialize(buf: Tensor, layout: Layout) -> list[Tensor]:
+def deserialize(buf: Tensor, layout: PayloadLayout) -> list[Tensor]:
     """Views of the payload tensors in ``buf`` (inverse of :func:`serialize`)."""
     return [buf[start : start + size].view(dtype).view(shape) for dtype, shape, start, size in layout]

@@ -10,7 +10,7 @@ tensor code:
    (lengths a multiple of 8, the last one shorter); compress each chunk and
    serialise it into one uint8 row per destination rank, every row padded to
    the same byte count. Also returns this rank's local approximation (for the
-   worker's error feedback) and the :class:`Plan` (chunk bounds, layouts).
+   worker's error feedback) and the :class:`ChunkPlan` (chunk bounds, layouts).
 2. all_to_all: rank ``j`` receives chunk ``j`` from every rank.
 3. ``server_combine``: decompress and average the ``world`` rows of this
    rank's chunk; the caller adds the server residual, and ``encode_row``
@@ -42,20 +42,20 @@ from typing import Hashable
 import torch
 from torch import Tensor
 
-from .base import Compressor, Ctx, Layout, deserialize, serialize
+from .base import Compressor, Ctx, PayloadLayout, deserialize, serialize
 
-__all__ = ["Plan", "chunk_bounds", "chunk_granule", "encode_row", "gather_decode", "server_combine", "server_reduce",
+__all__ = ["ChunkPlan", "chunk_bounds", "chunk_granule", "encode_row", "gather_decode", "server_combine", "server_reduce",
            "slice_payload", "split_encode"]
 
 
 @dataclass
-class Plan:
+class ChunkPlan:
     """How one tensor is cut and serialised; identical on every rank (it depends on numel only)."""
 
     numel: int
     bounds: list[tuple[int, int]]
     """(start, count) of each rank's chunk"""
-    layouts: list[Layout]
+    layouts: list[PayloadLayout]
     ctxs: list[Ctx]
     row_bytes: int
     whole: Ctx | None = None
@@ -85,7 +85,7 @@ def _check(compressor: Compressor) -> None:
 
 
 def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable = 0,
-                 approx: Tensor | None = None) -> tuple[Tensor, Tensor, Plan]:
+                 approx: Tensor | None = None) -> tuple[Tensor, Tensor, ChunkPlan]:
     """Phase 1 input: uint8 ``[world, row_bytes]`` rows, the local approximation (numel) and the plan.
 
     ``approx``: a buffer of ``flat``'s size and dtype to write the approximation into
@@ -125,16 +125,16 @@ def split_encode(flat: Tensor, world: int, compressor: Compressor, key: Hashable
     send = torch.zeros(world, row_bytes, dtype=torch.uint8, device=flat.device)
     for r, (b, _) in enumerate(bufs):
         send[r, : b.numel()] = b
-    return send, approx, Plan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes, whole)
+    return send, approx, ChunkPlan(flat.numel(), bounds, [lay for _, lay in bufs], ctxs, row_bytes, whole)
 
 
-def server_combine(received: Tensor, plan: Plan, rank: int, compressor: Compressor) -> Tensor:
+def server_combine(received: Tensor, plan: ChunkPlan, rank: int, compressor: Compressor) -> Tensor:
     """Phase 1 output on the server: the average of this rank's chunk over every rank's row (flat)."""
     layout, ctx = plan.layouts[rank], plan.ctxs[rank]
     return compressor.combine([deserialize(row, layout) for row in received.unbind(0)], ctx).reshape(-1)
 
 
-def encode_row(chunk: Tensor, plan: Plan, rank: int, compressor: Compressor, key: Hashable = 0,
+def encode_row(chunk: Tensor, plan: ChunkPlan, rank: int, compressor: Compressor, key: Hashable = 0,
                approx: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Phase 2 input: the (compensated) chunk compressed into one uint8 ``[row_bytes]`` row, and its approximation.
 
@@ -150,13 +150,13 @@ def encode_row(chunk: Tensor, plan: Plan, rank: int, compressor: Compressor, key
     return row, approx
 
 
-def server_reduce(received: Tensor, plan: Plan, rank: int, compressor: Compressor, key: Hashable = 0) -> Tensor:
+def server_reduce(received: Tensor, plan: ChunkPlan, rank: int, compressor: Compressor, key: Hashable = 0) -> Tensor:
     """The server step without error feedback: combine this rank's chunk and re-compress it as one row."""
     row, _ = encode_row(server_combine(received, plan, rank, compressor), plan, rank, compressor, key)
     return row
 
 
-def gather_decode(rows: Tensor, plan: Plan, compressor: Compressor, out: Tensor | None = None) -> Tensor:
+def gather_decode(rows: Tensor, plan: ChunkPlan, compressor: Compressor, out: Tensor | None = None) -> Tensor:
     """Phase 2 output: decompress the gathered ``[world, row_bytes]`` rows into ``plan.numel`` values."""
     if out is None:
         out = torch.empty(plan.numel, device=rows.device)
