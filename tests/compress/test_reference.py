@@ -119,6 +119,14 @@ def test_onebit_decompress_into_a_float32_buffer_is_the_dense_decode(block: int,
     torch.testing.assert_close(comp.decompress_into(payload, ctx, half), expected.half())
 
 
+def test_onebit_decompress_into_passes_integer_tensors_through() -> None:
+    comp = get_compressor("onebit")
+    ints = torch.arange(6)
+    payload, ctx = comp.compress(ints)
+    out = torch.zeros(6, dtype=torch.float32)
+    assert comp.decompress_into(payload, ctx, out) is out and out.tolist() == [0, 1, 2, 3, 4, 5]
+
+
 def test_onebit_options_are_checked() -> None:
     assert check_block(None) == 0 and check_block(0) == 0 and check_block(64) == 64
     for bad in (-8, 12):
@@ -396,6 +404,7 @@ def test_decode_table_scale_cut_and_out() -> None:
 def test_bit_packing_by_hand() -> None:
     bits = torch.tensor([[1, 0, 0, 0, 0, 0, 0, 1, 1], [0, 1, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
     assert pack_bits_torch(bits).tolist() == [[0b10000001, 0b10000000], [0b01000000, 0]]
+    assert pack_bits_torch(bits).dtype == torch.uint8 and pack_bits_torch(bits[:, :8]).dtype == torch.uint8
     assert pack_signs(t(-1, 2, -3)).tolist() == [0b10100000]
     assert pack_signs(torch.tensor([-1.0, 0.0, -0.0], dtype=torch.bfloat16)).tolist() == [0b10000000]
     assert pack_codes2(torch.tensor([3, 0, 0, 0, 1], dtype=torch.uint8)).tolist() == [0b11000000, 0b01000000]

@@ -7,7 +7,11 @@ import pytest
 
 from gradwire.net import describe
 from gradwire.net.spec import parse_spec, resolve_topology
-from gradwire.net.units import _shown, human_bandwidth, human_size, human_time, parse_size
+from gradwire.net.spec import NetSpec
+from gradwire.net.units import (
+    _shown, format_bandwidth, format_fraction, format_time, human_bandwidth, human_size, human_time, parse_bandwidth,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize("bits, text", [
@@ -74,3 +78,30 @@ def test_describe_sends_from_the_first_rank_to_the_last() -> None:
     assert send.busbw == pytest.approx(send.algbw) and send.algorithm == "direct"
     slowed = next(r for r in rows if r.op == "all_reduce")  # the whole group runs at the straggler's pace
     assert slowed.seconds == pytest.approx(4 * 10e-6 + 1.5 * (1 << 20) * 2e-9, rel=1e-12)  # Rabenseifner
+
+
+@pytest.mark.parametrize("bits, text", [
+    (math.inf, "inf"), (1e12, "1tbit"), (1e9, "1gbit"), (999e6, "999mbit"), (1e6, "1mbit"), (1.5e3, "1.5kbit"),
+    (1e3, "1kbit"), (999.0, "999bit"), (0.5, "0.5bit"),
+])
+def test_format_bandwidth_takes_the_largest_prefix_that_keeps_a_number_of_at_least_one(bits, text) -> None:
+    assert format_bandwidth(bits) == text and parse_bandwidth(text) == bits
+
+
+def test_format_fraction_and_time_are_plain_decimals() -> None:
+    assert format_fraction(1e-9) == "0.0000001%" and format_fraction(0.0001) == "0.01%" and format_fraction(0) == "0%"
+    assert format_time(1e-3) == "1ms" and format_time(0.0002) == "200us" and format_time(0) == "0s"
+    assert format_time(5e-10) == "0.5ns" and format_time(1.0) == "1s" and format_time(3e-6) == "3us"
+
+
+@pytest.mark.parametrize("text, bits", [("100B/s", 800), ("1B", 8), ("2KiB/s", 16384), ("3b", 3), ("1kbps", 1000)])
+def test_byte_and_bit_units_without_and_with_prefixes(text: str, bits: float) -> None:
+    assert parse_bandwidth(text) == bits
+
+
+def test_to_string_writes_only_what_differs_from_the_base() -> None:
+    assert NetSpec().to_string() == "custom"
+    assert parse_spec("bandwidth=1gbit").to_string() == "bandwidth=1gbit"
+    assert parse_spec("1gbe").to_string() == "1gbe"
+    assert parse_spec("1gbe,latency=1ms").to_string() == "1gbe,latency=1ms"
+    assert parse_spec("custom,jitter=5us").to_string() == "jitter=5us"
