@@ -14,8 +14,14 @@ Each test runs on gloo, then on gradwire, before the next test starts, so a
 loaded machine affects both alike. ``test_get_backend`` fails on gradwire by
 design: ``get_backend()`` names the backend the group was created with.
 
+Ranks start with ``spawn`` as in PyTorch's runner, which re-imports torch in
+every rank of every test (seconds each, 285 tests twice); ``--start fork``
+runs the same tests in a few minutes.
+
 Usage:
-    python benchmarks/torch_suite.py                      # whole suite, 2 ranks
+    python benchmarks/torch_suite.py --start fork         # whole suite, 2 ranks
+    python benchmarks/torch_suite.py --ran-in benchmarks/results/torch_suite.json \
+        --out benchmarks/results/torch_suite_spawn.json    # spawn, only the tests that ran
     python benchmarks/torch_suite.py -k any_source -k batch_isend --out /tmp/x.json
     python benchmarks/torch_suite.py --net 1gbe           # gradwire simulates 1 Gbit/s
 
@@ -109,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", action="append", default=[], help="run only tests whose name contains this (repeatable)")
     parser.add_argument("--backends", default="gloo,gradwire", help="comma-separated, in run order (default %(default)s)")
     parser.add_argument("--net", default=None, help="network gradwire simulates (default: $GRADWIRE_NET or loopback)")
+    parser.add_argument("--ran-in", type=Path, default=None,
+                        help="run only the tests that some backend did not skip in this earlier report")
     parser.add_argument("--start", choices=("spawn", "fork"), default="spawn",
                         help="how ranks start: spawn, as PyTorch runs the suite (default), or fork (faster)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "torch_suite.json"))
@@ -127,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted(unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn))
     if args.k:
         names = [n for n in names if any(k in n for k in args.k)]
+    if args.ran_in is not None:
+        earlier = json.loads(args.ran_in.read_text())["tests"]
+        names = [n for n in names if any(r["status"] != "skipped" for r in earlier.get(n, {}).values())]
     tests: dict[str, dict[str, dict]] = {}
     t_start = time.time()
     for i, name in enumerate(names):
