@@ -1,0 +1,134 @@
+"""The optimizer schemes: momentum (and Adam's frozen variance) moved into the exchange, and their refusals."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gradwire.hooks import CompressionState
+from gradwire.hooks.optim import (
+    FrozenVarianceAdam, MomentumSGD, UnsupportedOptimizer, check_optimizer, frozen_adam_step, frozen_denominator,
+    scheme_for,
+)
+from gradwire.launch import spawn
+
+from . import optim_workers
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return spawn(optim_workers.schemes_vs_plain, 2, timeout=100)
+
+
+def _close(a, b, rtol):
+    return all(torch.allclose(x, y, rtol=rtol, atol=rtol) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("name", ["sgd", "sgd_maximize"])
+def test_sgd_momentum_in_the_exchange_is_momentum_sgd(trained, name):
+    """`none` compressor: the hook's momentum and decay give SGD(momentum, weight_decay) to rounding."""
+    for rank in trained:
+        plain, schemed = rank[name]
+        assert _close(plain["params"], schemed["params"], 1e-12)
+        assert not _close(plain["params"], [p * 0 for p in plain["params"]], 1e-3)  # it trained
+        # the optimizer runs without momentum and decay; the exchange keeps beta; lr followed the scheduler
+        assert schemed["groups"][0]["momentum"] == 0 and schemed["groups"][0]["weight_decay"] == 0
+        assert schemed["scheme"]["exchange_momentum"] == plain["groups"][0]["momentum"]
+        assert schemed["groups"][0]["lr"] == plain["groups"][0]["lr"] == 0.05 * 0.5 ** 4
+        assert "moved into the exchange" in schemed["scheme"]["describe"]
+
+
+@pytest.mark.parametrize("name", ["adamw", "adam"])
+def test_frozen_variance_adam_is_torchs_step_with_the_variance_held(trained, name):
+    """Three plain steps, then five with v frozen: torch's own (Adam|AdamW).step with exp_avg_sq held at v_hat."""
+    for rank in trained:
+        plain, schemed = rank[name]
+        assert schemed["scheme"]["frozen"] and schemed["scheme"]["steps"] == optim_workers.STEPS
+        assert _close(plain["params"], schemed["params"], 1e-10)
+        b1, b2 = plain["groups"][0]["betas"]
+        for ps, ss in zip(plain["state"], schemed["state"]):
+            # the checkpointable state: step, EMA momentum and exp_avg_sq / (1 - beta2^t) = v_hat, as torch's
+            assert float(ss["step"]) == float(ps["step"]) == optim_workers.STEPS
+            assert torch.allclose(ss["exp_avg"], ps["exp_avg"], rtol=1e-10, atol=1e-12)
+            assert torch.allclose(ss["exp_avg_sq"], ps["exp_avg_sq"], rtol=1e-8, atol=1e-14)
+
+
+def test_adam_warmup_is_torchs_adam_bit_for_bit(trained):
+    for rank in trained:
+        plain, schemed = rank["adamw_warmup_only"]
+        assert not schemed["scheme"]["frozen"] and schemed["scheme"]["exchange_momentum"] == 0.0
+        assert all(torch.equal(a, b) for a, b in zip(plain["params"], schemed["params"]))
+
+
+def test_frozen_step_by_hand():
+    """One frozen AdamW step, written out: decay, EMA of u, bias-corrected step over the frozen denominator."""
+    p = nn.Parameter(torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64))
+    opt = torch.optim.AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
+    v, t0 = torch.tensor([0.04, 0.01, 0.09], dtype=torch.float64), 10
+    opt.state[p] = {"step": torch.tensor(float(t0)), "exp_avg": torch.zeros(3, dtype=torch.float64),
+                    "exp_avg_sq": v.clone()}
+    denom = frozen_denominator(v, t0, 0.99, 1e-8)
+    assert torch.allclose(denom, (v / (1 - 0.99 ** t0)).sqrt() + 1e-8)
+    u = torch.tensor([0.3, -0.1, 0.2], dtype=torch.float64)
+    p.grad = u.clone()
+    before = p.detach().clone()
+    frozen_adam_step(opt, {p: denom})
+    t = t0 + 1
+    expected = before * (1 - 0.1 * 0.05) - 0.1 / (1 - 0.9 ** t) * (0.1 * u) / denom
+    assert torch.allclose(p.detach(), expected, rtol=1e-14)
+    assert torch.allclose(opt.state[p]["exp_avg"], 0.1 * u)
+    # exp_avg_sq / (1 - beta2^t) stays the frozen v_hat
+    assert torch.allclose(opt.state[p]["exp_avg_sq"] / (1 - 0.99 ** t), v / (1 - 0.99 ** t0), rtol=1e-12)
+    assert float(opt.state[p]["step"]) == t
+
+
+def _params():
+    return [nn.Parameter(torch.zeros(4))]
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda: torch.optim.SGD(_params(), lr=0.1, momentum=0.9, nesterov=True), "nesterov=True"),
+    (lambda: torch.optim.SGD(_params(), lr=0.1, momentum=0.9, dampening=0.1), "dampening != 0"),
+    (lambda: torch.optim.Adam(_params(), amsgrad=True), "amsgrad=True"),
+    (lambda: torch.optim.AdamW(_params(), maximize=True), "maximize=True"),
+    (lambda: torch.optim.Adam(_params(), weight_decay=0.01), "use AdamW (decoupled decay) or weight_decay=0"),
+    (lambda: torch.optim.RMSprop(_params()), "RMSprop is not supported"),
+    (lambda: torch.optim.SGD([{"params": _params(), "momentum": 0.9}, {"params": _params(), "momentum": 0.5}],
+                             lr=0.1), "different momentum"),
+    (lambda: torch.optim.AdamW([{"params": _params(), "betas": (0.9, 0.99)},
+                                {"params": _params(), "betas": (0.8, 0.99)}]), "different betas"),
+])
+def test_refusals_say_why(make, reason):
+    opt = make()
+    groups = [dict(g) for g in opt.param_groups]
+    with pytest.raises(UnsupportedOptimizer, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        scheme_for(opt, CompressionState("onebit"))
+    assert [dict(g) for g in opt.param_groups] == groups  # a refusal changes nothing
+
+
+def test_scheme_choice_and_other_refusals():
+    assert check_optimizer(torch.optim.Adam(_params(), weight_decay=0.01, decoupled_weight_decay=True)) == \
+        "FrozenVarianceAdam"
+    sgd = torch.optim.SGD(_params(), lr=0.1, momentum=0.9)
+    assert isinstance(scheme_for(sgd, CompressionState("onebit")), MomentumSGD)
+    adamw = torch.optim.AdamW(_params())
+    state = CompressionState("onebit")
+    scheme = scheme_for(adamw, state, adam_warmup=7)
+    assert isinstance(scheme, FrozenVarianceAdam) and state.momentum == 0.0 and not state.compressing(10**6)
+    with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
+        FrozenVarianceAdam(torch.optim.AdamW(_params()), CompressionState("onebit"), warmup_steps=0)
+    with pytest.raises(UnsupportedOptimizer, match="vote"):
+        FrozenVarianceAdam(torch.optim.AdamW(_params()), CompressionState("signum"))
+
+
+def test_resumed_sgd_momentum_moves_into_the_exchange():
+    p = nn.Parameter(torch.ones(4))
+    sgd = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.full((4,), 2.0)
+    sgd.step()  # momentum_buffer = 2
+    state = CompressionState("onebit")
+    MomentumSGD(sgd, state)
+    key = next(iter(state.momentum_buffers.keys()))
+    assert key.segments == ((state.names.name(p), 4),)
+    assert torch.equal(state.momentum_buffers.get(key), torch.full((4,), 2.0))
+    assert sgd.state[p]["momentum_buffer"] is None
