@@ -73,7 +73,7 @@ def test_shaper_choice_follows_the_kernel():
     assert kind(Capabilities(frozenset({"tbf", "htb"}))) == "tbf"
     with pytest.raises(Unsupported, match="shaper htb is not in this kernel"):
         kind(Capabilities(frozenset({"tbf", "htb"})), "htb")
-    with pytest.raises(Unsupported, match="needs tbf or htb"):
+    with pytest.raises(Unsupported, match="needs tbf, or htb with the u32 classifier"):
         plan_network(spec, layout(), Capabilities(frozenset()))
     # an unshaped network needs no qdisc at all
     plan = plan_network(parse_spec("loopback"), layout(), Capabilities(frozenset()))

@@ -257,7 +257,7 @@ def _limiter(requested: str, caps: Capabilities, reasons: list[str]) -> str | No
     if requested == "auto":
         found = [k for k in RATE_LIMITERS if caps.has(k)]
         if not found:
-            reasons.append(f"a bandwidth limit needs tbf or htb, and this kernel has neither ({caps.describe()})")
+            reasons.append(f"a bandwidth limit needs tbf, or htb with the u32 classifier ({caps.describe()})")
             return None
         return found[0]
     if requested not in RATE_LIMITERS:
