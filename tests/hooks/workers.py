@@ -226,7 +226,33 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
                    f"{spec['path']}.rank{rank}")
     out["params"] = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
     out["buckets"] = len(seen) if state is not None else None
+    if state is not None and state.error_feedback is not None:
+        out["residual"] = _applied_residual(state, list(ddp.parameters()), world)
     return out
+
+
+def _applied_residual(state, params: list[torch.Tensor], world: int) -> torch.Tensor:
+    """What the local correction has added to this rank's updates in total, in parameter order:
+    the worker residual, plus ``world`` times the server residual on the chunk this rank serves."""
+    ef = state.error_feedback
+    where = {}  # segment name -> its slice of the flat parameter vector
+    offset = 0
+    for p in params:
+        where[state.names.name(p)] = (offset, p.numel())
+        offset += p.numel()
+    total = torch.zeros(offset)
+    for key in ef.keys():
+        r = ef.residual(key)
+        start, count = key.chunk if key.chunk is not None else (0, key.total)
+        scale = 1.0 if key.chunk is None else float(world)
+        at = 0
+        for name, numel in key.segments:  # the part of [start, start + count) inside each segment
+            lo, hi = max(at, start), min(at + numel, start + count)
+            if lo < hi:
+                dst, _ = where[name]
+                total[dst + lo - at: dst + hi - at] += scale * r[lo - start: hi - start]
+            at += numel
+    return total
 
 
 def hook_returns_future(rank: int, world: int) -> dict[str, Any]:

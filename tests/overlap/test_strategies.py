@@ -33,7 +33,8 @@ def _configs(strategies: list[str], steps: int = 12) -> list[TrainConfig]:
 
 
 def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
-    names = ["sync", "delayed", "delayed:naive", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler"]
+    names = ["sync", "delayed", "delayed:naive", "localsgd:4", "localsgd:3:warmup=4", "async-average:4", "handler",
+             "torch-fp16", "torch-powersgd:2:start=4"]
     results = spawn(workers.train_many, 2, ("loopback", _configs(names)), timeout=100)
     by_name = {name: [results[r][i] for r in range(2)] for i, name in enumerate(names)}
     for name, (r0, r1) in by_name.items():
@@ -49,16 +50,29 @@ def test_strategies_keep_ranks_identical_and_count_collectives() -> None:
     assert by_name["delayed"][0].collectives == by_name["sync"][0].collectives
     assert by_name["delayed:naive"][0].collectives == by_name["sync"][0].collectives
     assert by_name["handler"][0].collectives == 2 * 12  # weight and bias, each its own all_reduce
+    # PyTorch's own hooks on CPU: fp16 halves every bucket's bytes; PowerSGD (rank 2, from step 4) sends two small
+    # factors of the 10x64 weight plus the bias uncompressed instead of the whole bucket
+    sync_bytes = by_name["sync"][0].stats["total"]["payload_bytes"]
+    assert 0.45 < by_name["torch-fp16"][0].stats["total"]["payload_bytes"] / sync_bytes < 0.6
+    assert by_name["torch-powersgd:2:start=4"][0].stats["total"]["payload_bytes"] < 0.5 * sync_bytes
 
 
 def test_every_strategy_composes_with_compressors() -> None:
-    names = ["fp16+sync", "onebit+delayed", "topk:0.05+delayed", "topk:0.05+localsgd:2", "int8+async-average:2",
-             "fp16+handler"]
-    results = spawn(workers.train_many, 2, ("loopback", _configs(names, steps=6)), timeout=100)
-    for i, name in enumerate(names):
-        r0, r1 = results[0][i], results[1][i]
+    # the digits CNN (38 K parameters: its weights are above the 1024-element cutoff), 16 steps, the first of them
+    # uncompressed (warm-up): wire bytes against the same strategy uncompressed, within what the compressor can
+    # save (fp16 halves, onebit ~30x and topk:0.05 ~10x on the weights, int8 ~4x; biases and DDP's own ops stay)
+    pairs = {"fp16+sync": ("sync", 1.5, 2.0), "onebit+delayed": ("delayed", 5.0, 32.0),
+             "topk:0.05+delayed": ("delayed", 3.5, 20.0), "topk:0.05+localsgd:2": ("localsgd:2", 3.5, 20.0),
+             "int8+async-average:2": ("async-average:2", 2.0, 4.0), "fp16+handler": ("handler", 1.6, 2.0)}
+    names = sorted(set(pairs) | {plain for plain, _, _ in pairs.values()})
+    configs = [TrainConfig(strategy=s, model="cnn", epochs=1, batch_size=16, max_steps=16) for s in names]
+    results = spawn(workers.train_many, 2, ("loopback", configs), timeout=150)
+    by_name = {name: (results[0][i], results[1][i]) for i, name in enumerate(names)}
+    for name, (r0, r1) in by_name.items():
         assert r0.param_checksum == r1.param_checksum, name
-        assert r0.stats["total"]["calls"] > 0, name
+    for name, (plain, lo, hi) in pairs.items():
+        ratio = by_name[plain][0].stats["total"]["wire_bytes"] / by_name[name][0].stats["total"]["wire_bytes"]
+        assert lo <= ratio <= hi, f"{name}: {ratio:.2f}x fewer wire bytes than {plain}, expected [{lo}, {hi}]"
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
