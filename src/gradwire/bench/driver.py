@@ -123,7 +123,7 @@ def run_rank(rank: int, world: int, config: BenchConfig, external: bool = False)
     if not external:
         # Spawned ranks share this machine's cores. torch sized its thread pool
         # at import, before the launcher's OMP_NUM_THREADS applied; more threads
-        # than cores made the 1 MB copy of an out-of-place call take 10-45 ms.
+        # than cores made the copy of an out-of-place call many times slower.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     if config.device_type == "cuda":  # ranks beyond the GPU count share them (gradwire: on gloo)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())

@@ -69,7 +69,8 @@ class Compressor:
         rounds: number of all_reduce rounds (only ``Pattern.ALLREDUCE``).
         unbiased: E[decompress(compress(x))] == x.
         averages: the exchange returns the mean of the ranks' decoded payloads
-            (False for a vote); EF21 (:mod:`gradwire.compress.ef21`) needs it.
+            (False for a vote); the local correction of
+            :class:`gradwire.hooks.CompressionState` needs it.
     """
 
     name: str = "base"

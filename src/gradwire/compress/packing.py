@@ -3,13 +3,13 @@
 Layout follows ``numpy.packbits`` (big-endian within a byte): element ``i`` of
 a group lands in bit ``7 - i`` (signs) or bits ``6 - 2i .. 7 - 2i`` (codes).
 
-Why these kernels (25 M fp32, measured on this machine):
-1. Signs: ``numpy.less(x, 0)`` and ``numpy.packbits`` on the bool array
-   (0.06 ms for 600 K values on one thread). ``torch.lt`` makes the same bool
-   array 8x slower on this CPU (0.26 ms), and torch-only packing slower still.
+Why these kernels (on CPU; ``benchmarks/compress_timing.py`` times them):
+1. Signs: ``numpy.less(x, 0)`` and ``numpy.packbits`` on the bool array;
+   ``torch.lt`` makes the same bool array several times slower on CPU, and
+   torch-only packing is slower still (it is the path for CUDA tensors).
 2. Decoding: ``numpy.take`` of a 256-row table, one row of 8 (or 4) output
-   values per packed byte, writes the scaled floats in one pass (≈14 ms);
-   ``unpackbits`` followed by ``torch.where`` costs 5× more.
+   values per packed byte, writes the scaled floats in one pass;
+   ``unpackbits`` followed by ``torch.where`` makes three.
 
 Traps:
 - Odd lengths: the last byte is padded with zero bits (positive sign / code 0);

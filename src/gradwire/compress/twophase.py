@@ -26,8 +26,8 @@ A compressor whose encoding is local (:meth:`Compressor.slice_units`: a
 sign per element, a scale per block) is encoded once for the whole tensor and
 its payload sliced into the chunks, whose bounds are then multiples of the
 block; the gathered chunks join back into one payload, decoded in one pass.
-Same bytes, about half the CPU time (one pass instead of ``world`` small ones;
-600 K values: 1.09 -> 0.51 ms to encode, 0.39 -> 0.32 ms to decode).
+Same bytes, less CPU time (one pass instead of ``world`` small ones;
+``benchmarks/onebit_delayed_step.py`` times the whole step).
 
 Traps: chunks are compressed at their real length (no zero padding enters a
 scale); only the serialised rows are padded. A rank whose chunk is empty

@@ -7,8 +7,8 @@ stand between the line rate and the payload rate a collective sees:
 1. Framing. Every packet carries headers. With TCP over Ethernet at MTU 1500, a
    segment holds 1448 payload bytes (1500 - 20 IP - 20 TCP - 12 timestamp
    option) and occupies 1514 bytes on the wire (+14 Ethernet header), so the
-   payload rate is ``rate * 1448 / 1514`` (about 4.4 % less). This is the
-   excess measured on tbf-shaped veth links (DESIGN.md). Preamble, FCS and the
+   payload rate is ``rate * 1448 / 1514`` (about 4.4 % less): the excess that
+   shaped veth links show (``benchmarks/emulate_bench.py``). Preamble, FCS and the
    inter-frame gap are not counted: a tbf/htb shaper does not count them either.
 2. Loss. TCP halves its window on every loss; Mathis et al. (1997,
    https://doi.org/10.1145/263932.264023) give the steady-state throughput

@@ -2,7 +2,7 @@
 
 The exchange of step t's gradients overlaps all of step t+1's compute:
 
-1. ``wrap`` puts the model in DDP with :func:`_delayed_hook`. For each bucket,
+1. ``wrap`` puts the model in DDP with :func:`delayed_hook`. For each bucket,
    as soon as backward produces it, the hook copies it (``v``: the local
    gradient; with a compressor, the local momentum ``m = beta m + g``),
    launches the (compressed) average of the copy in the background and
@@ -28,8 +28,8 @@ Why this form (stability). Applying the stale average alone (``delayed:naive``:
 On a quadratic with curvature h, heavy-ball momentum b with delay 1 gives
 ``x_{t+1} = (1+b) x_t - (b + lr*h) x_{t-1}``, stable only while
 ``b + lr*h < 1`` against ``lr*h < 2 (1 + b)`` without delay: with b = 0.9 the
-stable learning rates shrink 38 times (measured on the digits CNN at lr 0.05:
-12 points of accuracy lost). In ``u_t`` the gradient at the current
+stable learning rates shrink 38 times (``benchmarks/overlap_strategies.py``
+trains both). In ``u_t`` the gradient at the current
 parameters enters undelayed, so the curvature feedback is sync's; the stale
 part ``avg_{t-1} - v_{t-1}`` is only the difference between the ranks (zero
 when every rank sees the same data, which makes this exactly synchronous
@@ -111,7 +111,7 @@ class _Launch:
         return first.data_ptr() == self.bucket.data_ptr() and last.data_ptr() == end
 
 
-def _delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Launch the bucket's average in the background; hand DDP the local gradient at once."""
     buf = bucket.buffer()
     strategy.launch_bucket(buf, bucket.parameters())
@@ -161,17 +161,29 @@ class DelayedStrategy(Strategy):
         self.per_parameter_steps = 0
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        self.params = [p for p in model.parameters() if p.requires_grad]
         # gradients as views of DDP's buckets: the step writes u_t into each bucket in two flat
         # passes instead of a copy per parameter (rank 0's weights everywhere, as DDP does)
         ddp = DDP(model, process_group=self.group, bucket_cap_mb=self.bucket_cap_mb, gradient_as_bucket_view=True)
+        return self.adopt(ddp)
+
+    def adopt(self, ddp: DDP, register_hook: bool = True) -> DDP:
+        """Run the strategy on a DDP built elsewhere (a script's own; best with ``gradient_as_bucket_view=True``).
+
+        Without gradient views every step goes through each parameter's
+        ``.grad`` (``per_parameter_steps``); the exchange runs on a new group
+        of ``self.group``'s ranks, which should be the DDP's process group.
+        ``register_hook=False``: the caller registers a hook that ends in
+        :func:`delayed_hook` (with this strategy as its state) itself.
+        """
+        self.params = [p for p in ddp.module.parameters() if p.requires_grad]
         ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
         self.comm_group = dist.new_group(ranks, timeout=group_timeout(self.group))
         state = self.exchange_state(self.comm_group, momentum=self.momentum if self.compressor is not None else 0.0)
         if self.exchange is not None:  # restored before wrap: keep what load_state_dict put there
             state.load_state_dict(self.exchange.state_dict())
         self.exchange = state
-        ddp.register_comm_hook(self, _delayed_hook)
+        if register_hook:
+            ddp.register_comm_hook(self, delayed_hook)
         return ddp
 
     def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
