@@ -1,0 +1,131 @@
+"""The arithmetic of CompressionState on a one-rank gloo group, in this process (fast, no spawn).
+
+With one rank the exchange averages over nobody else, which pins every
+piece of arithmetic down exactly:
+
+- the local correction gives back the rank's own (momentum) vector:
+  ``u = avg + (e' - e) [+ 1 * (s' - s)]`` and ``avg + e' + s' == m + e + s``;
+- without it the result is the compressed value, and the residuals hold
+  exactly what was dropped;
+- the momentum is ``m = beta m + g``, and a non-finite step leaves it alone.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gradwire.compress import StateKey, get_compressor
+from gradwire.hooks import CompressionState
+
+NAMES = ["onebit", "onebit:allgather", "topk:0.1", "powersgd:2", "int8", "fp16", "signum"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_rank_group():
+    if dist.is_initialized():
+        yield
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1)
+        yield
+        dist.destroy_process_group()
+
+
+def _g(step: int, n: int = 3000) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(step))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if get_compressor(n).averages and not get_compressor(n).unbiased])
+def test_local_correction_gives_back_the_momentum_on_one_rank(name: str) -> None:
+    state = CompressionState(name, momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    assert state.local_correction
+    key, m = StateKey.of("w", 3000), torch.zeros(3000)
+    for step in range(4):
+        g = _g(step)
+        m = 0.9 * m + g
+        out = state.reduce(g.clone(), key).wait()
+        torch.testing.assert_close(out, m, rtol=0, atol=2e-5)
+        state.end_step()
+
+
+@pytest.mark.parametrize("name", ["onebit:allgather", "topk:0.1", "powersgd:2"])
+def test_without_correction_the_result_is_the_compressed_value_and_the_residual_what_was_dropped(name: str) -> None:
+    # one rank, one-round or all_reduce patterns: out = C(c) with c = g + e, and e' = c - C(c)
+    state = CompressionState(name, warmup_iters=0, min_compress_numel=0, local_correction=False)
+    key, e = StateKey.of("w", 3000), torch.zeros(3000)
+    for step in range(3):
+        g = _g(step)
+        out = state.reduce(g.clone(), key).wait()
+        e2 = state.error_feedback.residual(key)
+        assert float((out - (g + e)).abs().max()) > 1e-3  # it was compressed
+        torch.testing.assert_close(out + e2, g + e, rtol=0, atol=2e-5)  # and nothing was lost
+        e = e2.clone()
+        state.end_step()
+
+
+def test_two_phase_on_one_rank_keeps_everything_in_the_residuals() -> None:
+    # onebit two-phase, no correction: out = C(C(c) + s) with c = g + e; then e' = c - C(c), s' = C(c) + s - out,
+    # so out + e' + s' == g + e + s at every step
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, local_correction=False)
+    ef = state.error_feedback
+    key = StateKey.of("w", 3000)
+    served = key.serving(0, 3000)
+    e, s = torch.zeros(3000), torch.zeros(3000)
+    for step in range(4):
+        g = _g(step)
+        out = state.reduce(g.clone(), key).wait()
+        e2, s2 = ef.residual(key), ef.residual(served)
+        torch.testing.assert_close(out + e2 + s2, g + e + s, rtol=0, atol=2e-5)
+        assert float((e2 - e).abs().max()) > 0 and float((s2 - s).abs().max()) > 0
+        e, s = e2.clone(), s2.clone()
+        state.end_step()
+
+
+def test_momentum_and_warmup() -> None:
+    state = CompressionState("onebit", momentum=0.5, warmup_iters=2, min_compress_numel=0)
+    key, m = StateKey.of("w", 3000), torch.zeros(3000)
+    for step in range(2):  # warm-up: the plain average of the momentum, exactly
+        g = _g(step)
+        m = 0.5 * m + g
+        assert not state.compressing(3000)
+        torch.testing.assert_close(state.reduce(g.clone(), key).wait(), m, rtol=0, atol=1e-6)
+        state.end_step()
+    assert state.compressing(3000)
+    cutoff = CompressionState("onebit", min_compress_numel=100, warmup_iters=0)
+    assert not cutoff.compressing(99) and cutoff.compressing(100)
+
+
+def test_a_non_finite_input_leaves_momentum_and_residuals_as_they_were() -> None:
+    state = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    key = StateKey.of("w", 3000)
+    state.reduce(_g(0), key).wait()
+    before = state.state_dict()
+    bad = _g(1)
+    bad[7] = float("inf")
+    out = state.reduce(bad, key).wait()
+    assert not torch.isfinite(out).all()  # visible to a GradScaler
+    after = state.state_dict()
+    for part in ("momentum", "error_feedback"):
+        for x, y in zip(before[part]["buffers"], after[part]["buffers"]):
+            assert torch.equal(x["value"], y["value"]), part
+    good = state.reduce(_g(2), key).wait()
+    assert torch.isfinite(good).all()
+
+
+def test_small_and_integer_tensors_are_averaged_plainly() -> None:
+    state = CompressionState("onebit", warmup_iters=0)  # cutoff 1024
+    small = torch.tensor([1.0, -2.0, 3.0])
+    assert torch.equal(state.reduce(small.clone(), StateKey.of("b", 3)).wait(), small)
+    ints = torch.tensor([3, 5, 7])
+    assert torch.equal(state.reduce(ints.clone(), StateKey.of("i", 3)).wait(), ints)
+    assert state.error_feedback is not None and len(state.error_feedback) == 0  # nothing compressed, no residual
+
+
+def test_a_tensor_that_does_not_fit_its_key_is_refused() -> None:
+    state = CompressionState("onebit")
+    with pytest.raises(ValueError, match="names 10 elements, the tensor has 3"):
+        state.reduce(torch.zeros(3), StateKey.of("w", 10))
