@@ -7,6 +7,9 @@
     dist.init_process_group("gradwire")   # every collective now runs on a simulated 1 GbE
     ...
     print(gradwire.stats().as_dict())     # calls, bytes on the wire, modelled seconds per op
+
+``gradwire.report(step=..., loss=...)`` puts a script's own metrics into the
+table of ``gradwire compare -- CMD`` (a no-op anywhere else).
 """
 from __future__ import annotations
 
@@ -21,5 +24,6 @@ from gradwire.backend import (  # noqa: E402 - registers the backend
     reset_stats,
     stats,
 )
+from gradwire._report import report  # noqa: E402
 
-__all__ = ["__version__", "clock", "configure", "events", "export_trace", "network", "reset_stats", "stats"]
+__all__ = ["__version__", "clock", "configure", "events", "export_trace", "network", "report", "reset_stats", "stats"]

@@ -49,10 +49,11 @@ def test_ctrl_c_keeps_finished_runs_and_marks_the_rest(tmp_path):
 
 def test_unfinished_run_shows_as_not_finished_in_the_table():
     from gradwire.compare.report import rows_of, to_markdown
+    from gradwire.compare.results import Results
 
-    results = {"config": {"target_accuracy": 0.9, "strategies": ["sync"]}, "runs": [
+    results = Results.from_json({"config": {"target_accuracy": 0.9, "strategies": ["sync"]}, "runs": [
         {"strategy": "sync", "net": "1gbe", "ok": False, "finished": False, "seeds": [],
-         "error": "interrupted after 0 of 3 seeds"}]}
+         "error": "interrupted after 0 of 3 seeds"}]})
     (row,) = rows_of(results)
     assert not row.ok and not row.finished
     assert "NOT FINISHED" in to_markdown([row], 0.9) and "interrupted after 0 of 3 seeds" in to_markdown([row], 0.9)

@@ -84,19 +84,20 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     events = []
     res = runner.run_compare(cfg, on_training=events.append)
     # round 1 runs sync, fp16 (fails), then compute-only in fresh processes
-    assert [(e["strategy"], e["seed"], e["ok"]) for e in events] == [
+    assert [(e.strategy, e.seed, e.ok) for e in events] == [
         ("compute-only", 0, True), ("sync", 0, True), ("fp16", 0, True),
         ("sync", 1, True), ("fp16", 1, False), ("compute-only", 1, True)]
-    assert [r["ok"] for r in res["runs"]] == [True, True, False]
-    assert [len(r["seeds"]) for r in res["runs"]] == [2, 2, 1]
+    assert [r.ok for r in res.runs] == [True, True, False]
+    assert [len(r.seeds) for r in res.runs] == [2, 2, 1]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert "rank" in saved["runs"][2]["error"] and "no-such-strategy" in saved["runs"][2]["error"]
+    assert saved["runs"][2]["status"] == "failed" and saved["runs"][2]["finished"] and not saved["runs"][2]["ok"]
     # a second comparison in the same folder (each strategy in processes of its own this time)
     # keeps the first one's results
     again = runner.run_compare(CompareConfig(strategies=("sync",), workers=2, model="tiny", epochs=1, seeds=(0, 1),
                                              out=tmp_path, interleave=False), on_training=events.append)
-    assert [(e["strategy"], e["seed"]) for e in events[6:]] == [
+    assert [(e.strategy, e.seed) for e in events[6:]] == [
         ("compute-only", 0), ("compute-only", 1), ("sync", 0), ("sync", 1)]
-    assert all(r["ok"] and r["ranks_agree"] and len(r["seeds"]) == 2 for r in again["runs"])
+    assert all(r.ok and r.ranks_agree and len(r.seeds) == 2 for r in again.runs)
     kept = list(tmp_path.glob("previous-*/results.json"))
     assert len(kept) == 1 and "no-such-strategy" in json.loads(kept[0].read_text())["runs"][2]["error"]

@@ -1,36 +1,36 @@
 """The comparison table from hand-made runs: every figure worked out by hand (one process)."""
 from __future__ import annotations
 
+import json
 import math
+from itertools import accumulate
 
 import pytest
 
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.report import rows_of, to_markdown
+from gradwire.compare.results import Curve, Results, Run, SeedResult
 
 MiB = 2**20
 
 
 def _seed(epochs, accuracy, wire, steps, compute, test=0.9):
-    return {"epoch_seconds": epochs, "epoch_accuracy": accuracy, "test_accuracy": test, "wire_bytes": wire,
-            "step_seconds": steps, "step_compute": compute}
+    return SeedResult(0, epoch_seconds=epochs, epoch_accuracy=accuracy, wire_bytes=wire, step_seconds=steps,
+                      step_compute=compute, steps=len(steps), metrics={"test_accuracy": test},
+                      curves={"test_accuracy": Curve(list(accumulate(epochs)), accuracy)})
 
 
-def _results() -> dict:
-    run = lambda strategy, net, seeds: {"strategy": strategy, "net": net, "ok": True, "seeds": seeds}  # noqa: E731
-    return {
-        "config": {"target_accuracy": 0.9, "strategies": ["sync", "fp16"]},
-        "runs": [
-            run(COMPUTE_ONLY, "100mbit", [_seed([1.0, 1.0], [0.5, 0.6], 0, [0.010, 0.010], [0.010, 0.010])]),
-            run("sync", "100mbit", [
-                _seed([2.0, 2.2], [0.80, 0.95], 100 * MiB, [0.030, 0.034], [0.012, 0.012], 0.95),
-                _seed([1.9, 2.1], [0.91, 0.93], 100 * MiB, [0.030, 0.034], [0.012, 0.012], 0.93),
-            ]),
-            run("fp16", "100mbit", [_seed([1.0, 1.5], [0.85, 0.93], 50 * MiB, [0.020, 0.020], [0.015, 0.015])]),
-            {"strategy": "onebit", "net": "100mbit", "ok": False, "error": "Traceback ...\nRuntimeError: boom\n",
-             "seeds": []},
-        ],
-    }
+def _results() -> Results:
+    run = lambda strategy, net, seeds: Run(strategy, net, "ok", seeds=seeds)  # noqa: E731
+    return Results({"target_accuracy": 0.9, "strategies": ["sync", "fp16"], "mode": "models"}, "", [
+        run(COMPUTE_ONLY, "100mbit", [_seed([1.0, 1.0], [0.5, 0.6], 0, [0.010, 0.010], [0.010, 0.010])]),
+        run("sync", "100mbit", [
+            _seed([2.0, 2.2], [0.80, 0.95], 100 * MiB, [0.030, 0.034], [0.012, 0.012], 0.95),
+            _seed([1.9, 2.1], [0.91, 0.93], 100 * MiB, [0.030, 0.034], [0.012, 0.012], 0.93),
+        ]),
+        run("fp16", "100mbit", [_seed([1.0, 1.5], [0.85, 0.93], 50 * MiB, [0.020, 0.020], [0.015, 0.015])]),
+        Run("onebit", "100mbit", "failed", "Traceback ...\nRuntimeError: boom\n"),
+    ])
 
 
 def test_rows_are_the_runs_averaged_and_set_against_the_baseline() -> None:
@@ -42,7 +42,8 @@ def test_rows_are_the_runs_averaged_and_set_against_the_baseline() -> None:
     assert sync.speedup == pytest.approx(1.0) and sync.reduction == pytest.approx(1.0)
     assert sync.step_ms == pytest.approx(32.0)
     # accuracy: mean, min, max of the seeds' test accuracies; 0.9 reached after 4.2 s and 1.9 s
-    assert (sync.accuracy_mean, sync.accuracy_min, sync.accuracy_max) == pytest.approx((0.94, 0.93, 0.95))
+    assert (sync.metric_mean, sync.metric_min, sync.metric_max) == pytest.approx((0.94, 0.93, 0.95))
+    assert sync.metric == "test_accuracy"
     assert sync.time_to_target == pytest.approx((4.2 + 1.9) / 2) and (sync.reached, sync.seeds) == (2, 2)
     # fp16: 1.25 s per epoch -> 2.05 / 1.25 = 1.64x; 25 MiB per epoch -> 2x fewer bytes
     assert fp16.epoch_seconds == pytest.approx(1.25)
@@ -69,3 +70,54 @@ def test_markdown_shows_the_figures() -> None:
     assert line.split(" | ")[1:5] == ["1.250", "1.64x", "25.00", "2.0x"]
     assert "0.9000 [0.900, 0.900]" in line and "2.50 (1/1)" in line and "25%" in line
     assert "RuntimeError: boom" in next(l for l in text.splitlines() if l.startswith("| onebit "))
+
+
+def _script_seed(step_seconds, exposed, wire, metrics):
+    return SeedResult(0, step_seconds=step_seconds, steps=len(step_seconds), exposed_seconds=exposed,
+                      wire_bytes=wire, metrics=metrics, train_seconds=sum(step_seconds))
+
+
+def _script_results(metric=None) -> Results:
+    cfg = {"mode": "script", "strategies": ["sync", "onebit"], "metric": metric}
+    return Results(cfg, "", [
+        Run(COMPUTE_ONLY, "1gbe", "ok", seeds=[_script_seed([0.010] * 4, 0.0, 0, {"train_loss": 2.0})]),
+        Run("sync", "1gbe", "ok", seeds=[
+            _script_seed([0.030] * 4, 0.060, 4 * MiB, {"val_loss": 1.50, "train_loss": 1.4}),
+            _script_seed([0.050] * 4, 0.100, 4 * MiB, {"val_loss": 1.70, "train_loss": 1.6})]),
+        Run("onebit", "1gbe", "ok", applied="SGD: momentum 0.9 in the exchange", seeds=[
+            _script_seed([0.020] * 4, 0.020, MiB // 2, {"val_loss": 1.65, "train_loss": 1.5})]),
+        Run("onebit+delayed", "1gbe", "refused", "SGD with nesterov=True: ..."),
+    ])
+
+
+def test_script_rows_are_per_step_with_the_reported_metric() -> None:
+    rows = {r.strategy: r for r in rows_of(_script_results())}
+    sync, onebit, ideal = rows["sync"], rows["onebit"], rows[COMPUTE_ONLY]
+    assert sync.unit == "step" and math.isnan(sync.epoch_seconds)
+    # sync: 30 and 50 ms per step -> 40 ms; 1 MiB per step; the first metric reported is the table's
+    assert sync.step_ms == pytest.approx(40.0) and sync.wire_mb_per_step == pytest.approx(1.0)
+    assert sync.metric == "val_loss" and (sync.metric_mean, sync.metric_min, sync.metric_max) == pytest.approx(
+        (1.6, 1.5, 1.7))
+    # onebit: 20 ms -> 2x; 1/8 MiB -> 8x fewer bytes; compute = (80 - 20) / 4 = 15 ms: 5 ms over compute-only
+    assert onebit.speedup == pytest.approx(2.0) and onebit.reduction == pytest.approx(8.0)
+    assert (onebit.compute_ms, onebit.overhead_ms, onebit.exposed_ms) == pytest.approx((10.0, 5.0, 5.0))
+    assert ideal.ideal_speedup == pytest.approx(4.0)
+    assert rows["onebit+delayed"].status == "refused" and not rows["onebit+delayed"].ok
+    text = to_markdown(list(rows.values()), None)
+    assert "gradwire.report(val_loss=...)" in text
+    line = next(l for l in text.splitlines() if l.startswith("| onebit "))
+    assert line.split(" | ")[1:6] == ["20.0", "2.00x", "128.0", "8.0x", "1.6500 [1.650, 1.650]"]
+    assert "SGD: momentum 0.9 in the exchange" in line
+    refused = next(l for l in text.splitlines() if l.startswith("| onebit+delayed "))
+    assert "REFUSED" in refused and "nesterov=True" in refused
+    # the training loss gradwire saw, when asked for (or when the script reports nothing)
+    assert {r.metric for r in rows_of(_script_results("train_loss"))} == {"train_loss"}
+    assert rows_of(_script_results("train_loss"))[1].metric_mean == pytest.approx(1.5)
+
+
+def test_results_round_trip_through_json() -> None:
+    results = _script_results()
+    results.rows = rows_of(results)
+    again = Results.from_json(json.loads(json.dumps(results.to_json())))
+    assert again.to_json() == results.to_json()
+    assert again.runs[3].status == "refused" and not again.runs[3].ok and again.runs[3].finished

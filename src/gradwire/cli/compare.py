@@ -1,10 +1,21 @@
 """`gradwire compare`: train a real model under every strategy and network; table, JSON, plots.
 
-With no arguments it runs the default experiment: the digits CNN (wide) on 4
+With no command it runs the default experiment: the digits CNN (wide) on 4
 workers on the default network, baseline vs onebit, delayed, onebit+delayed and
 PyTorch's fp16 and PowerSGD hooks, 3 seeds each, plus a compute-only run.
 The strategies take turns in one set of worker processes (round k: every
 strategy on seed k), so a machine that drifts shifts them all alike.
+
+With ``-- CMD`` it runs your own training command, unchanged, under every
+strategy: ``gradwire compare --net bandwidth=500mbit -- torchrun
+--nproc-per-node 4 train.py``. The strategy is applied where the script
+builds its DDP model, with its own optimizer (SGD's momentum, or Adam/AdamW
+in a 1-bit Adam scheme, moved into the compressed exchange); a strategy that
+cannot apply is reported as refused, with the reason. ``--workers N`` starts
+N copies of a ``python train.py`` command itself; ``{seed}`` in the command
+is replaced by the seed (every run also gets ``GRADWIRE_SEED``). The script's
+``gradwire.report(step=..., name=value)`` calls give the table its metric;
+without them it shows the training loss gradwire saw.
 
 Ctrl-C stops it with one line: the trainings that finished are kept in
 ``results.json``, the runs that did not finish are marked ``"finished": false``.
@@ -12,58 +23,161 @@ Ctrl-C stops it with one line: the trainings that finished are kept in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from gradwire.cli._args import check_net_fits, output_dir, positive_int
+from gradwire.cli._args import check_net_fits, output_dir, positive_int, seconds
+
+#: options of the bundled models only, and of a command only (for the refusals)
+_MODEL_ONLY = ("model", "epochs", "batch_size", "lr", "target")
+_CMD_ONLY = ("adam_warmup", "metric")
 
 
 def add_parser(sub: Any) -> None:
     from gradwire.compare.config import DEFAULT_NET, DEFAULT_STRATEGIES, CompareConfig
+    from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES
+    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 
     d = CompareConfig.__dataclass_fields__
-    p = sub.add_parser("compare", help="measure every strategy on real training (the main job)",
+    p = sub.add_parser("compare", help="measure every strategy on real training: ours, or your own script (the main job)",
                        description=__doc__.splitlines()[0])
     p.add_argument("--net", action="append", default=None,
                    help=f"network spec or preset; repeat for a sweep (default: {DEFAULT_NET})")
-    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
-                   help="comma-separated composed names; the first is the baseline (default: %(default)s)")
-    p.add_argument("--workers", type=positive_int(2, 16), default=d["workers"].default, help="ranks per run (default: %(default)s)")
-    p.add_argument("--model", default=d["model"].default, help="model name (default: %(default)s)")
-    p.add_argument("--epochs", type=positive_int(1), default=d["epochs"].default, help="(default: %(default)s)")
-    p.add_argument("--seeds", type=positive_int(1), default=len(d["seeds"].default), help="number of seeds, 0..N-1 (default: %(default)s)")
-    p.add_argument("--batch-size", type=positive_int(1), default=d["batch_size"].default, help="per worker (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=d["lr"].default, help="(default: %(default)s)")
-    p.add_argument("--target", type=float, default=d["target_accuracy"].default,
-                   help="test accuracy for time-to-accuracy (default: %(default)s)")
+    p.add_argument("--strategies", default=None,
+                   help="comma-separated composed names; the first is the baseline (default: "
+                        f"{','.join(DEFAULT_STRATEGIES)}; with a command: {','.join(DEFAULT_SCRIPT_STRATEGIES)})")
+    p.add_argument("--workers", type=positive_int(1, 64), default=None,
+                   help=f"ranks per run (default: {d['workers'].default}); with a command: start this many copies "
+                        "of it (default: the command starts its ranks, e.g. torchrun)")
+    p.add_argument("--seeds", type=positive_int(1), default=None,
+                   help="number of seeds, 0..N-1 (default: 3; with a command: 3 if it contains {seed}, else 1)")
     p.add_argument("--out", type=output_dir, default="gradwire-compare",
                    help="output folder, created if missing (default: %(default)s)")
-    p.add_argument("--no-interleave", dest="interleave", action="store_false",
-                   help="run each strategy in processes of its own, one after another (default: take turns)")
+    p.add_argument("--timeout", type=seconds, default=None,
+                   help="seconds one training may take (default: 900)")
+    models = p.add_argument_group("the bundled digits models (without a command)")
+    models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
+    models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
+    models.add_argument("--batch-size", type=positive_int(1), default=None,
+                        help=f"per worker (default: {d['batch_size'].default})")
+    models.add_argument("--lr", type=float, default=None, help=f"(default: {d['lr'].default})")
+    models.add_argument("--target", type=float, default=None,
+                        help=f"test accuracy for time-to-accuracy (default: {d['target_accuracy'].default})")
+    models.add_argument("--no-interleave", dest="interleave", action="store_false",
+                        help="run each strategy in processes of its own, one after another (default: take turns)")
+    script = p.add_argument_group("your own script (after --)")
+    script.add_argument("--adam-warmup", type=positive_int(1), default=None,
+                        help=f"Adam/AdamW steps in full precision before the variance freezes and compression "
+                             f"starts (default: {DEFAULT_ADAM_WARMUP})")
+    script.add_argument("--metric", default=None,
+                        help="the gradwire.report metric the table shows (default: the first one reported, "
+                             "else the training loss gradwire saw)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the training command, after --")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
 
-    from gradwire.compare import CompareConfig, print_table, rows_of, run_compare, to_markdown
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] != "--":
+        raise ValueError(f"unrecognized arguments: {' '.join(cmd)} (a training command goes after --)")
+    cmd = cmd[1:]
+    if args.cmd and not cmd:
+        raise ValueError("no command after --: use `gradwire compare [options] -- torchrun ... train.py`")
+    if cmd:
+        return _run_script(args, cmd)
+    return _run_models(args)
+
+
+def _nets(args: argparse.Namespace) -> tuple[str, ...]:
     from gradwire.compare.config import DEFAULT_NET
-    from gradwire.compare.plots import plot_accuracy, plot_breakdown
+
+    return tuple(args.net or [DEFAULT_NET])
+
+
+def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
+    if args.strategies is None:
+        return default
+    return tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    from gradwire.compare import CompareConfig, run_compare
+    from gradwire.compare.config import DEFAULT_STRATEGIES
+
+    given = _given(args, _CMD_ONLY)
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for a command of your own (after --)")
+    d = CompareConfig.__dataclass_fields__
+    workers = d["workers"].default if args.workers is None else args.workers
+    if not 2 <= workers <= 16:
+        raise ValueError(f"argument --workers: must be an integer from 2 to 16 for the bundled models, got {workers}")
+
+    def pick(value: Any, name: str) -> Any:
+        return d[name].default if value is None else value
 
     cfg = CompareConfig(
-        nets=tuple(args.net or [DEFAULT_NET]),
-        strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
-        workers=args.workers, model=args.model, epochs=args.epochs, seeds=tuple(range(args.seeds)),
-        batch_size=args.batch_size, lr=args.lr, target_accuracy=args.target, out=Path(args.out),
-        interleave=args.interleave,
+        nets=_nets(args), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
+        model=pick(args.model, "model"), epochs=pick(args.epochs, "epochs"),
+        seeds=tuple(range(3 if args.seeds is None else args.seeds)), batch_size=pick(args.batch_size, "batch_size"),
+        lr=pick(args.lr, "lr"), target_accuracy=pick(args.target, "target_accuracy"), out=Path(args.out),
+        interleave=args.interleave, timeout=pick(args.timeout, "timeout"),
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
-    console = Console(stderr=True)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
+    return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
+                           "accuracy.png")
+
+
+def _world_of(cmd: list[str]) -> int | None:
+    """The ranks a torchrun command starts on this node (``--nproc-per-node N``), when it says."""
+    for i, a in enumerate(cmd):
+        for flag in ("--nproc-per-node", "--nproc_per_node"):
+            value = a[len(flag) + 1:] if a.startswith(flag + "=") else cmd[i + 1] if a == flag and i + 1 < len(cmd) else None
+            if value is not None and value.isdigit():
+                return int(value)
+    return None
+
+
+def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
+    from gradwire.cli.profile import _check_command
+    from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
+    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+
+    given = _given(args, _MODEL_ONLY) + ([] if args.interleave else ["--no-interleave"])
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for the bundled models; with a command the script decides "
+                         "its model and training")
+    _check_command(cmd[0])
+    seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
+    cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
+                       seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
+                       timeout=900.0 if args.timeout is None else args.timeout,
+                       adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
+                       metric=args.metric)
+    world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
+    if world is not None and world > 1:
+        for net in cfg.nets:
+            check_net_fits(net, world)
+    total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
+    return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, None, "metric.png")
+
+
+def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.plots import plot_breakdown, plot_metric
+    from gradwire.compare.results import FAILED, TrainingEvent
+
+    console = Console(stderr=True)
     trained = [0]
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(),
@@ -71,28 +185,32 @@ def run(args: argparse.Namespace) -> int:
                       console=console) as progress:
             task = progress.add_task("compare", total=total)
 
-            def done(t: dict) -> None:
-                trained[0] += t["ok"]
-                status = "ok" if t["ok"] else f"FAILED (its {t['dropped']} other seeds dropped)"
-                line = f"  {t['strategy']:<22} {t['net']:<36} seed {t['seed']}  {status} ({t['seconds']:.0f} s)"
-                progress.console.print(line)
-                progress.advance(task, 1 + t.get("dropped", 0))
+            def done(t: TrainingEvent) -> None:
+                trained[0] += t.ok
+                if t.ok:
+                    status = "ok"
+                else:
+                    reason = (t.error.strip().splitlines() or [""])[-1][:120]
+                    dropped = f"; its {t.dropped} other seeds dropped" if t.dropped else ""
+                    status = f"{t.status.upper()}{dropped}: {reason}"
+                line = f"  {t.strategy:<22} {t.net:<36} seed {t.seed}  {status} ({t.seconds:.0f} s)"
+                progress.console.print(escape(line))
+                progress.advance(task, 1 + t.dropped)
 
-            results = run_compare(cfg, on_training=done)
+            results = start(done)
     except KeyboardInterrupt:
         print(f"gradwire compare: interrupted; {trained[0]} of {total} trainings finished and kept in "
-              f"{cfg.out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
+              f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 130
     rows = rows_of(results)
-    print_table(rows, cfg.target_accuracy)
-    out = Path(cfg.out)
-    results["rows"] = [r.as_dict() for r in rows]
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(to_markdown(rows, cfg.target_accuracy))
-    plot_accuracy(results, out / "accuracy.png")
+    print_table(rows, target)
+    results.rows = rows
+    results.save(out / "results.json")
+    (out / "table.md").write_text(to_markdown(rows, target))
+    plot_metric(results, out / plot_name)
     plot_breakdown(rows, out / "breakdown.png")
-    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, {out / 'accuracy.png'}, {out / 'breakdown.png'}")
-    failed = [r for r in results["runs"] if not r["ok"]]
+    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, {out / plot_name}, {out / 'breakdown.png'}")
+    failed = [r for r in results.runs if r.status == FAILED]
     for r in failed:
-        console.print(f"[red]{r['strategy']} on {r['net']} failed:[/]\n{r['error']}")
+        console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} failed:[/]\n{escape(r.error)}")
     return 1 if failed else 0

@@ -1,13 +1,13 @@
-"""Plots of a comparison: accuracy over wall time, and where each step's time goes."""
+"""Plots of a comparison: the metric over training time, and where each step's time goes."""
 from __future__ import annotations
 
-from itertools import accumulate
 from pathlib import Path
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.report import Row
+from gradwire.compare.report import Row, metric_name
+from gradwire.compare.results import Results
 
-__all__ = ["plot_accuracy", "plot_breakdown"]
+__all__ = ["plot_accuracy", "plot_breakdown", "plot_metric"]
 
 
 def _plt():  # type: ignore[no-untyped-def]
@@ -19,23 +19,30 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def plot_accuracy(results: dict, path: Path) -> Path:
-    """Test accuracy against cumulative training time, mean over seeds, one line per strategy."""
+def plot_metric(results: Results, path: Path) -> Path:
+    """The table's metric against training time, mean over seeds, one line per strategy.
+
+    A metric recorded at different times in different seeds is averaged point
+    by point (the i-th value of every seed), up to the shortest seed.
+    """
     plt = _plt()
-    nets = list(dict.fromkeys(r["net"] for r in results["runs"] if r["strategy"] != COMPUTE_ONLY))
+    metric = metric_name(results)
+    nets = list(dict.fromkeys(r.net for r in results.runs if r.strategy != COMPUTE_ONLY))
     fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4.2), squeeze=False)
     for ax, net in zip(axes[0], nets):
-        for run in results["runs"]:
-            if not run["ok"] or (run["net"] != net and run["strategy"] != COMPUTE_ONLY):
+        for run in results.runs:
+            if not run.ok or (run.net != net and run.strategy != COMPUTE_ONLY):
                 continue
-            seeds = run["seeds"]
-            n = min(len(s["epoch_seconds"]) for s in seeds)
-            t = [sum(x) / len(seeds) for x in zip(*[list(accumulate(s["epoch_seconds"][:n])) for s in seeds])]
-            a = [sum(x) / len(seeds) for x in zip(*[s["epoch_accuracy"][:n] for s in seeds])]
-            style = ":" if run["strategy"] == COMPUTE_ONLY else "-"
-            ax.plot(t, a, style, marker="o", ms=3, label=run["strategy"])
+            curves = [s.curves[metric] for s in run.seeds if metric in s.curves and s.curves[metric].values]
+            if not curves:
+                continue
+            n = min(len(c.values) for c in curves)
+            t = [sum(c.seconds[i] for c in curves) / len(curves) for i in range(n)]
+            v = [sum(c.values[i] for c in curves) / len(curves) for i in range(n)]
+            style = ":" if run.strategy == COMPUTE_ONLY else "-"
+            ax.plot(t, v, style, marker="o" if n < 40 else None, ms=3, label=run.strategy)
         ax.set_xlabel("training time (s)")
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("test accuracy" if metric == "test_accuracy" else metric)
         ax.set_title(net, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -43,6 +50,10 @@ def plot_accuracy(results: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+#: the bundled models' plot keeps its name
+plot_accuracy = plot_metric
 
 
 def plot_breakdown(rows: list[Row], path: Path) -> Path:

@@ -1,13 +1,18 @@
-"""Turn the runs of a comparison into rows: speed, bytes, accuracy, time to accuracy.
+"""Turn the runs of a comparison into rows: speed, bytes, the metric, time to accuracy.
 
-Definitions (per network; the first strategy is the baseline):
+Definitions (per network; the first strategy is the baseline). The time unit
+is the epoch for the bundled models and the step for a script (whose epochs
+gradwire does not know):
 
 - time per epoch: the training loop's epoch time (evaluation excluded),
-  averaged over epochs, then over seeds;
-- speedup: baseline time per epoch / strategy time per epoch; the ideal
+  averaged over epochs, then over seeds; time per step: the mean interval
+  between the ends of the optimizer's steps (the first from the DDP's first
+  forward), averaged over seeds;
+- speedup: baseline time / strategy time (per epoch, or per step); the ideal
   speedup is baseline / compute-only (the same work with no network cost);
-- communication volume: bytes this worker put on the wire per epoch
-  (the backend's counters, protocol framing included); reduction: baseline / strategy;
+- communication volume: bytes this worker put on the wire per epoch (per
+  step) during training (the backend's counters, protocol framing included);
+  reduction: baseline / strategy;
 - step breakdown: compute (the compute-only run's step compute), strategy
   overhead (this strategy's time outside communication waits beyond that) and
   exposed communication (the rest of the step time). The overhead is the
@@ -15,34 +20,49 @@ Definitions (per network; the first strategy is the baseline):
   compute slowed by peers that run instead of waiting: ``delayed`` compresses
   nothing, yet on 4 ranks over 2 cores its ranks never block in a collective,
   so the others' compute lands inside its step windows;
-- time to accuracy: training time until the test accuracy first reaches the
-  target, averaged over the seeds that reach it.
+- the metric: the bundled models' test accuracy; for a script, the last
+  value of a metric it reported with ``gradwire.report`` (the comparison's
+  ``metric``, else the first one reported), else ``train_loss``: the mean of
+  the losses gradwire saw (the scalars ``.backward()`` was called on) over
+  the last tenth of the steps (at least 1, at most 50) of the first rank.
+  Mean and [min, max] over seeds;
+- time to accuracy (bundled models): training time until the test accuracy
+  first reaches the target, averaged over the seeds that reach it.
 """
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
+from gradwire.compare.results import OK, Results, Run
 
-__all__ = ["Row", "rows_of", "to_markdown", "print_table"]
+__all__ = ["Row", "metric_name", "print_table", "rows_of", "to_markdown"]
+
+#: the metric gradwire computes itself for a script that reports none
+TRAIN_LOSS = "train_loss"
 
 
 @dataclass
 class Row:
     net: str
     strategy: str
-    ok: bool
+    status: str
+    unit: str = "epoch"
+    """what the time and bytes are per: ``epoch`` (bundled models) or ``step`` (a script)"""
     epoch_seconds: float = float("nan")
     step_ms: float = float("nan")
     speedup: float = float("nan")
     ideal_speedup: float = float("nan")
     wire_mb_per_epoch: float = float("nan")
+    wire_mb_per_step: float = float("nan")
     reduction: float = float("nan")
-    accuracy_mean: float = float("nan")
-    accuracy_min: float = float("nan")
-    accuracy_max: float = float("nan")
+    metric: str = "test_accuracy"
+    metric_mean: float = float("nan")
+    metric_min: float = float("nan")
+    metric_max: float = float("nan")
     time_to_target: float | None = None
     reached: int = 0
     seeds: int = 0
@@ -51,65 +71,104 @@ class Row:
     exposed_ms: float = float("nan")
     exposed_share: float = float("nan")
     error: str = ""
-    finished: bool = True
-    """False for a run an interrupted comparison did not finish (``ok`` is False then too)"""
+    applied: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "not finished"
+
+    @property
+    def time_per_unit(self) -> float:
+        """Seconds per epoch, or per step."""
+        return self.epoch_seconds if self.unit == "epoch" else self.step_ms / 1e3
+
+    @property
+    def wire_per_unit(self) -> float:
+        return self.wire_mb_per_epoch if self.unit == "epoch" else self.wire_mb_per_step
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Row:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: (float("nan") if v is None and k != "time_to_target" else v)
+                      for k, v in d.items() if k in known})
 
 
 def _mean(xs: Iterable[float]) -> float:
-    xs = list(xs)
+    xs = [x for x in xs if not math.isnan(x)]
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def _per_step(seed: dict, key: str) -> float:
-    return _mean(seed[key]) if seed[key] else float("nan")
+def metric_name(results: Results) -> str:
+    """The metric the table shows (module doc)."""
+    if results.config.get("metric"):
+        return str(results.config["metric"])
+    if results.config.get("mode", "models") == "models":
+        return "test_accuracy"
+    for run in results.runs:
+        for seed in run.seeds:
+            for name in seed.metrics:
+                if name != TRAIN_LOSS:
+                    return name
+    return TRAIN_LOSS
 
 
-def _base_row(run: dict, target: float) -> Row:
-    if not run["ok"]:
-        return Row(run["net"], run["strategy"], False, error=run["error"].strip().splitlines()[-1][:200],
-                   finished=run.get("finished", True))
-    seeds = run["seeds"]
-    epochs = [_mean(s["epoch_seconds"]) for s in seeds]
-    accs = [s["test_accuracy"] for s in seeds]
+def _error_line(run: Run) -> str:
+    lines = run.error.strip().splitlines()
+    return lines[-1][:200] if lines else ""
+
+
+def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
+    if not run.ok:
+        return Row(run.net, run.strategy, run.status, unit, metric=metric, error=_error_line(run), applied=run.applied)
+    seeds = run.seeds
+    values = [s.metrics[metric] for s in seeds if metric in s.metrics]
     reach = []
-    for s in seeds:
-        elapsed = 0.0
-        for sec, acc in zip(s["epoch_seconds"], s["epoch_accuracy"]):
-            elapsed += sec
-            if acc >= target:
-                reach.append(elapsed)
-                break
-    n_epochs = max(1, len(seeds[0]["epoch_seconds"]))
-    step = _mean(_per_step(s, "step_seconds") for s in seeds)
-    compute = _mean(_per_step(s, "step_compute") for s in seeds)
-    return Row(
-        run["net"], run["strategy"], True, epoch_seconds=_mean(epochs), step_ms=step * 1e3,
-        wire_mb_per_epoch=_mean(s["wire_bytes"] for s in seeds) / n_epochs / 2**20,
-        accuracy_mean=_mean(accs), accuracy_min=min(accs), accuracy_max=max(accs),
-        time_to_target=_mean(reach) if reach else None, reached=len(reach), seeds=len(seeds),
-        compute_ms=compute * 1e3,
-    )
+    if target is not None:
+        for s in seeds:
+            curve = s.curves.get(metric)
+            if curve is not None:
+                hit = next((t for t, v in zip(curve.seconds, curve.values) if v >= target), None)
+                if hit is not None:
+                    reach.append(hit)
+    row = Row(run.net, run.strategy, run.status, unit, step_ms=_mean(s.step_ms for s in seeds), metric=metric,
+              metric_mean=_mean(values), metric_min=min(values, default=float("nan")),
+              metric_max=max(values, default=float("nan")),
+              time_to_target=_mean(reach) if reach else None, reached=len(reach), seeds=len(seeds),
+              compute_ms=_mean(s.compute_ms for s in seeds), applied=run.applied,
+              wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20)
+    if unit == "epoch":
+        row.epoch_seconds = _mean(_mean(s.epoch_seconds) for s in seeds)
+        n_epochs = max(1, len(seeds[0].epoch_seconds))
+        row.wire_mb_per_epoch = _mean(s.wire_bytes for s in seeds) / n_epochs / 2**20
+    return row
 
 
-def rows_of(results: dict) -> list[Row]:
+def rows_of(results: Results) -> list[Row]:
     """One row per run, with speedups and reductions against each network's baseline."""
-    target = results["config"]["target_accuracy"]
-    rows = [_base_row(run, target) for run in results["runs"]]
+    cfg = results.config
+    unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
+    metric = metric_name(results)
+    target = cfg.get("target_accuracy") if unit == "epoch" else None
+    rows = [_base_row(run, unit, metric, target) for run in results.runs]
     ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
-    strategies = results["config"]["strategies"]
+    strategies = cfg["strategies"]
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         base = next((r for r in rows if r.net == net and r.strategy == strategies[0] and r.ok), None)
         for r in rows:
             if not r.ok or (r.net != net and r.strategy != COMPUTE_ONLY):
                 continue
             if base is not None:
-                r.speedup = base.epoch_seconds / r.epoch_seconds
-                r.reduction = base.wire_mb_per_epoch / r.wire_mb_per_epoch if r.wire_mb_per_epoch else float("inf")
+                r.speedup = base.time_per_unit / r.time_per_unit
+                r.reduction = base.wire_per_unit / r.wire_per_unit if r.wire_per_unit else float("inf")
                 if ideal is not None:
-                    r.ideal_speedup = base.epoch_seconds / ideal.epoch_seconds
+                    r.ideal_speedup = base.time_per_unit / ideal.time_per_unit
             base_compute = ideal.compute_ms if ideal is not None else r.compute_ms
             r.overhead_ms = max(0.0, r.compute_ms - base_compute)
             r.exposed_ms = max(0.0, r.step_ms - base_compute - r.overhead_ms)
@@ -118,31 +177,51 @@ def rows_of(results: dict) -> list[Row]:
     return rows
 
 
-COLUMNS = [
-    ("strategy", "strategy"), ("time/epoch (s)", "epoch"), ("speedup", "speedup"), ("wire MiB/epoch", "wire"),
-    ("reduction", "reduction"), ("accuracy (mean [min, max])", "acc"), ("time to target (s)", "ttt"),
-    ("exposed comm", "exposed"),
-]
+def _columns(rows: list[Row]) -> list[str]:
+    unit = rows[0].unit if rows else "epoch"
+    metric = next((r.metric for r in rows), "test_accuracy")
+    name = "accuracy" if metric == "test_accuracy" else metric
+    if unit == "epoch":
+        return ["strategy", "time/epoch (s)", "speedup", "wire MiB/epoch", "reduction", f"{name} (mean [min, max])",
+                "time to target (s)", "exposed comm"]
+    return ["strategy", "time/step (ms)", "speedup", "wire KiB/step", "reduction", f"{name} (mean [min, max])",
+            "exposed comm", "optimizer / note"]
 
 
 def _cells(r: Row) -> list[str]:
     if not r.ok:
-        return [r.strategy, "FAILED" if r.finished else "NOT FINISHED", "", "", "", r.error, "", ""]
-    ttt = f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None else f"not reached (0/{r.seeds})"
-    return [
-        r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_epoch:.2f}",
-        f"{r.reduction:.1f}x", f"{r.accuracy_mean:.4f} [{r.accuracy_min:.3f}, {r.accuracy_max:.3f}]", ttt,
-        f"{r.exposed_share:.0%}",
-    ]
+        status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
+        if r.unit == "step":  # the reason goes in the wide last column
+            return [r.strategy, status, "", "", "", "", "", r.error]
+        return [r.strategy, status, "", "", "", r.error, "", ""]
+    metric = f"{r.metric_mean:.4f} [{r.metric_min:.3f}, {r.metric_max:.3f}]" if not math.isnan(r.metric_mean) else "—"
+    if r.unit == "epoch":
+        ttt = (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
+               else f"not reached (0/{r.seeds})")
+        return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_epoch:.2f}",
+                f"{r.reduction:.1f}x", metric, ttt, f"{r.exposed_share:.0%}"]
+    return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_step * 1024:.1f}",
+            f"{r.reduction:.1f}x", metric, f"{r.exposed_share:.0%}", r.applied]
 
 
-def to_markdown(rows: list[Row], target: float) -> str:
+def _title(net: str, rows: list[Row], target: float | None) -> str:
+    if rows and rows[0].unit == "step":
+        metric = rows[0].metric
+        how = ("the loss gradwire saw (scalars .backward() was called on), last tenth of the steps"
+               if metric == TRAIN_LOSS else f"the script's last gradwire.report({metric}=...)")
+        return f"network {net} — metric: {how}"
+    return f"network {net} — time to accuracy {target:.2f}" if target is not None else f"network {net}"
+
+
+def to_markdown(rows: list[Row], target: float | None) -> str:
     """Markdown tables, one per network."""
     out = []
+    columns = _columns(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
-        out.append(f"network `{net}` (time to accuracy {target:.2f})\n")
-        out.append("| " + " | ".join(c for c, _ in COLUMNS) + " |")
-        out.append("|" + "---|" * len(COLUMNS))
+        title = _title(f"`{net}`", rows, target)
+        out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
+        out.append("| " + " | ".join(columns) + " |")
+        out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net or r.strategy == COMPUTE_ONLY:
                 out.append("| " + " | ".join(_cells(r)) + " |")
@@ -150,16 +229,18 @@ def to_markdown(rows: list[Row], target: float) -> str:
     return "\n".join(out)
 
 
-def print_table(rows: list[Row], target: float) -> None:
+def print_table(rows: list[Row], target: float | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=max(Console().width, 150))
+    columns = _columns(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
-        table = Table(title=f"network {net} — time to accuracy {target:.2f}")
-        for c, _ in COLUMNS:
-            table.add_column(c, justify="left" if c == "strategy" else "right")
+        table = Table(title=_title(net, rows, target))
+        for c in columns:
+            table.add_column(c, justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net or r.strategy == COMPUTE_ONLY:
                 table.add_row(*_cells(r))
         console.print(table)
+

@@ -21,30 +21,31 @@ yet go on in fresh processes. ``results.json`` is rewritten after every
 training, so nothing finished is lost; an earlier comparison in the same
 folder is moved to ``previous-<time>/``, not overwritten.
 
-A run is ``"finished"`` once all its seeds trained (``"ok": true``) or it
-failed (``"ok": false`` with the error). Until then it is ``"ok": false,
-"finished": false`` with the seeds it has so far, so a results.json read
-mid-way, or left by an interrupted comparison (Ctrl-C), never shows a run as
-good that did not train.
+A run is ``"finished"`` once all its seeds trained (``"status": "ok"``) or it
+failed (``"status": "failed"`` with the error). Until then it is ``"status":
+"not finished"`` (``"ok": false, "finished": false``) with the seeds it has so
+far, so a results.json read mid-way, or left by an interrupted comparison
+(Ctrl-C), never shows a run as good that did not train. The results are
+:mod:`gradwire.compare.results` dataclasses.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
+from gradwire.compare.results import FAILED, NOT_FINISHED, OK, Curve, Results, Run, SeedResult, TrainingEvent
 from gradwire.net import parse_spec
 from gradwire.overlap import parse_strategy
 
 if TYPE_CHECKING:
     from gradwire.train.loop import TrainConfig
 
-__all__ = ["Training", "run_compare", "schedule"]
+__all__ = ["Training", "rotation", "run_compare", "schedule"]
 
 #: what a comparison writes into its folder
 OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
@@ -86,6 +87,15 @@ def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int
     return Training(index, net, strategy, config)
 
 
+def rotation(runs: list[tuple[str, str]], seeds: tuple[int, ...]) -> list[tuple[str, str, int]]:
+    """(net, strategy, seed) in turns: round ``k`` (seed ``k``) runs every run, the order rotated by ``k * runs // seeds``."""
+    order: list[tuple[str, str, int]] = []
+    for k, seed in enumerate(seeds):
+        shift = k * len(runs) // len(seeds)
+        order += [(net, strategy, seed) for net, strategy in runs[shift:] + runs[:shift]]
+    return order
+
+
 def schedule(cfg: CompareConfig) -> list[list[Training]]:
     """The trainings, grouped by the set of processes they run in, in the order they run.
 
@@ -95,11 +105,7 @@ def schedule(cfg: CompareConfig) -> list[list[Training]]:
     """
     runs = _runs(cfg)
     if cfg.interleave:
-        order: list[tuple[str, str, int]] = []
-        for k, seed in enumerate(cfg.seeds):
-            shift = k * len(runs) // len(cfg.seeds)
-            order += [(net, strategy, seed) for net, strategy in runs[shift:] + runs[:shift]]
-        return [[_training(cfg, i, *job) for i, job in enumerate(order)]]
+        return [[_training(cfg, i, *job) for i, job in enumerate(rotation(runs, cfg.seeds))]]
     groups, index = [], 0
     for net, strategy in runs:
         groups.append([_training(cfg, index + j, net, strategy, seed) for j, seed in enumerate(cfg.seeds)])
@@ -116,33 +122,40 @@ def _ranks(rank: int, world: int, trainings: list[Training]) -> None:
 
     def ended(i: int, result: Any) -> None:
         summary = _summarise(result)
-        summary["seconds"] = time.perf_counter() - started[0]
+        summary.seconds = time.perf_counter() - started[0]
         started[0] = time.perf_counter()
         report((trainings[i].index, summary))
 
     train_in_turns(rank, world, [t.config for t in trainings], on_result=ended)
 
 
-def _summarise(r: Any) -> dict:
+def _summarise(r: Any) -> SeedResult:
     """What the report needs from one rank's RunResult (small enough to pickle quickly)."""
-    return {
-        "seed": r.config["seed"], "epoch_seconds": r.epoch_seconds, "epoch_accuracy": r.epoch_accuracy,
-        "step_seconds": r.step_seconds, "step_compute": r.step_compute, "step_exposed": r.step_exposed,
-        "step_comm_model": r.step_comm_model, "collectives": r.collectives, "test_accuracy": r.test_accuracy,
-        "wire_bytes": r.stats.get("total", {}).get("wire_bytes", 0),
-        "payload_bytes": r.stats.get("total", {}).get("payload_bytes", 0),
-        "stats": r.stats, "param_checksum": r.param_checksum, "num_parameters": r.num_parameters,
-    }
+    total = r.stats.get("total", {})
+    elapsed, seconds = 0.0, []
+    for sec in r.epoch_seconds:
+        elapsed += sec
+        seconds.append(elapsed)
+    return SeedResult(
+        seed=r.config["seed"], train_seconds=sum(r.epoch_seconds), steps=len(r.step_seconds),
+        step_seconds=r.step_seconds, step_compute=r.step_compute, exposed_seconds=sum(r.step_exposed),
+        epoch_seconds=r.epoch_seconds, epoch_accuracy=r.epoch_accuracy,
+        wire_bytes=total.get("wire_bytes", 0), payload_bytes=total.get("payload_bytes", 0),
+        metrics={"test_accuracy": r.test_accuracy},
+        curves={"test_accuracy": Curve(seconds, list(r.epoch_accuracy), [])},
+        detail={"step_exposed": r.step_exposed, "step_comm_model": r.step_comm_model, "collectives": r.collectives,
+                "stats": r.stats, "param_checksum": r.param_checksum, "num_parameters": r.num_parameters},
+    )
 
 
-def _agree(ranks: list[dict]) -> bool:
+def _agree(ranks: list[SeedResult]) -> bool:
     """Every rank ended the training with the same parameters (to rounding)."""
-    ref = ranks[0]["param_checksum"]
-    return all(abs(r["param_checksum"] - ref) <= 1e-6 * max(1.0, abs(ref)) for r in ranks)
+    ref = ranks[0].detail["param_checksum"]
+    return all(abs(r.detail["param_checksum"] - ref) <= 1e-6 * max(1.0, abs(ref)) for r in ranks)
 
 
 def _run_set(cfg: CompareConfig, trainings: list[Training],
-             on_done: Callable[[Training, list[dict]], None]) -> str | None:
+             on_done: Callable[[Training, list[SeedResult]], None]) -> str | None:
     """Run ``trainings`` in one set of fresh processes; ``on_done`` each as all its ranks report.
 
     Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
@@ -151,9 +164,9 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
     from gradwire.train.loop import CPU_ONLY
 
     by_index = {t.index: t for t in trainings}
-    parts: dict[int, dict[int, dict]] = {}
+    parts: dict[int, dict[int, SeedResult]] = {}
 
-    def arrived(rank: int, value: tuple[int, dict]) -> None:
+    def arrived(rank: int, value: tuple[int, SeedResult]) -> None:
         index, summary = value
         parts.setdefault(index, {})[rank] = summary
         if len(parts[index]) == cfg.workers:
@@ -167,19 +180,17 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
     return None
 
 
-def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None = None) -> dict:
+def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
     """Train every (net, strategy) plus compute-only on every seed; save results.json as trainings end.
 
     Args:
         cfg: the comparison.
-        on_training: called after each training with ``{"strategy", "net", "seed",
-            "ok", "seconds"}``; a failure adds ``"error"`` and ``"dropped"`` (that
-            strategy's seeds that will not run).
+        on_training: called after each training; a failure carries its error
+            and how many of that strategy's seeds will not run (``dropped``).
 
     Returns:
-        ``{"config", "started", "runs"}``; each run: strategy, net, ok, finished,
-        ranks_agree, seeds (one rank-0 summary per seed, in seed order), seconds;
-        error unless ok.
+        The :class:`~gradwire.compare.results.Results`: one run per (net,
+        strategy), each seed's rank-0 summary in seed order.
 
     Raises:
         KeyboardInterrupt: after saving results.json with the finished trainings,
@@ -189,14 +200,12 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, OUTPUTS)
     path = out / "results.json"
-    runs = {(net, s): {"strategy": s, "net": net, "ok": False, "finished": False, "error": "not run yet",
-                       "ranks_agree": True, "seeds": [], "seconds": 0.0}
-            for net, s in _runs(cfg)}
-    results: dict = {"config": cfg.as_dict(),
-                     "started": datetime.datetime.now().isoformat(timespec="seconds"), "runs": list(runs.values())}
+    runs = {(net, s): Run(s, net, NOT_FINISHED, "not run yet") for net, s in _runs(cfg)}
+    results = Results({**cfg.as_dict(), "mode": "models"},
+                      datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
 
-    def tell(event: dict) -> None:
-        path.write_text(json.dumps(results, indent=1))
+    def tell(event: TrainingEvent) -> None:
+        results.save(path)
         if on_training is not None:
             on_training(event)
 
@@ -206,19 +215,17 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
             while pending:
                 finished: set[int] = set()
 
-                def done(t: Training, ranks: list[dict]) -> None:
+                def done(t: Training, ranks: list[SeedResult]) -> None:
                     finished.add(t.index)
                     run = runs[t.run]
-                    run["seeds"].append(ranks[0])
-                    run["seconds"] += ranks[0]["seconds"]
-                    run["ranks_agree"] = run["ranks_agree"] and _agree(ranks)
-                    if len(run["seeds"]) == len(cfg.seeds):
-                        run.update(ok=True, finished=True)
-                        run.pop("error", None)
+                    run.seeds.append(ranks[0])
+                    run.seconds += ranks[0].seconds
+                    run.ranks_agree = bool(run.ranks_agree) and _agree(ranks)
+                    if len(run.seeds) == len(cfg.seeds):
+                        run.status, run.error = OK, ""
                     else:
-                        run["error"] = f"not finished: {len(run['seeds'])} of {len(cfg.seeds)} seeds so far"
-                    tell({"strategy": t.strategy, "net": t.net, "seed": t.config.seed, "ok": True,
-                          "seconds": ranks[0]["seconds"]})
+                        run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
+                    tell(TrainingEvent(t.strategy, t.net, t.config.seed, OK, ranks[0].seconds))
 
                 error = _run_set(cfg, pending, done)
                 if error is None or len(finished) == len(pending):
@@ -226,15 +233,15 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[dict], None] | None =
                 failed = next(t for t in pending if t.index not in finished)
                 left = [t for t in pending if t.index not in finished and t is not failed]
                 pending = [t for t in left if t.run != failed.run]
-                runs[failed.run].update(ok=False, finished=True, error=error)
-                tell({"strategy": failed.strategy, "net": failed.net, "seed": failed.config.seed, "ok": False,
-                      "seconds": 0.0, "error": error, "dropped": len(left) - len(pending)})
+                runs[failed.run].status, runs[failed.run].error = FAILED, error
+                tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, FAILED, 0.0, error,
+                                   dropped=len(left) - len(pending)))
     except KeyboardInterrupt:
         # Ctrl-C: keep every finished training, say which runs did not finish, then stop.
         for run in runs.values():
-            if not run["finished"]:
-                run["error"] = f"interrupted after {len(run['seeds'])} of {len(cfg.seeds)} seeds"
-        results["interrupted"] = True
-        path.write_text(json.dumps(results, indent=1))
+            if not run.finished:
+                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
+        results.interrupted = True
+        results.save(path)
         raise
     return results

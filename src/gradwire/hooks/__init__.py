@@ -5,6 +5,9 @@
   patterns), for every front end.
 - :func:`compression_hook`: for ``ddp.register_comm_hook(state, compression_hook)``.
 - :func:`allreduce_compressed`: the same exchange for custom loops.
+- :func:`scheme_for` / :func:`scheme_hook` (:mod:`.optim`): the exchange under
+  the user's SGD, Adam or AdamW (momentum, decay and Adam's frozen variance
+  split between the optimizer and the exchange).
 
 The compressors themselves live in :mod:`gradwire.compress`; the names that
 the rest of the package needs are re-exported here, so that strategies
@@ -17,10 +20,11 @@ from gradwire.compress import COMPRESSORS, Compressor, ErrorFeedback, StateKey, 
 from .allreduce import allreduce_compressed
 from .futures import Sequencer, Turn, completed, then, then_async
 from .hook import compression_hook
+from .optim import OptimizerScheme, UnsupportedOptimizer, scheme_for, scheme_hook
 from .state import MIN_COMPRESS_NUMEL, CompressionState, ParamNames
 
 __all__ = [
-    "COMPRESSORS", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "ParamNames",
-    "Sequencer", "StateKey", "Turn", "allreduce_compressed", "completed", "compression_hook", "get_compressor",
-    "then", "then_async",
+    "COMPRESSORS", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
+    "compression_hook", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
 ]

@@ -203,6 +203,10 @@ class OptimizerScheme:
         """One line: what moved where."""
         return self.name
 
+    def short(self) -> str:
+        """A few words for a table cell."""
+        return self.name
+
     def _seed(self, params_and_values: Sequence[tuple]) -> None:
         """Install each parameter's momentum in the exchange (keyed by the parameter's segment name)."""
         for p, value in params_and_values:
@@ -275,6 +279,9 @@ class MomentumSGD(OptimizerScheme):
         wd = f", weight_decay {'/'.join(f'{w:g}' for w in self.weight_decay)}" if self.weight_decay else ""
         return f"SGD: momentum {self.momentum:g}{wd} moved into the exchange"
 
+    def short(self) -> str:
+        return f"SGD: momentum {self.momentum:g}{' + decay' if self.weight_decay else ''} in the exchange"
+
 
 class FrozenVarianceAdam(OptimizerScheme):
     """Adam/AdamW: full-precision warm-up, then frozen variance and the momentum in the exchange.
@@ -344,6 +351,9 @@ class FrozenVarianceAdam(OptimizerScheme):
     def describe(self) -> str:
         return (f"{type(self.optimizer).__name__}: {self.warmup_steps} steps of full-precision warm-up, then "
                 f"variance frozen and momentum (beta1 {self.beta1:g}) compressed in the exchange")
+
+    def short(self) -> str:
+        return f"{type(self.optimizer).__name__}: frozen variance after {self.warmup_steps} steps"
 
     def state_dict(self) -> Dict[str, Any]:
         return {**super().state_dict(), "frozen": self.frozen}

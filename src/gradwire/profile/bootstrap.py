@@ -15,6 +15,13 @@ here, which:
 3. writes ``$GRADWIRE_PROFILE_DIR/rank<N>.json`` (and a trace) when the script
    calls ``destroy_process_group`` or exits — before teardown, because gloo
    teardown occasionally aborts the process.
+
+``gradwire compare -- CMD`` starts the job the same way, with the strategy
+in ``GRADWIRE_STRATEGY``: then :mod:`gradwire.compare.child` also starts
+right after init (it applies the strategy where the script builds its DDP
+model and times the steps), its summary goes into ``rank<N>.json`` under
+``"compare"`` with how the script ended (``destroy_process_group`` or
+``exit``), and no trace is written (a comparison runs many trainings).
 """
 from __future__ import annotations
 
@@ -24,11 +31,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
+__all__ = ["DIR_ENV", "NET_ENV", "SITE_DIR", "STRATEGY_ENV", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
 NET_ENV = "GRADWIRE_NET"
 TORCH_PROFILER_ENV = "GRADWIRE_PROFILE_TORCH"
+#: the strategy of a ``gradwire compare -- CMD`` run (see gradwire.compare.child)
+STRATEGY_ENV = "GRADWIRE_STRATEGY"
 #: the folder ``gradwire profile`` puts first on the job's PYTHONPATH
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 _session = None
@@ -49,7 +58,7 @@ def child_env(net: str, out: Path, torch_profiler: bool = False,
     return env
 
 
-def _dump() -> None:
+def _dump(how: str = "exit") -> None:
     global _session
     if _session is None:
         return
@@ -57,11 +66,17 @@ def _dump() -> None:
     out = Path(os.environ[DIR_ENV])
     import torch.distributed as dist
 
+    from gradwire.compare import child
+
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
-    session.trace = out / f"trace.rank{rank}.json"
+    compared = child.summary(how)  # first: it waits for the strategy's averages still in flight
+    session.trace = None if compared is not None else out / f"trace.rank{rank}.json"
     result = session.stop()
     result.rank = rank
-    (out / f"rank{rank}.json").write_text(json.dumps(result.as_dict()))
+    record = result.as_dict()
+    if compared is not None:
+        record["compare"] = compared
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
 
 
 def init_process_group(real_init: Callable[..., Any], backend: str | None = None, *args: Any, **kwargs: Any) -> None:
@@ -78,6 +93,10 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
     kwargs.pop("device_id", None)
     real_init("gradwire", *args, **kwargs)
     _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
+    if os.environ.get(STRATEGY_ENV):
+        from gradwire.compare import child
+
+        child.start(Path(os.environ[DIR_ENV]))
 
 
 def _install() -> None:
@@ -95,7 +114,7 @@ def _install() -> None:
 
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs.get("group"):
-            _dump()
+            _dump("destroy_process_group")
         return real_destroy(*args, **kwargs)
 
     dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group

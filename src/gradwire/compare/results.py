@@ -1,0 +1,198 @@
+"""What a comparison produces, as dataclasses: one :class:`SeedResult` per training, one :class:`Run` per
+(network, strategy), the :class:`Results` of the whole comparison.
+
+Both kinds of comparison fill the same classes: the bundled digits models
+(:mod:`gradwire.compare.runner`) and a user's own script
+(:mod:`gradwire.compare.script`). ``results.json`` is :meth:`Results.to_json`:
+plain JSON with the same names as the fields below, readable without
+gradwire, and :meth:`Results.from_json` reads it back.
+
+A run's ``status``:
+
+- ``ok``: every seed trained;
+- ``failed``: a training raised, timed out, or the command failed (``error``
+  holds its own error text);
+- ``refused``: the strategy cannot be applied to this script (``error`` says
+  why); nothing was trained under it;
+- ``not applied``: the script never built a DDP model, so the strategy had
+  nothing to apply to (its trainings are not counted);
+- ``not finished``: seeds are missing (a comparison read mid-way, or
+  interrupted).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "Curve", "Results", "Run", "SeedResult",
+           "TrainingEvent"]
+
+OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
+
+
+@dataclass
+class Curve:
+    """A metric of one training over its time: ``values[i]`` at ``seconds[i]`` (and ``steps[i]`` when known)."""
+
+    seconds: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Curve:
+        return cls(list(d.get("seconds", [])), list(d.get("values", [])), list(d.get("steps", [])))
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+@dataclass
+class SeedResult:
+    """One training: one seed of one (network, strategy), as its first rank measured it.
+
+    Times in seconds. ``metrics`` holds final values (``test_accuracy`` for the
+    bundled models; a script's last reported values and ``train_loss``, the
+    loss gradwire saw); ``curves`` the same metrics over training time.
+    """
+
+    seed: int
+    seconds: float = 0.0
+    """wall time of the training as the harness saw it (process start-up included for scripts)"""
+    train_seconds: float = 0.0
+    """the training loop: the sum of the epochs, or first forward to last optimizer step"""
+    steps: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    step_compute: list[float] = field(default_factory=list)
+    """per step, the step less its waits (bundled models); empty for scripts (see :attr:`compute_ms`)"""
+    exposed_seconds: float = 0.0
+    """the training thread blocked on communication in flight, over the whole training"""
+    epoch_seconds: list[float] = field(default_factory=list)
+    epoch_accuracy: list[float] = field(default_factory=list)
+    wire_bytes: float = 0.0
+    """bytes this rank put on the wire during training (protocol framing included)"""
+    payload_bytes: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    curves: dict[str, Curve] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    """what else the harness kept: counters, checksums, the strategy applied on each rank"""
+
+    @property
+    def step_ms(self) -> float:
+        """Mean wall time per step (ms)."""
+        return _mean(self.step_seconds) * 1e3
+
+    @property
+    def compute_ms(self) -> float:
+        """Mean time per step outside communication waits (ms)."""
+        if self.step_compute:
+            return _mean(self.step_compute) * 1e3
+        if not self.step_seconds:
+            return float("nan")
+        return (sum(self.step_seconds) - self.exposed_seconds) / len(self.step_seconds) * 1e3
+
+    @property
+    def wire_bytes_per_step(self) -> float:
+        return self.wire_bytes / self.steps if self.steps else float("nan")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SeedResult:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["curves"] = {name: Curve.from_json(c) for name, c in d.get("curves", {}).items()}
+        return cls(**kwargs)
+
+
+@dataclass
+class Run:
+    """Every seed of one (network, strategy)."""
+
+    strategy: str
+    net: str
+    status: str = NOT_FINISHED
+    error: str = ""
+    seeds: list[SeedResult] = field(default_factory=list)
+    seconds: float = 0.0
+    ranks_agree: bool | None = True
+    """every rank ended with the same parameters (bundled models; None where not checked)"""
+    applied: str = ""
+    """what was applied to a script (the strategy and the optimizer scheme, in words)"""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def finished(self) -> bool:
+        return self.status != NOT_FINISHED
+
+    @property
+    def run(self) -> tuple[str, str]:
+        return self.net, self.strategy
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"], d["finished"] = self.ok, self.finished
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Run:
+        status = d.get("status") or (OK if d.get("ok") else NOT_FINISHED if d.get("finished") is False else FAILED)
+        return cls(d["strategy"], d["net"], status, d.get("error", ""),
+                   [SeedResult.from_json(s) for s in d.get("seeds", [])], d.get("seconds", 0.0),
+                   d.get("ranks_agree", True), d.get("applied", ""))
+
+
+@dataclass(frozen=True)
+class TrainingEvent:
+    """One training ended (for progress lines): ``status`` as a run's; ``dropped`` seeds of the run won't run."""
+
+    strategy: str
+    net: str
+    seed: int
+    status: str
+    seconds: float
+    error: str = ""
+    dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass
+class Results:
+    """A whole comparison: its configuration (plain types), the runs, and the table's rows once made."""
+
+    config: dict[str, Any]
+    started: str
+    runs: list[Run] = field(default_factory=list)
+    interrupted: bool = False
+    rows: list[Any] = field(default_factory=list)
+    """:class:`gradwire.compare.report.Row` objects, filled by the CLI after the runs"""
+
+    def run(self, net: str, strategy: str) -> Run:
+        return next(r for r in self.runs if r.net == net and r.strategy == strategy)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"config": self.config, "started": self.started, "runs": [r.to_json() for r in self.runs]}
+        if self.interrupted:
+            d["interrupted"] = True
+        if self.rows:
+            d["rows"] = [r.as_dict() for r in self.rows]
+        return d
+
+    def save(self, path: Path) -> None:
+        import json
+
+        path.write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Results:
+        from gradwire.compare.report import Row
+
+        rows = [Row.from_json(r) for r in d.get("rows", [])]
+        return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
+                   bool(d.get("interrupted", False)), rows)

@@ -1,0 +1,405 @@
+"""``gradwire compare -- CMD``: the user's own training script under every strategy and network.
+
+Each training runs the command unchanged, in fresh processes, with the
+profile's ``sitecustomize`` first on ``PYTHONPATH``
+(:mod:`gradwire.profile.bootstrap`): the script's ``init_process_group``
+gets the ``gradwire`` backend on the run's network whatever backend it
+names, and :mod:`gradwire.compare.child` applies the strategy where the
+script builds its DDP model and records its steps. Three launch forms:
+
+1. ``torchrun ... train.py ...`` (or ``python -m torch.distributed.run``):
+   run as given; ``PET_MASTER_PORT`` is set to a free port, so consecutive
+   runs do not meet on torchrun's default port (an explicit
+   ``--master-port`` or ``--standalone`` still wins);
+2. ``--workers N python train.py ...``: gradwire starts N copies with
+   ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+   ``MASTER_ADDR`` and ``MASTER_PORT`` set (and ``OMP_NUM_THREADS=1`` unless
+   set, as torchrun does); when one exits with an error the others are
+   stopped after a short grace;
+3. anything else, run once as given: a script that starts its own ranks
+   (``torch.multiprocessing.spawn``, as PyTorch's DDP tutorial does).
+
+Seeds: every run gets ``GRADWIRE_SEED``; a ``{seed}`` in the command is
+replaced by the seed (``train.py --seed {seed}``). The order of the
+trainings rotates from round to round as in :mod:`gradwire.compare.runner`.
+
+Outcome of a training (:mod:`gradwire.compare.results`):
+
+- ``refused`` / ``not applied``: what a rank's injection said (its
+  ``status.rank<N>.json``, written before the refusal was raised); a script
+  that never built a DDP model is ``not applied`` for every strategy but
+  ``sync`` (and compute-only), which are the script as written;
+- ``failed``: the command exited with an error, timed out, or wrote no
+  results; the error is the command's own stderr (its last lines), so a bad
+  path or a syntax error reads as Python wrote it;
+- ``ok``: it exited 0, or every rank had written its results at
+  ``destroy_process_group`` and only teardown failed (gloo now and then
+  aborts a process after training: "terminate called without an active
+  exception").
+
+A run that is not ``ok`` drops its remaining seeds; the other runs go on.
+Every training's files stay in ``<out>/runs/<nnn>-<strategy>-seed<k>/``:
+the ranks' results, ``stdout.log`` and ``stderr.log``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gradwire._files import keep_previous
+from gradwire.compare.child import ADAM_WARMUP_ENV, SEED_ENV, STRATEGY_ENV
+from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET
+from gradwire.compare.results import (
+    FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
+)
+from gradwire.compare.runner import rotation
+from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+from gradwire.net import NetSpec, parse_spec
+from gradwire.overlap import StrategyChoice, parse_strategy
+
+__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare"]
+
+#: baseline, gradwire's compressed exchange with and without overlap, PyTorch's hooks as peers
+DEFAULT_SCRIPT_STRATEGIES = ("sync", "onebit", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
+
+#: what a comparison writes into its folder (an earlier comparison's are moved to previous-<time>/)
+OUTPUTS = ("results.json", "table.md", "metric.png", "breakdown.png")
+
+#: lines of a failed command's stderr kept as its error
+ERROR_LINES = 30
+
+#: the message gloo's teardown leaves when it aborts a finished process
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+@dataclass(frozen=True)
+class ScriptConfig:
+    """A comparison of one script: its command x every network x every strategy x every seed."""
+
+    cmd: tuple[str, ...]
+    """the command, as after ``--``; ``{seed}`` in it is replaced by the seed"""
+    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (parse_spec(DEFAULT_NET),))
+    strategies: tuple[StrategyChoice, ...] = field(
+        default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_SCRIPT_STRATEGIES))
+    """the first is the baseline"""
+    seeds: tuple[int, ...] = (0,)
+    workers: int | None = None
+    """start this many copies of the command (``python train.py``); None: the command starts its ranks"""
+    out: Path = field(default_factory=lambda: Path("gradwire-compare"))
+    timeout: float = 900.0
+    """seconds one training may take"""
+    adam_warmup: int = DEFAULT_ADAM_WARMUP
+    """optimizer steps of full-precision Adam before the variance freezes (compressed strategies)"""
+    metric: str | None = None
+    """the reported metric the table shows (None: the first the script reports, else the training loss)"""
+
+    def __post_init__(self) -> None:
+        if not self.cmd:
+            raise ValueError("no command given: use `gradwire compare [options] -- torchrun ... train.py`")
+        object.__setattr__(self, "cmd", tuple(self.cmd))
+        if not self.nets:
+            raise ValueError("at least one --net is needed")
+        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
+        if not self.strategies:
+            raise ValueError("at least one strategy is needed")
+        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
+        names = [str(s) for s in self.strategies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"strategies repeat: {', '.join(names)}")
+        if not self.seeds:
+            raise ValueError("at least one seed is needed")
+        if self.workers is not None:
+            if not 1 <= self.workers <= 64:
+                raise ValueError(f"--workers must be between 1 and 64, got {self.workers}")
+            if launch_form(self.cmd) == "torchrun":
+                raise ValueError("--workers starts the ranks itself: give `python train.py ...` with it, or "
+                                 "torchrun without it")
+        if not self.timeout > 0:
+            raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        if self.adam_warmup < 1:
+            raise ValueError(f"--adam-warmup must be >= 1 step (Adam needs a variance to freeze), got {self.adam_warmup}")
+
+    @property
+    def net_names(self) -> tuple[str, ...]:
+        return tuple(net.to_string() for net in self.nets)
+
+    @property
+    def strategy_names(self) -> tuple[str, ...]:
+        return tuple(str(s) for s in self.strategies)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
+                "strategies": list(self.strategy_names), "seeds": list(self.seeds), "workers": self.workers,
+                "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
+                "metric": self.metric, "launch": launch_form(self.cmd)}
+
+
+def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
+    """``torchrun`` (torchrun or ``python -m torch.distributed.run``) or ``plain`` (anything else)."""
+    if not cmd:
+        return "plain"
+    if Path(cmd[0]).name == "torchrun":
+        return "torchrun"
+    for a, b in zip(cmd, cmd[1:]):
+        if a == "-m" and b in ("torch.distributed.run", "torch.distributed.launch"):
+            return "torchrun"
+    return "plain"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", name)
+
+
+def _runs(cfg: ScriptConfig) -> list[tuple[str, str]]:
+    nets = cfg.net_names
+    return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in cfg.strategy_names]
+
+
+@dataclass
+class _Launched:
+    """The processes of one training."""
+
+    procs: list[subprocess.Popen]
+    started: float
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            p.wait()
+
+
+def _launch(cfg: ScriptConfig, cmd: list[str], env: dict[str, str], folder: Path) -> _Launched:
+    from gradwire.launch import free_port
+
+    stdout = (folder / "stdout.log").open("wb")
+    stderr = (folder / "stderr.log").open("wb")
+    procs = []
+    try:
+        if cfg.workers is None:
+            env = dict(env, PET_MASTER_PORT=str(free_port()))
+            procs.append(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
+        else:
+            common = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(cfg.workers),
+                          LOCAL_WORLD_SIZE=str(cfg.workers))
+            common.setdefault("OMP_NUM_THREADS", "1")
+            for rank in range(cfg.workers):
+                rank_env = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
+                procs.append(subprocess.Popen(cmd, env=rank_env, stdout=stdout, stderr=stderr,
+                                              start_new_session=True))
+    finally:
+        stdout.close()
+        stderr.close()
+    return _Launched(procs, time.perf_counter())
+
+
+def _wait(launched: _Launched, timeout: float, grace: float = 10.0) -> tuple[int, str]:
+    """Wait for every process; (exit code, why it was stopped). The first non-zero code wins."""
+    deadline = launched.started + timeout
+    failed_at: float | None = None
+    while True:
+        codes = [p.poll() for p in launched.procs]
+        if all(c is not None for c in codes):
+            bad = [c for c in codes if c]
+            return (bad[0] if bad else 0), ""
+        now = time.perf_counter()
+        if failed_at is None and any(c for c in codes if c is not None):
+            failed_at = now  # a rank failed: its peers may wait in a collective for it
+        if failed_at is not None and now - failed_at > grace:
+            launched.kill()
+            bad = [c for c in codes if c]
+            return bad[0], "the other ranks were stopped after one failed"
+        if now > deadline:
+            launched.kill()
+            return -signal.SIGKILL, f"stopped: it ran past --timeout ({timeout:.0f} s)"
+        time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int = ERROR_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _read(folder: Path, pattern: str) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(folder.glob(pattern)):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a rank killed while writing: counted as missing
+    return out
+
+
+def _chunked(curve: Curve, points: int = 60) -> Curve:
+    """At most ``points`` points: consecutive values averaged (a per-step loss is noisy)."""
+    n = len(curve.values)
+    if n <= points:
+        return curve
+    size = -(-n // points)
+    out = Curve()
+    for i in range(0, n, size):
+        out.seconds.append(curve.seconds[min(n, i + size) - 1])
+        out.values.append(statistics.fmean(curve.values[i:i + size]))
+        if curve.steps:
+            out.steps.append(curve.steps[min(n, i + size) - 1])
+    return out
+
+
+def _final_loss(values: list[float]) -> float:
+    """The mean of the last tenth of the steps' losses (at least 1, at most 50)."""
+    k = max(1, min(50, len(values) // 10))
+    return statistics.fmean(values[-k:])
+
+
+def _seed_result(seed: int, seconds: float, ranks: list[dict[str, Any]], code: int) -> SeedResult:
+    """One training's figures: the first rank's timing and bytes, the ranks' losses, the script's reports."""
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    first = ranks[0]
+    result = SeedResult(seed, seconds=seconds, train_seconds=first.get("train_seconds", 0.0), steps=first["steps"],
+                        step_seconds=first.get("step_seconds", []), exposed_seconds=first.get("exposed_seconds", 0.0),
+                        wire_bytes=first.get("wire_bytes", 0), payload_bytes=first.get("payload_bytes", 0))
+    losses = [r["loss"]["value"] for r in ranks if r.get("loss", {}).get("value")]
+    if losses:
+        result.metrics["train_loss"] = statistics.fmean(_final_loss(v) for v in losses)
+        n = min(len(v) for v in losses)
+        curve = ranks[0]["loss"]
+        result.curves["train_loss"] = _chunked(Curve(curve["time"][:n], [statistics.fmean(v[i] for v in losses)
+                                                                        for i in range(n)], curve["step"][:n]))
+    reporter = next((r for r in ranks if r.get("reports")), None)
+    if reporter is not None:
+        for entry in reporter["reports"]:
+            for name, value in entry["values"].items():
+                curve = result.curves.setdefault(name, Curve())
+                curve.seconds.append(entry["time"])
+                curve.values.append(value)
+                curve.steps.append(entry["step"])
+                result.metrics[name] = value
+    result.detail = {"world": first["world"], "exit_code": code, "timed_by": first["timed_by"],
+                     "comm_seconds": first.get("comm_seconds", 0.0), "collectives": first.get("collectives", 0),
+                     "ended": [r["ended"] for r in ranks], "injection": [r["injection"] for r in ranks]}
+    return result
+
+
+def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str,
+             seconds: float, seed: int) -> tuple[str, str, SeedResult | None, str]:
+    """(status, error, result, applied) of one finished training (see the module doc)."""
+    statuses = _read(folder, "status.rank*.json")
+    for kind in (REFUSED, NOT_APPLIED):
+        said = next((s for s in statuses if s["status"] == kind), None)
+        if said is not None:
+            return kind, said["reason"], None, ""
+    records = [r for r in _read(folder, "rank*.json")]
+    compared = [r["compare"] for r in records if "compare" in r]
+    stderr = _tail(folder / "stderr.log")
+    applied = compared[0]["injection"]["short"] if compared else ""
+    world = compared[0]["world"] if compared else 0
+    complete = bool(compared) and len(compared) == world
+    clean_end = complete and all(c["ended"] == "destroy_process_group" for c in compared)
+    if code != 0 and not (clean_end and not why and (code in (-signal.SIGABRT, 128 + signal.SIGABRT) or
+                                                     TEARDOWN_ABORT in stderr)):
+        head = f"exit code {code}" + (f" ({why})" if why else "")
+        return FAILED, f"{head}\n{stderr}".strip(), None, applied
+    if not compared:
+        return FAILED, (f"the command wrote no results (exit code {code}): did it call "
+                        f"torch.distributed.init_process_group?\n{stderr}").strip(), None, applied
+    if not complete:
+        return FAILED, f"{len(compared)} of {world} ranks wrote results (exit code {code})\n{stderr}".strip(), \
+            None, applied
+    broken = next((c for c in compared if c["ended"] == "uncaught exception"), None)
+    if broken is not None:
+        return FAILED, f"rank {broken['rank']}: {broken['error']}\n{stderr}".strip(), None, applied
+    sync = strategy == COMPUTE_ONLY or parse_strategy(strategy) == parse_strategy("sync")
+    if not sync and not any(c["injection"]["ddp"] for c in compared):
+        return NOT_APPLIED, ("the script built no DistributedDataParallel model; the strategy is applied at "
+                             "DDP construction"), None, applied
+    if not any(c["steps"] for c in compared):
+        return FAILED, "the script took no training step gradwire could time (no DDP forward)", None, applied
+    return OK, "", _seed_result(seed, seconds, compared, code), applied
+
+
+def _command(cfg: ScriptConfig, seed: int) -> list[str]:
+    return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
+
+
+def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
+    """Run the script under every (net, strategy) and seed, plus compute-only; save results.json as trainings end.
+
+    Raises:
+        KeyboardInterrupt: after stopping the training in flight and saving
+            results.json with the unfinished runs marked ``not finished``.
+    """
+    from gradwire.profile.bootstrap import child_env
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = keep_previous(out, OUTPUTS)
+    if kept is not None and (out / "runs").is_dir():
+        shutil.move(str(out / "runs"), str(kept / "runs"))
+    path = out / "results.json"
+    runs = {(net, s): Run(s, net, NOT_FINISHED, "not run yet", ranks_agree=None) for net, s in _runs(cfg)}
+    results = Results(cfg.as_dict(), datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
+    results.save(path)
+    nets = dict(zip(cfg.net_names, cfg.nets))
+    launched: _Launched | None = None
+    try:
+        for index, (net, strategy, seed) in enumerate(rotation(list(runs), cfg.seeds)):
+            run = runs[(net, strategy)]
+            if run.finished:  # refused, not applied or failed on an earlier seed
+                continue
+            folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
+            env = child_env(spec, folder)
+            env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
+            try:
+                launched = _launch(cfg, _command(cfg, seed), env, folder)
+            except OSError as exc:  # the program could not start at all
+                code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
+            else:
+                code, why = _wait(launched, cfg.timeout)
+                seconds = time.perf_counter() - launched.started
+                launched = None
+            status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
+            run.applied = run.applied or applied
+            dropped = 0
+            if status == OK:
+                assert seed_result is not None
+                run.seeds.append(seed_result)
+                run.seconds += seconds
+                if len(run.seeds) == len(cfg.seeds):
+                    run.status, run.error = OK, ""
+                else:
+                    run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
+            else:
+                dropped = len(cfg.seeds) - len(run.seeds) - 1
+                run.status, run.error = status, error
+            results.save(path)
+            if on_training is not None:
+                on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped))
+    except KeyboardInterrupt:
+        if launched is not None:
+            launched.kill()
+        for run in runs.values():
+            if not run.finished:
+                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
+        results.interrupted = True
+        results.save(path)
+        raise
+    return results

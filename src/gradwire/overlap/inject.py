@@ -1,0 +1,407 @@
+"""Apply a strategy to the DDP model and the optimizer of an unchanged script.
+
+``gradwire compare -- CMD`` runs the user's own training under every
+strategy. In each rank of that job, :func:`install` (called by the profile's
+bootstrap when the script initialises its process group) patches
+``DistributedDataParallel.__init__`` so that the strategy is applied where the
+script builds its DDP model, and hooks the optimizer that owns the DDP's
+parameters. Where each strategy goes:
+
+=============================  ===============================  ==================================
+strategy                       at ``DDP(...)``                  at each ``optimizer.step()``
+=============================  ===============================  ==================================
+sync                           nothing (the script as written)  the optimizer's own step
+torch-fp16, torch-powersgd:R   PyTorch's comm hook              the optimizer's own step
+C (sync with a compressor)     gradwire's compression hook      the optimizer scheme's step
+delayed, C+delayed             ``gradient_as_bucket_view``,     ``strategy.step``, which ends in
+                               delayed's hook                   the optimizer's (or scheme's) step
+localsgd:H, async-average:H    a no-op hook: gradients stay     the optimizer's step, then the
+(with or without C)            local                            strategy's parameter averaging
+=============================  ===============================  ==================================
+
+With a compressor on gradients (C, C+delayed) the exchange owns the momentum:
+at the DDP's first forward the optimizer that holds its parameters is found
+(every ``torch.optim`` optimizer made after ``init_process_group`` is
+registered; earlier ones are found by a scan of live objects) and split with
+:func:`gradwire.hooks.optim.scheme_for` (SGD: momentum and L2 decay move into
+the exchange; Adam/AdamW: full-precision warm-up, then frozen variance and
+the momentum compressed). The other strategies leave the optimizer as it is.
+
+Refusals. A strategy that cannot be applied to the script is never run half
+way: :class:`StrategyRefused` is raised where the script reaches the point
+that cannot work (a second DDP, ``handler``, an optimizer no scheme runs,
+no optimizer at the first forward, a comm hook of the script's own), with the
+reason. A script that steps an optimizer before it ever builds a DDP raises
+:class:`StrategyNotApplied` at that first step, so no run of the baseline is
+passed off as the strategy. ``sync`` never refuses: it is the script as
+written, DDP or not.
+
+How the optimizer's step is replaced. The owner's ``step`` becomes an
+instance attribute (a bound method, so an LR scheduler made later wraps it as
+it wraps any step; one made earlier keeps working: its ``_opt_called`` mark is
+set). It calls the strategy's step or the scheme's, and otherwise the step
+that was there before.
+
+Traps:
+- ``finish`` of a strategy (the last average of ``delayed``, the exact
+  parameter average of ``localsgd``) has no place in a script's own loop: the
+  ranks end with their last local differences; :meth:`Injection.close` only
+  waits for the averages still in flight, before the process group goes.
+- A ``GradScaler`` unscales ``.grad`` inside its ``step``: under ``delayed``
+  that is after the strategy combined scaled and unscaled vectors; use
+  ``delayed`` without a scaler.
+"""
+# No ``from __future__ import annotations``: register_comm_hook checks the
+# hook's annotations against the real dist.GradBucket and Future[Tensor].
+import gc
+import inspect
+import logging
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
+
+from .averaging import _Averaging
+from .base import Strategy
+from .delayed import DelayedStrategy, delayed_hook
+from .handler import HandlerStrategy
+from .registry import StrategyChoice, parse_strategy
+from .sync import SyncStrategy
+from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
+
+__all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
+
+log = logging.getLogger(__name__)
+
+
+class StrategyRefused(RuntimeError):
+    """The strategy cannot be applied to this script; the message says why."""
+
+
+class StrategyNotApplied(RuntimeError):
+    """The script trained without building a DDP model, so the strategy had nothing to apply to."""
+
+
+#: what :attr:`Injection.status` says
+WAITING, APPLIED, REFUSED, NOT_APPLIED = "waiting for DDP", "applied", "refused", "not applied"
+
+
+class _Hook:
+    """State of :func:`_injected_hook`: the scheme's bucket preparation, then the strategy's own hook."""
+
+    __slots__ = ("hook", "state", "scheme")
+
+    def __init__(self, hook: Callable[[Any, dist.GradBucket], torch.futures.Future], state: Any) -> None:
+        self.hook = hook
+        self.state = state
+        self.scheme: Optional[OptimizerScheme] = None
+
+
+def _injected_hook(injected: _Hook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The strategy's hook, after the scheme's :meth:`~OptimizerScheme.prepare` (SGD's decay)."""
+    if injected.scheme is not None:
+        injected.scheme.prepare(bucket.buffer(), bucket.parameters())
+    return injected.hook(injected.state, bucket)
+
+
+class _StepProxy:
+    """What a strategy's ``step(optimizer)`` calls ``optimizer.step()`` on: the step the injection chose."""
+
+    def __init__(self, step: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> None:
+        self._step, self._args, self._kwargs = step, args, kwargs
+        self.result: Any = None
+
+    def step(self) -> Any:
+        self.result = self._step(*self._args, **self._kwargs)
+        return self.result
+
+
+class Injection:
+    """One strategy applied to one script's DDP model and optimizer (see the module doc).
+
+    Args:
+        choice: the strategy, e.g. ``"onebit+delayed"``.
+        adam_warmup: optimizer steps of full-precision Adam before the variance freezes.
+        on_status: called with this injection whenever its status changes (the
+            compare child writes it to disk at once, before a refusal is raised).
+    """
+
+    def __init__(self, choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARMUP,
+                 on_status: Optional[Callable[["Injection"], None]] = None) -> None:
+        self.choice = parse_strategy(choice)
+        self.adam_warmup = int(adam_warmup)
+        self.on_status = on_status
+        self.status = WAITING
+        self.reason = ""
+        #: what was applied, in words (for the comparison's table)
+        self.description = ""
+        self.strategy: Optional[Strategy] = None
+        self.scheme: Optional[OptimizerScheme] = None
+        self.optimizer_name: Optional[str] = None
+        self._ddp: Optional["weakref.ref[DDP]"] = None
+        self._hook: Optional[_Hook] = None
+        self._owner: Optional["weakref.ref[torch.optim.Optimizer]"] = None
+        self._resolved = False
+        #: called after every step of the owning optimizer, and before every DDP forward
+        self.step_listeners: List[Callable[[], None]] = []
+        self.forward_listeners: List[Callable[[], None]] = []
+
+    # -- status ------------------------------------------------------------------
+    @property
+    def is_sync(self) -> bool:
+        """Whether the choice is plain ``sync``: the script as written."""
+        return self.choice.compressor is None and self.choice.spec.name == "sync"
+
+    def _set(self, status: str, reason: str = "") -> None:
+        self.status, self.reason = status, reason
+        if self.on_status is not None:
+            self.on_status(self)
+
+    def refuse(self, reason: str) -> StrategyRefused:
+        """Record the refusal and return the exception to raise."""
+        self._set(REFUSED, reason)
+        return StrategyRefused(f"gradwire: strategy {self.choice} refused: {reason}")
+
+    def record(self) -> Dict[str, Any]:
+        """What was applied, in plain types."""
+        return {"strategy": str(self.choice), "status": self.status, "reason": self.reason,
+                "description": self.description, "optimizer": self.optimizer_name,
+                "scheme": None if self.scheme is None else self.scheme.describe(),
+                "short": "optimizer as written" if self.scheme is None else self.scheme.short(),
+                "ddp": self._ddp is not None}
+
+    # -- at DDP(...) ----------------------------------------------------------------
+    def ddp_arguments(self, arguments: Dict[str, Any]) -> None:
+        """Change DDP's constructor arguments (bound by name) before it runs; refuse a second DDP."""
+        if self._ddp is not None and not self.is_sync:
+            raise self.refuse("the script builds a second DistributedDataParallel; gradwire applies a strategy "
+                              "to one DDP model per process")
+        if self.choice.spec.name == "delayed":
+            arguments["gradient_as_bucket_view"] = True  # delayed writes u_t flat into the buckets
+
+    def adopt(self, ddp: DDP) -> None:
+        """Apply the strategy to ``ddp`` (just built by the script)."""
+        first = self._ddp is None
+        self._ddp = weakref.ref(ddp)
+        if not first:  # sync: a second DDP is the script's business
+            return
+        ddp.register_forward_pre_hook(self._before_forward)
+        if self.is_sync:
+            self.description = "the script as written"
+            self._set(APPLIED)
+            return
+        if self.choice.spec.params.get("naive"):
+            raise self.refuse("delayed:naive skips the first optimizer step, which gradwire cannot do to the "
+                              "script's own loop; use delayed")
+        default = dist.distributed_c10d._get_default_group()
+        group = None if ddp.process_group is default else ddp.process_group
+        # the exchange's momentum is set by the optimizer scheme at the first forward
+        strategy = self.choice.build(momentum=0.0, group=group)
+        self.strategy = strategy
+        if isinstance(strategy, HandlerStrategy):
+            raise self.refuse("handler replaces DDP (it averages gradients from autograd hooks, for loops "
+                              "without DDP); this script builds DDP, whose bucketed all_reduce overlaps "
+                              "backward the same way: use sync")
+        if isinstance(strategy, TorchPowerSGDStrategy):
+            on_cpu = any(p.device.type == "cpu" for p in ddp.module.parameters())
+            if on_cpu and torch.cuda.is_available():
+                raise self.refuse("PyTorch's powerSGD_hook cannot train a CPU model on a machine with CUDA "
+                                  "(it calls torch.cuda.synchronize on the CPU bucket's device); hide the GPUs "
+                                  "(CUDA_VISIBLE_DEVICES=) or use gradwire's powersgd:R")
+        if isinstance(strategy, DelayedStrategy):
+            strategy.adopt(ddp, register_hook=False)
+            self._hook = _Hook(delayed_hook, strategy)
+            what = "the local vector now, its average one step later"
+        elif isinstance(strategy, _Averaging):
+            from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+
+            strategy.wrap(ddp.module)  # the anchor (and rank 0's weights, as DDP has done already)
+            self._hook = _Hook(noop_hook, None)
+            what = f"local steps, parameters averaged every {strategy.period} steps"
+        elif isinstance(strategy, SyncStrategy):
+            strategy.params = [p for p in ddp.module.parameters() if p.requires_grad]
+            hook, state = strategy.comm_hook()
+            self._hook = _Hook(hook, state)
+            what = ("PyTorch's fp16_compress_hook" if isinstance(strategy, TorchFP16Strategy) else
+                    f"PyTorch's powerSGD_hook, rank {strategy.rank}" if isinstance(strategy, TorchPowerSGDStrategy)
+                    else "gradwire's compression hook")
+        else:  # a strategy this table does not know
+            raise self.refuse(f"strategy {strategy.name} cannot be applied to a script's own DDP")
+        self.description = f"{self.choice}: {what}"
+        real_register = ddp.register_comm_hook
+        real_register(self._hook, _injected_hook)
+
+        def register_comm_hook(state: object, hook: Callable[..., Any]) -> None:
+            raise self.refuse("the script registers a DDP comm hook of its own; it would replace the strategy's")
+
+        ddp.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+        self._set(APPLIED)
+
+    # -- at the first forward ---------------------------------------------------------
+    def _before_forward(self, module: nn.Module, args: Any) -> None:
+        for listener in self.forward_listeners:
+            listener()
+        if not self._resolved:
+            self._resolved = True
+            self._resolve(module)
+
+    def _needs_scheme(self) -> bool:
+        return (self.choice.compressor is not None and self.strategy is not None
+                and isinstance(self.strategy, (SyncStrategy, DelayedStrategy))
+                and not isinstance(self.strategy, (TorchFP16Strategy, TorchPowerSGDStrategy)))
+
+    def _needs_step(self) -> bool:
+        return isinstance(self.strategy, (DelayedStrategy, _Averaging)) or self._needs_scheme()
+
+    def _resolve(self, ddp: nn.Module) -> None:
+        """Find the optimizer that owns the DDP's parameters; split it with the exchange when needed."""
+        assert isinstance(ddp, DDP)
+        params = {id(p) for p in ddp.module.parameters() if p.requires_grad}
+        owners = [opt for opt in _optimizers() if any(id(p) in params for g in opt.param_groups for p in g["params"])]
+        if len(owners) > 1 and self._needs_step():
+            raise self.refuse(f"{len(owners)} optimizers hold the DDP's parameters "
+                              f"({', '.join(type(o).__name__ for o in owners)}); the strategy needs the one "
+                              "optimizer that steps them")
+        if not owners:
+            if self._needs_step():
+                raise self.refuse("no torch.optim optimizer holds the DDP's parameters at its first forward; "
+                                  "the strategy needs the optimizer's step (build the optimizer before training)")
+            return
+        owner = owners[0]
+        self.optimizer_name = type(owner).__name__
+        self._owner = weakref.ref(owner)
+        real_step = _install_step(owner, self)
+        if self._needs_scheme():
+            state = self._hook.state if isinstance(self.strategy, SyncStrategy) else self.strategy.exchange
+            try:
+                self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step)
+            except UnsupportedOptimizer as exc:
+                raise self.refuse(str(exc)) from None
+            self._hook.scheme = self.scheme
+            self.description += f"; {self.scheme.describe()}"
+            self._set(APPLIED)
+        self._real_step = real_step
+
+    # -- each optimizer step ----------------------------------------------------------
+    def optimizer_step(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """The owning optimizer's step under the strategy."""
+        inner = self.scheme.step if self.scheme is not None else self._real_step
+        try:
+            if isinstance(self.strategy, (DelayedStrategy, _Averaging)):
+                proxy = _StepProxy(inner, args, kwargs)
+                self.strategy.step(proxy)  # type: ignore[arg-type]
+                return proxy.result
+            return inner(*args, **kwargs)
+        finally:
+            for listener in self.step_listeners:
+                listener()
+
+    def check_step_without_ddp(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called before any optimizer step: a step before any DDP means the strategy cannot apply."""
+        if self._ddp is None and not self.is_sync:
+            self._set(NOT_APPLIED, f"the script stepped {type(optimizer).__name__} without having built a "
+                                   "DistributedDataParallel model; the strategy is applied at DDP construction")
+            raise StrategyNotApplied(f"gradwire: strategy {self.choice} not applied: {self.reason}")
+
+    def close(self) -> None:
+        """Wait for the averages still in flight (ignoring their failures): the process group is about to go."""
+        strategy = self.strategy
+        pending = []
+        if isinstance(strategy, DelayedStrategy):
+            for launch in (strategy._previous or []) + strategy._launches:
+                pending.append(launch.future)
+        elif strategy is not None and getattr(strategy, "_pending", None) is not None:
+            pending.append(strategy._pending[1])
+        for fut in pending:
+            try:
+                fut.wait()
+            except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened
+                pass
+
+
+# ----------------------------------------------------------------------------------------------- patches
+#: optimizers made since install(), held weakly
+_registry: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_current: Optional[Injection] = None
+_saved: List[tuple] = []
+
+
+def _optimizers() -> List[torch.optim.Optimizer]:
+    """Live optimizers: those registered at construction, else (made before install) a scan of live objects."""
+    found = list(_registry)
+    if not found:
+        found = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+    return found
+
+
+def _install_step(optimizer: torch.optim.Optimizer, injection: Injection) -> Callable[..., Any]:
+    """Make ``optimizer.step`` call ``injection.optimizer_step``; return the step it replaced."""
+    real_step = optimizer.step
+    scheduled = hasattr(real_step, "_wrapped_by_lr_sched")
+
+    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if scheduled:
+            self._opt_called = True  # what the LR scheduler's own wrapper would have marked
+        return injection.optimizer_step(args, kwargs)
+
+    if scheduled:
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+    return real_step
+
+
+def install(choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARMUP,
+            on_status: Optional[Callable[[Injection], None]] = None) -> Injection:
+    """Patch DDP and the optimizers of this process so that ``choice`` is applied; return the injection.
+
+    Idempotent per process: a second call returns the first injection.
+    """
+    global _current
+    if _current is not None:
+        return _current
+    injection = Injection(choice, adam_warmup, on_status)
+    _current = injection
+    real_init = DDP.__init__
+    signature = inspect.signature(real_init)
+
+    def __init__(self: DDP, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        bound = signature.bind(self, *args, **kwargs)
+        injection.ddp_arguments(bound.arguments)
+        real_init(*bound.args, **bound.kwargs)
+        injection.adopt(self)
+
+    real_opt_init = torch.optim.Optimizer.__init__
+
+    def optimizer_init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        real_opt_init(self, *args, **kwargs)
+        _registry.add(self)
+
+    def before_any_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        injection.check_step_without_ddp(optimizer)
+
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    handle = register_optimizer_step_pre_hook(before_any_step)
+    DDP.__init__ = __init__  # type: ignore[method-assign]
+    torch.optim.Optimizer.__init__ = optimizer_init  # type: ignore[method-assign]
+    _saved[:] = [(DDP, "__init__", real_init), (torch.optim.Optimizer, "__init__", real_opt_init), handle]
+    return injection
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests)."""
+    global _current
+    for entry in _saved:
+        if isinstance(entry, tuple):
+            setattr(*entry)
+        else:
+            entry.remove()
+    _saved.clear()
+    _registry.clear()
+    _current = None
