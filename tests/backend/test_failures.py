@@ -37,9 +37,10 @@ def test_ddp_survivors_of_a_dead_peer_raise(world, how):
         assert re.search(r"[Cc]onnection|peer|[Rr]ead error", s["message"]), s["message"]
 
 
-@pytest.mark.parametrize("world,path", [(2, "ddp"), (4, "wait")])
-def test_survivors_of_a_stalled_peer_raise_after_the_group_timeout(world, path):
-    out = fw.run_with_victim(fw.train_until_peer_fails, world, ("stall", path, GROUP_TIMEOUT_S), timeout=90)
+def test_survivors_of_a_stalled_peer_raise_after_the_group_timeout():
+    # 2 ranks in the suite; benchmarks/failure_timing.py runs 4 ranks and the future path too
+    world = 2
+    out = fw.run_with_victim(fw.train_until_peer_fails, world, ("stall", "ddp", GROUP_TIMEOUT_S), timeout=90)
     for s in _check_survivors(out, world):
         assert s["at"] - out["died"] > GROUP_TIMEOUT_S - 0.5, s  # not before the timeout: the peer is alive
         assert "Timed out" in s["message"] or "timed out" in s["message"], s["message"]
