@@ -22,7 +22,7 @@ Checks, over the link-dominated rows: model within 5 % of measured, fit
 within 3 %. Writes benchmarks/results/emulate_bench.json (and the raw
 sweeps under benchmarks/results/emulate_bench/); exits 1 if a check fails.
 
-    sudo python benchmarks/emulate_bench.py [--iters-slow 3] [--iters-fast 5]   # ~10 min on 2 cores
+    sudo python benchmarks/emulate_bench.py [--iters-slow 3] [--iters-fast 10]   # ~15 min on 2 cores
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def sweep(net: str, layout: str, iters: int, model_net: str | None, out: Path) -
     if not out.exists():
         raise RuntimeError(f"{' '.join(cmd)} wrote no result (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     data = json.loads(out.read_text())
-    data["run"] = {"command": " ".join(cmd[2:]).replace(sys.executable + " -m gradwire.cli.main", "gradwire"),
+    data["run"] = {"command": " ".join(cmd).replace(" ".join(GRADWIRE), "gradwire"),
                    "exit_code": proc.returncode, "seconds": time.monotonic() - t0, "load_before": before,
                    "load_after": load(), "emulate_lines": [ln for ln in proc.stderr.splitlines()
                                                            if ln.startswith("gradwire emulate:")]}
@@ -121,7 +121,7 @@ def analyse(shaped: dict, baseline: dict, cross_fit: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters-slow", type=int, default=3, help="timed iterations at 100 Mbit/s (default 3)")
-    ap.add_argument("--iters-fast", type=int, default=5, help="timed iterations at 1 Gbit/s (default 5)")
+    ap.add_argument("--iters-fast", type=int, default=10, help="timed iterations at 1 Gbit/s (default 10)")
     ap.add_argument("--iters-unshaped", type=int, default=10, help="timed iterations unshaped (default 10)")
     args = ap.parse_args()
     raw = RESULTS / "emulate_bench"

@@ -32,7 +32,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--nproc-per-node", type=int, metavar="M", help="ranks per node (default: the spec's topology, else 1)")
     p.add_argument("--subnet", default="10.250.0.0/24", help="private IPv4 subnet inside the namespaces (default: %(default)s)")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0 (default: %(default)s)")
-    p.add_argument("--shaper", default="auto", choices=("auto", "tbf", "htb"), help="rate limiter (default: tbf if present)")
+    p.add_argument("--shaper", default="auto", choices=("auto", "htb", "tbf"),
+                   help="rate limiter: htb (pure ACKs first, needs u32) or tbf (one FIFO) (default: htb if present)")
     p.add_argument("--burst", metavar="SIZE", help="token bucket size, e.g. 256KiB (default: 2 ms of line time, >= 32 KiB)")
     p.add_argument("--timeout", type=float, metavar="S", help="stop the command after S seconds (exit code 124)")
     p.add_argument("--plan", action="store_true", help="print what would be built and its model spec, then exit")

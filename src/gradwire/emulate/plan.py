@@ -24,7 +24,7 @@ Rate limiter parameters and their traps:
   at 1 Gbit/s, half a millisecond of line time, measured up to 2.4x the
   model's time). Too large and every message starts with a free head start.
   The default holds :data:`BURST_SECONDS` of line time, at least
-  :data:`MIN_BURST` (256 KB at 1 Gbit/s, 32 KB at 100 Mbit/s).
+  :data:`MIN_BURST` (250 KB at 1 Gbit/s, 32 KiB at 100 Mbit/s).
 - ``limit`` is tbf's queue behind the bucket, :data:`QUEUE_SECONDS` of line
   time (htb's classes queue in the kernel's default pfifo, 1000 packets). A
   short queue drops packets when senders converge on one port and TCP then
