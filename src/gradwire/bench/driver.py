@@ -146,7 +146,8 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.net import NetworkModel
+    from gradwire.net import NetworkModel, parse_spec
+    from gradwire.net.spec import resolve_topology
 
     rank, world = dist.get_rank(), dist.get_world_size()
     check_world(config, world)
@@ -155,8 +156,8 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     model = gradwire.network() if config.backend == "gradwire" else None
     if model is not None and model.is_zero:
         model = None
-    if model is None and config.net and config.backend != "gradwire":
-        model = NetworkModel(config.net, world)
+    if model is None and config.net and config.backend != "gradwire":  # the model column of a real network
+        model = NetworkModel(resolve_topology(parse_spec(config.net), world, os.environ), world)
     result = BenchResult(config, world, config.backend, model.spec.to_string() if model else None,
                          simulated=model is not None and config.backend == "gradwire")
     me = f"Rank {rank:2d} Group 0 Pid {os.getpid():6d} on {socket.gethostname():>10} device {device}"
