@@ -25,13 +25,15 @@ def _files(tmp):
     folder.mkdir()
     (tmp / "notjson.json").write_text("{profiles: nope")
     (tmp / "nokey.json").write_text(json.dumps({"net": "1gbe"}))
-    (tmp / "short.json").write_text(json.dumps({"profiles": [{"strategy": "sync"}]}))
-    good = {"strategy": "sync", "world": 4, "compute_seconds": 0.01, "real_comm_seconds": 0.001,
-            "collectives": [{"op": "all_reduce", "nbytes": 1e6, "calls": 1}]}
-    (tmp / "negative.json").write_text(json.dumps({"profiles": [dict(good, compute_seconds=-1)]}))
-    (tmp / "badop.json").write_text(json.dumps({"profiles": [dict(good, collectives=[
-        {"op": "shout", "nbytes": 1, "calls": 1}])]}))
+    (tmp / "short.json").write_text(json.dumps({"profiles": {"sync": {"name": "sync"}}}))
+    good = {"name": "m", "forward": 0.01, "backward": 0.02, "optimizer": 0.001,
+            "buckets": [{"nbytes": 4000000, "ready": 0.02}]}
+    (tmp / "negative.json").write_text(json.dumps({"profiles": {"sync": dict(good, forward=-1)}}))
+    (tmp / "badbucket.json").write_text(json.dumps({"profiles": {"sync": dict(good, buckets=[
+        {"nbytes": -1, "ready": 0.0}])}}))
     (tmp / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp / "models.py").write_text("from torch import nn\n\ndef empty():\n    return nn.Sequential(nn.ReLU())\n\n"
+                                   "def broken():\n    return nn.Linear()\n")
     return {"FILE": str(afile), "DIR": str(folder), "TMP": str(tmp)}
 
 
@@ -65,10 +67,10 @@ CORPUS = [
     ("predict --profiles {DIR}", "is a folder"),
     ("predict --profiles {TMP}/notjson.json", "is not JSON"),
     ("predict --profiles {TMP}/binary.json", "not a text file"),
-    ("predict --profiles {TMP}/nokey.json", 'no "profiles" list'),
-    ("predict --profiles {TMP}/short.json", "profile 0 is not a step profile"),
-    ("predict --profiles {TMP}/negative.json", "compute_seconds must be a finite number >= 0"),
-    ("predict --profiles {TMP}/badop.json", "unknown collective 'shout'"),
+    ("predict --profiles {TMP}/nokey.json", 'no "profiles" object'),
+    ("predict --profiles {TMP}/short.json", "profile 'sync' is not a step profile"),
+    ("predict --profiles {TMP}/negative.json", "forward seconds must be a finite number >= 0"),
+    ("predict --profiles {TMP}/badbucket.json", "bucket nbytes must be an int >= 0"),
     ("predict --worlds 1", "world sizes >= 2"),
     ("predict --worlds 2,x", "comma-separated integers"),
     ("predict --measure-world 1", "--measure-world"),
@@ -76,7 +78,25 @@ CORPUS = [
     ("predict --json /proc/x/p.json", "not writable"),
     ("predict --plot {FILE}/x.png", "is a file, not a folder"),
     ("predict --strategies bogus", "valid strategies"),
-    ("predict --net topology=2x4", "topology 2x4 holds 8 ranks"),
+    ("predict --net topology=2x4 --worlds 4,6", "world size 6 does not fit nodes of 4 ranks"),
+    ("predict --net 10gbe,topology=auto", "topology=auto"),
+    ("predict --model no_such_package_gw.models:net --compute-ms 10", "cannot import 'no_such_package_gw.models'"),
+    ("predict --model {TMP}/models.py:empty --compute-ms 10", "has no trainable parameters"),
+    ("predict --model {TMP}/models.py:broken --compute-ms 10", "building the model on the meta device failed"),
+    ("predict --model {TMP}/models.py:nothing --compute-ms 10", "has no attribute 'nothing'"),
+    ("predict --model {TMP}/nofile.py:net --compute-ms 10", "no such file"),
+    ("predict --model {TMP}/models.py:empty", "give --compute-ms"),
+    ("predict --model tiny --compute-ms 0", "--compute-ms must be in (0"),
+    ("predict --model tiny --compute-ms -5", "--compute-ms must be in (0"),
+    ("predict --model tiny --compute-ms nan", "--compute-ms must be in (0"),
+    ("predict --target-efficiency 1.5", "--target-efficiency must be in (0, 1]"),
+    ("predict --bucket-cap-mb 0", "--bucket-cap-mb must be in (0"),
+    ("predict --input-shape 3,x,224", "--input-shape must be integers"),
+    ("predict --profile {FILE}", "is not a folder"),
+    ("predict --profile {DIR}", "holds no profile.json or rank*.json"),
+    ("predict --profile {DIR} --profiles {TMP}/short.json", "give one of --profile DIR and --profiles FILE"),
+    ("predict --strategies sync,handler", "not a DDP bucket strategy"),
+    ("predict --codec-device tpu --model tiny --compute-ms 1", "--codec-device must be cpu or cuda"),
     # bench
     ("bench --timeout -1", "finite number of seconds > 0"),
     ("bench --timeout nan", "finite number of seconds > 0"),

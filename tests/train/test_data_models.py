@@ -34,7 +34,7 @@ def test_models_by_name() -> None:
     assert num_parameters(build_model("mlp")) > 4_000_000
     a, b = build_model("cnn", seed=3), build_model("cnn", seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
-    with pytest.raises(ValueError, match="valid names: cnn, cnn-wide, mlp, tiny"):
+    with pytest.raises(ValueError, match="valid names: cnn, cnn-wide, mlp, mlp-deep, tiny"):
         build_model("resnet")
 
 

@@ -1,41 +1,102 @@
-"""`gradwire predict`: step time and scaling efficiency for 2 … 1024 ranks per strategy.
+"""`gradwire predict`: step time, throughput and scaling efficiency for 2 … 1024 ranks, per strategy and network.
 
-A short real run per strategy on ``loopback`` measures compute per step and
-the collectives each step issues; the network model then prices those
-collectives for every world size (virtual time, nothing runs).
+Where the step comes from (one of):
+
+- ``--profile DIR``: what ``gradwire profile --out DIR`` recorded of a real
+  job (forward, backward, each DDP bucket's size and ready time, optimizer);
+- ``--model PKG.MODULE:FACTORY`` or ``--model path/to/file.py:FACTORY`` with
+  ``--compute-ms``: a model built on the meta device (no weights, no memory)
+  for its parameter layout and DDP's buckets, and the backward time given;
+- ``--model NAME`` (a bundled digits model): a short loopback run per
+  strategy, recorded the same way (``--compute-ms`` describes it instead).
+
+Each strategy's step is replayed bucket by bucket on the network model of
+every ``--net`` at every world size (nothing runs). The last column is the
+smallest compression ratio that reaches ``--target-efficiency``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
-from gradwire.cli._args import check_net_fits, input_file, output_file, positive_int
+from gradwire.cli._args import input_file, output_file, positive_int
 
-DEFAULT_WORLDS = "2,4,8,16,32,64,128,256,512,1024"
+DEFAULT_STRATEGIES = "sync,fp16,onebit,delayed,onebit+delayed"
+
+
+def _float_in(name: str, low: float, high: float, low_open: bool = True) -> Any:
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = (value > low if low_open else value >= low) and value <= high
+        if not ok or math.isnan(value):
+            bound = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"{name} must be in {bound}{low:g}, {high:g}], got {text!r}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in re.split(r"[,x]", text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--input-shape must be integers like 3,224,224, got {text!r}") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"--input-shape must be positive integers like 3,224,224, got {text!r}")
+    return dims
 
 
 def add_parser(sub: Any) -> None:
-    from gradwire.compare.config import DEFAULT_NET
-
     p = sub.add_parser("predict", help="predict step time and scaling efficiency on larger clusters",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--net", default=DEFAULT_NET, help="network spec or preset (default: %(default)s)")
-    p.add_argument("--strategies", default="sync,onebit,delayed,onebit+delayed",
+    p.add_argument("--net", action="append", default=None,
+                   help="network spec or preset; repeat for several (default: the compare default, "
+                        "bandwidth=1.5gbit,latency=100us). GPU clusters: e.g. 25gbe,topology=1x8,intra=nvlink")
+    p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                    help="comma-separated composed names (default: %(default)s)")
-    p.add_argument("--model", default="cnn-wide", help="model name (default: %(default)s)")
+    p.add_argument("--model", default="cnn-wide",
+                   help="a bundled model name (measured), or PKG.MODULE:FACTORY / path/file.py:FACTORY "
+                        "(described; needs --compute-ms) (default: %(default)s)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="predict from what `gradwire profile --out DIR` recorded")
+    p.add_argument("--compute-ms", type=_float_in("--compute-ms", 0, 1e9), default=None,
+                   help="backward time of one step in ms (e.g. measured on your GPU): describe --model instead "
+                        "of measuring it")
+    p.add_argument("--forward-ratio", type=_float_in("--forward-ratio", 0, 100, low_open=False), default=0.5,
+                   help="forward time as a share of --compute-ms (default: %(default)s)")
+    p.add_argument("--optimizer-ms", type=_float_in("--optimizer-ms", 0, 1e9, low_open=False), default=0.0,
+                   help="optimizer time per step in ms for a described model (default: %(default)s)")
+    p.add_argument("--input-shape", type=_shape, default=None,
+                   help="one sample's shape (e.g. 3,224,224): spread backward by FLOPs instead of parameters")
+    p.add_argument("--bucket-cap-mb", type=_float_in("--bucket-cap-mb", 0, 1e6), default=None,
+                   help="DDP's bucket_cap_mb (default: DDP's default, 25 with a 1 MiB first bucket)")
+    p.add_argument("--batch-size", type=positive_int(1), default=None,
+                   help="samples per rank per step, for throughput in samples/s")
+    p.add_argument("--target-efficiency", type=_float_in("--target-efficiency", 0, 1), default=0.9,
+                   help="scaling efficiency the 'ratio needed' column aims at (default: %(default)s)")
+    p.add_argument("--codec", choices=("measure", "free"), default="measure",
+                   help="compression time: measured here (default) or free")
+    p.add_argument("--codec-device", default=None,
+                   help="device the compression time is measured on (default: cuda if available, else cpu)")
     p.add_argument("--measure-world", type=positive_int(2), default=4,
-                   help="ranks of the measured run, >= 2 (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int(5), default=120,
-                   help="steps of the measured run; shorter runs are noisier (default: %(default)s)")
-    p.add_argument("--worlds", default=DEFAULT_WORLDS, help="world sizes to predict (default: %(default)s)")
+                   help="ranks of the measured run of a bundled model, >= 2 (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int(5), default=60,
+                   help="steps of each measured run; shorter runs are noisier (default: %(default)s)")
+    p.add_argument("--worlds", default=None,
+                   help="world sizes to predict (default: 2, 4, ... 1024; multiples of the ranks per node)")
     p.add_argument("--profiles", type=input_file, default=None,
-                   help="read measured profiles from this JSON (written by --json) instead of measuring")
+                   help="read the profiles of an earlier --json instead of measuring")
     p.add_argument("--json", type=output_file, default=None, help="write profiles and predictions here")
     p.add_argument("--plot", type=output_file, default=None,
-                   help="write a PNG of step time and efficiency against world size")
+                   help="write a PNG of scaling efficiency against world size, one panel per network")
     p.set_defaults(func=run)
 
 
@@ -49,54 +110,184 @@ def _worlds(text: str) -> list[int]:
     return worlds
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from gradwire.net import parse_spec
+def _check_inputs(args: argparse.Namespace, nets: list[str], strategies: list[str]) -> dict[str, list[int]]:
+    """Refuse bad input before any work; the world sizes of each network."""
     from gradwire.overlap import parse_strategy
-    from gradwire.predict import StepProfile, measure_profiles, predict_many
+    from gradwire.predict import check_fits, default_worlds
+    from gradwire.predict.describe import is_factory
+    from gradwire.predict.plans import PLANNED
 
-    net = parse_spec(args.net).to_string()
-    worlds = _worlds(args.worlds)
-    for n in worlds:
-        check_net_fits(net, n)
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     for s in strategies:
-        parse_strategy(s)
+        name = parse_strategy(s).spec.name
+        if name not in PLANNED:
+            raise ValueError(f"predict cannot price strategy {s!r} (not a DDP bucket strategy); valid: "
+                             f"{', '.join(PLANNED)}, each with or without a compressor")
+    sources = [bool(args.profile), bool(args.profiles)]
+    if sum(sources) > 1:
+        raise ValueError("give one of --profile DIR and --profiles FILE")
+    if is_factory(args.model) and args.compute_ms is None and not any(sources):
+        raise ValueError(f"--model {args.model!r} is described, not run: give --compute-ms, the backward time of "
+                         "one step in ms (e.g. measured on your GPU)")
+    if args.profile and not Path(args.profile).is_dir():
+        raise ValueError(f"--profile {args.profile!r} is not a folder; give the --out folder of gradwire profile")
+    explicit = _worlds(args.worlds) if args.worlds else None
+    worlds = {}
+    for net in nets:
+        worlds[net] = explicit or default_worlds(net)
+        check_fits(net, worlds[net])
+    return worlds
+
+
+def _codec_device(args: argparse.Namespace) -> str:
+    import torch
+
+    device = args.codec_device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--codec-device {device!r}: no CUDA device here; use cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"--codec-device must be cpu or cuda[:N], got {device!r}")
+    return device
+
+
+def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]:
+    """Profiles by strategy name; "*" is the one every strategy without its own uses."""
+    from gradwire.predict.describe import describe_model, is_factory
+    from gradwire.predict.plans import PLANNED
+
     if args.profiles:
-        profiles = read_profiles(args.profiles)
-    else:
-        profiles = measure_profiles(strategies, args.model, args.measure_world, args.steps)
-    preds = predict_many(profiles, net, worlds)
-    console = Console(width=max(Console().width, 120))
-    table = Table(title=f"predicted step time (ms) and scaling efficiency on {net}")
-    table.add_column("ranks", justify="right")
-    for p in profiles:
-        table.add_column(p.strategy, justify="right")
-    for n in worlds:
-        cells = [str(n)]
-        for prof in profiles:
-            pr = next(x for x in preds if x.strategy == prof.strategy and x.world == n)
-            cells.append(f"{pr.step_seconds * 1e3:.1f} ({pr.efficiency:.0%})")
-        table.add_row(*cells)
-    console.print(table)
+        return read_profiles(args.profiles)
+    if args.profile:
+        from gradwire.predict.recorded import load_profile_dir
+
+        return {"*": load_profile_dir(args.profile, batch_size=args.batch_size)}
+    if args.compute_ms is not None:
+        return {"*": describe_model(args.model, args.compute_ms, args.bucket_cap_mb, args.forward_ratio,
+                                    args.optimizer_ms, args.input_shape, args.batch_size)}
+    from gradwire.overlap import parse_strategy
+    from gradwire.predict.measure import measure_profiles
+    from gradwire.train.models import MODELS
+
+    if args.model not in MODELS and not is_factory(args.model):
+        raise ValueError(f"unknown model {args.model!r}; valid models: {', '.join(sorted(MODELS))}, or "
+                         "PKG.MODULE:FACTORY / path/file.py:FACTORY with --compute-ms")
+    ddp = [s for s in strategies if parse_strategy(s).spec.name not in ("localsgd", "async-average")]
+    measured = list(dict.fromkeys(ddp + ["sync"]))  # the averaging strategies and the ratio column use sync's
+    assert all(parse_strategy(s).spec.name in PLANNED for s in measured)
+    profiles = measure_profiles(measured, args.model, args.measure_world, args.steps,
+                                args.batch_size or 32, args.bucket_cap_mb)
+    profiles["*"] = profiles["sync"]
+    return profiles
+
+
+def run(args: argparse.Namespace) -> int:
+    from gradwire.compare.config import DEFAULT_NET
+    from gradwire.net import parse_spec
+    from gradwire.predict import sweep
+    from gradwire.predict.codec import FREE, codec_cost
+    from gradwire.predict.plans import strategy_compressor
+    from gradwire.overlap import parse_strategy
+
+    nets = [parse_spec(n).to_string() for n in (args.net or [DEFAULT_NET])]
+    strategies = [str(parse_strategy(s.strip())) for s in args.strategies.split(",") if s.strip()]
+    if not strategies:
+        raise ValueError("--strategies is empty; e.g. sync,fp16,onebit,delayed")
+    worlds = _check_inputs(args, nets, strategies)
+    device = _codec_device(args) if args.codec == "measure" else "cpu"
+    profiles = _profiles(args, strategies)
+
+    def profile_for(s: str) -> Any:
+        return profiles.get(s) or profiles.get("sync") or profiles["*"]
+
+    def cost_for(s: str) -> Any:
+        comp = strategy_compressor(parse_strategy(s))
+        return FREE if comp is None or args.codec == "free" else codec_cost(comp, device)
+
+    preds, ratios = sweep(profile_for, strategies, nets, worlds.__getitem__, cost_for, args.target_efficiency)
+    report(preds, ratios, strategies, nets, worlds, args.target_efficiency, profile_for("sync"))
+    if args.codec == "measure" and any(strategy_compressor(parse_strategy(s)) for s in strategies):
+        print(f"compression time measured on {device}" + (" (one thread)" if device == "cpu" else "")
+              + "; --codec free for the best case")
     if args.json:
-        Path(args.json).write_text(json.dumps({"net": net, "profiles": [p.as_dict() for p in profiles],
-                                               "predictions": [dict(vars(p), efficiency=p.efficiency) for p in preds]},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({
+            "nets": nets, "target_efficiency": args.target_efficiency,
+            "profiles": {k: v.as_dict() for k, v in profiles.items()},
+            "predictions": [dict(p.as_dict(), net=net) for (net, _, _), p in preds.items()],
+            "ratio_needed": [{"net": n, "world": w, "ratio": r} for (n, w), r in ratios.items()]}, indent=1))
     if args.plot:
-        _plot(preds, profiles, worlds, net, Path(args.plot))
+        plot(preds, strategies, nets, args.target_efficiency, Path(args.plot))
     return 0
 
 
-def read_profiles(path: Path) -> list:
-    """The step profiles in a JSON file written by ``gradwire predict --json``.
+def _ratio_text(r: float | str) -> str:
+    return r if isinstance(r, str) else f"{r:.3g}x"
+
+
+def _rate(x: float) -> str:
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def report(preds: dict, ratios: dict, strategies: list[str], nets: list[str], worlds: dict[str, list[int]],
+           target: float, base: Any) -> None:
+    """One table per network: step, efficiency and throughput per strategy; the ratio needed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 120))
+    unit = "samples/s" if base.batch_size else "steps/s x ranks"
+    console.print(f"{base.name}: {base.compute_seconds * 1e3:.2f} ms of compute per step (forward "
+                  f"{base.forward * 1e3:.2f}, backward {base.backward * 1e3:.2f}, optimizer "
+                  f"{base.optimizer * 1e3:.2f}), {len(base.buckets)} buckets, "
+                  f"{base.gradient_bytes / 2**20:.1f} MiB of gradients; " + "; ".join(base.notes), highlight=False)
+    for net in nets:
+        table = Table(title=f"{net}: step time, scaling efficiency, throughput ({unit})")
+        table.add_column("ranks", justify="right")
+        for s in strategies:
+            table.add_column(s, justify="right")
+        table.add_column(f"ratio for {target:.0%}", justify="right")
+        for n in worlds[net]:
+            row = [str(n)]
+            for s in strategies:
+                p = preds[(net, n, s)]
+                row.append(f"{p.step_seconds * 1e3:.1f} ms\n{p.efficiency:.0%}\n{_rate(p.throughput)}")
+            row.append(_ratio_text(ratios.get((net, n), "-")))
+            table.add_row(*row)
+        console.print(table)
+
+
+def plot(preds: dict, strategies: list[str], nets: list[str], target: float, path: Path) -> None:
+    """Scaling efficiency against world size: one panel per network, one line per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(nets), figsize=(5.5 * len(nets), 4), squeeze=False)
+    for ax, net in zip(axes[0], nets):
+        for s in strategies:
+            ps = sorted((p for (pn, _, ps_), p in preds.items() if pn == net and ps_ == s), key=lambda p: p.world)
+            ax.plot([p.world for p in ps], [p.efficiency for p in ps], marker="o", ms=3, label=s)
+        ax.axhline(target, color="grey", ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("ranks")
+        ax.set_ylabel("scaling efficiency (compute / step)")
+        ax.set_title(net, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def read_profiles(path: Path) -> dict[str, Any]:
+    """The step profiles in a JSON file written by ``gradwire predict --json``, by strategy.
 
     Raises ValueError saying what is wrong with the file (not JSON, no
-    ``profiles`` list, a profile with missing or impossible fields).
+    ``profiles`` object, a profile with missing or impossible fields).
     """
-    from gradwire.net import OPS
     from gradwire.predict import StepProfile
 
     hint = "give a file written by gradwire predict --json"
@@ -108,53 +299,16 @@ def read_profiles(path: Path) -> list:
         raise ValueError(f"--profiles {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno}, "
                          f"column {exc.colno}); {hint}") from None
     items = data.get("profiles") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
-        raise ValueError(f"--profiles {str(path)!r} holds no \"profiles\" list; {hint}")
-    profiles = []
-    for i, d in enumerate(items):
+    if not isinstance(items, dict) or not items:
+        raise ValueError(f"--profiles {str(path)!r} holds no \"profiles\" object; {hint}")
+    profiles = {}
+    for key, d in items.items():
         try:
-            prof = StepProfile.from_dict(d)
-            _check_profile(prof, OPS)
-        except (TypeError, KeyError, ValueError) as exc:
+            profiles[key] = StepProfile.from_dict(d)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
             what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"--profiles {str(path)!r}: profile {i} is not a step profile ({what}); {hint}") from None
-        profiles.append(prof)
+            raise ValueError(f"--profiles {str(path)!r}: profile {key!r} is not a step profile ({what}); "
+                             f"{hint}") from None
+    if "*" not in profiles:
+        profiles["*"] = profiles.get("sync") or next(iter(profiles.values()))
     return profiles
-
-
-def _check_profile(prof: Any, ops: tuple[str, ...]) -> None:
-    """Raise ValueError for values a measured profile cannot have."""
-    if not isinstance(prof.world, int) or prof.world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {prof.world!r}")
-    for name in ("compute_seconds", "real_comm_seconds"):
-        value = getattr(prof, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    for c in prof.collectives:
-        if c.op not in ops:
-            raise ValueError(f"unknown collective {c.op!r}; valid: {', '.join(ops)}")
-        if not all(isinstance(v, (int, float)) and 0 <= v < math.inf for v in (c.nbytes, c.calls)):
-            raise ValueError(f"collective {c.op}: nbytes and calls must be finite numbers >= 0")
-
-
-def _plot(preds: list, profiles: list, worlds: list[int], net: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for prof in profiles:
-        ps = [next(x for x in preds if x.strategy == prof.strategy and x.world == n) for n in worlds]
-        a.plot(worlds, [p.step_seconds * 1e3 for p in ps], marker="o", ms=3, label=prof.strategy)
-        b.plot(worlds, [p.efficiency for p in ps], marker="o", ms=3, label=prof.strategy)
-    for ax, label in ((a, "step time (ms)"), (b, "scaling efficiency (compute / step)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ranks")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(net, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -1,63 +1,128 @@
-"""Measure a :class:`StepProfile` with a short real run on ``loopback``."""
+"""Measure step profiles with short real runs of a bundled model, recorded as ``gradwire profile`` records.
+
+:func:`measure_runs` trains several :class:`MeasureConfig` one after another
+in one set of ranks (a fresh process group per run, on that run's network),
+each inside a :class:`~gradwire.profile.ProfileSession`, so that every run
+is recorded step by step exactly as ``gradwire profile`` records a user's
+script (:mod:`gradwire.profile.steps`). ``gradwire predict --model NAME``
+measures each strategy once on ``loopback``; ``benchmarks/predict_validate.py``
+alternates loopback profiles and the realtime runs they predict.
+
+The training step is the harness's (:mod:`gradwire.train.loop`): the
+strategy wraps the model, SGD with the momentum the strategy leaves to it,
+``strategy.step`` after backward. Batches are drawn at random from the digits
+training set, every batch full, so that every step computes the same.
+"""
 from __future__ import annotations
 
-import statistics
-from typing import Any, Sequence
+import datetime
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
 
-from gradwire.predict.model import OVERLAPPED, Collective, StepProfile
+from gradwire.predict.recorded import profile_from_steps
+from gradwire.predict.timeline import StepProfile
 
-__all__ = ["measure_profiles", "pooled_median", "profile_from_result"]
+__all__ = ["MeasureConfig", "measure_profiles", "measure_runs", "profile_of"]
 
-
-def pooled_median(results: Sequence[Any], attr: str, skip: int = 3) -> float:
-    """Median of one per-step series over every rank's steps after the first ``skip``.
-
-    Pooling the ranks makes a short run's figure steadier: with more ranks than
-    cores, which rank waits for which changes from step to step.
-    """
-    values = [v for r in results for v in getattr(r, attr)[skip:]]
-    if not values:
-        raise ValueError(f"no steps after the first {skip} to take the median of {attr!r}")
-    return statistics.median(values)
+_TIMEOUT = datetime.timedelta(seconds=300)
 
 
-def profile_from_result(strategy: str, result: Any, world: int, skip: int = 3) -> StepProfile:
-    """A StepProfile from a run's RunResult (``gradwire.train.loop``), or a list of every rank's.
+@dataclass(frozen=True)
+class MeasureConfig:
+    """One recorded training run."""
 
-    The first ``skip`` steps are warm-up. Compute, real communication and the
-    whole step are medians over every given rank's steps; the collectives are
-    rank 0's (every rank issues the same ones).
-    """
-    from gradwire.compress import Pattern, get_compressor
-    from gradwire.overlap import parse_strategy
-
-    results = list(result) if isinstance(result, (list, tuple)) else [result]
-    result = results[0]
-    choice = parse_strategy(strategy)
-    compressor, spec = choice.compressor, choice.spec
-    steps = len(result.step_seconds)
-    if steps <= skip:
-        raise ValueError(f"need more than {skip} steps to profile {strategy!r}, got {steps}")
-    compute = pooled_median(results, "step_compute", skip)
-    real = pooled_median(results, "step_exposed", skip)
-    collectives = [
-        Collective(op, s["payload_bytes"] / s["calls"], s["calls"] / steps)
-        for op, s in result.stats.items()
-        if op != "total" and s["calls"]
-    ]
-    two_phase = compressor is not None and get_compressor(compressor).pattern is Pattern.TWO_PHASE
-    return StepProfile(strategy, world, compute, real, collectives, spec.name in OVERLAPPED, two_phase,
-                       loop_seconds=pooled_median(results, "step_seconds", skip))
+    strategy: str
+    net: str = "loopback"
+    model: str = "cnn-wide"
+    steps: int = 60
+    batch_size: int = 32
+    bucket_cap_mb: float | None = None
+    """DDP bucket size of the strategy (None: the strategy's own default)"""
+    lr: float = 0.05
+    seed: int = 0
 
 
-def measure_profiles(strategies: list[str], model: str, world: int, steps: int = 30,
-                     batch_size: int = 32, lr: float = 0.05) -> list[StepProfile]:
-    """Run each strategy for ``steps`` steps on ``loopback`` with ``world`` ranks; profile every rank."""
-    from gradwire.train.loop import TrainConfig, run_training
+def _run_one(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
 
+    import gradwire
+    from gradwire.overlap import build_strategy
+    from gradwire.profile import ProfileSession
+    from gradwire.train.data import load_digits
+    from gradwire.train.models import build_model
+
+    strategy = build_strategy(config.strategy, momentum=0.9)
+    if config.bucket_cap_mb is not None:
+        if not hasattr(strategy, "bucket_cap_mb"):
+            raise ValueError(f"strategy {config.strategy!r} has no DDP buckets to size")
+        strategy.bucket_cap_mb = config.bucket_cap_mb
+    data = load_digits()
+    model = build_model(config.model, seed=config.seed)
+    gen = torch.Generator().manual_seed(config.seed * 7919 + rank)
+    loss_fn = nn.CrossEntropyLoss()
+    dist.barrier()
+    gradwire.reset_stats()
+    times = []
+    with ProfileSession() as session:  # before wrap: the comm hook registered by wrap is recorded
+        module = strategy.wrap(model)
+        opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=strategy.optimizer_momentum)
+        strategy.attach(opt)
+        for _ in range(config.steps):
+            idx = torch.randint(0, len(data.y_train), (config.batch_size,), generator=gen)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss_fn(module(data.x_train[idx]), data.y_train[idx]).backward()
+            strategy.step(opt)
+            times.append(time.perf_counter() - t0)
+        strategy.finish(opt)
+    assert session.result is not None
+    return {"steps": session.result.steps, "hooks": session.result.hooks, "step_seconds": times}
+
+
+def _in_turns(rank: int, world: int, configs: list[MeasureConfig]) -> list[dict[str, Any]]:
+    import torch
+    import torch.distributed as dist
+
+    import gradwire
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=_TIMEOUT)
     out = []
-    for s in strategies:
-        cfg = TrainConfig(strategy=s, net="loopback", model=model, epochs=1000, max_steps=steps,
-                          batch_size=batch_size, lr=lr)
-        out.append(profile_from_result(s, run_training(cfg, world), world))
+    for i, config in enumerate(configs):
+        gradwire.configure(config.net)
+        dist.init_process_group("gradwire", store=dist.PrefixStore(f"measure{i}/", store), rank=rank,
+                                world_size=world, timeout=_TIMEOUT)
+        out.append(_run_one(rank, world, config))
+        dist.destroy_process_group()
     return out
+
+
+def measure_runs(configs: list[MeasureConfig], world: int, timeout: float = 3600.0) -> list[list[dict[str, Any]]]:
+    """Run ``configs`` in turn on ``world`` ranks; ``result[i][rank]`` holds run i's steps and step times."""
+    from gradwire.launch import spawn
+    from gradwire.train.loop import CPU_ONLY
+
+    if not configs:
+        raise ValueError("measure_runs needs at least one config")
+    by_rank = spawn(_in_turns, world, (configs,), timeout=timeout, env=CPU_ONLY)
+    return [[by_rank[r][i] for r in range(world)] for i in range(len(configs))]
+
+
+def profile_of(config: MeasureConfig, ranks: list[dict[str, Any]], skip: int = 3) -> StepProfile:
+    """The step profile of one measured run (every rank's steps pooled)."""
+    label = ranks[0]["hooks"][0] if ranks[0]["hooks"] else config.strategy
+    return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
+                              source="measured")
+
+
+def measure_profiles(strategies: list[str], model: str, world: int, steps: int = 60,
+                     batch_size: int = 32, bucket_cap_mb: float | None = None) -> dict[str, StepProfile]:
+    """One short loopback run per strategy on ``world`` ranks; its profile, by strategy name."""
+    configs = [MeasureConfig(s, "loopback", model, steps, batch_size, bucket_cap_mb) for s in strategies]
+    runs = measure_runs(configs, world)
+    return {s: profile_of(c, r) for s, c, r in zip(strategies, configs, runs)}

@@ -1,127 +1,189 @@
-"""Predict step time on N ranks from one measured step profile: pure, no process group.
+"""Predict step time, throughput and scaling efficiency on N ranks from a :class:`StepProfile`. Pure.
 
-A :class:`StepProfile` is what one short run on ``loopback`` measured for a
-strategy on this machine: compute per step (forward, backward, compression,
-optimizer), the real communication the loopback run still waited for, and the
-collectives each step issues (op, bytes, calls per step). The prediction for
-N ranks on a network spec prices those collectives with the network model
-(virtual time: nothing runs) and combines them with compute:
+1. The profile says what one rank computes per step and when each DDP bucket
+   is ready during backward (:mod:`gradwire.predict.timeline`).
+2. The strategy says which collectives each bucket needs and what its
+   compression costs (:mod:`gradwire.predict.plans`).
+3. The step is replayed on the network model of the cluster at N ranks, the
+   same :class:`~gradwire.net.NetworkModel` the backend uses: each bucket's
+   collectives queue on the link while the rest of backward runs, the
+   optimizer waits for the last one, ``delayed`` overlaps the next step
+   (:mod:`gradwire.predict.simulate`).
 
-1. bytes at N ranks: per-rank contributions stay the same, so all_reduce,
-   broadcast, reduce, reduce_scatter and all_to_all buffers keep their size and
-   all_gather / gather buffers grow as N / N_measured — except the second phase
-   of a two-phase compressed all_reduce, whose gathered buffer is the whole
-   compressed vector at any N;
-2. ``comm`` = Σ calls × modelled seconds of each collective at N;
-3. blocking strategies (sync DDP, compressed sync, local SGD): the step waits
-   for its communication after compute: ``step = compute + max(comm, real)``,
-   where ``real`` is what the loopback run itself waited (a simulated network
-   never completes faster than the real collective under it). DDP's overlap of
-   earlier buckets with backward is not credited: exact for single-bucket
-   models, an upper bound otherwise;
-4. overlapped strategies (delayed, async-average): a step's communication runs
-   behind the next step's compute: ``step = max(compute + real, comm)``.
+Scaling efficiency is ``compute / step``: the step of one rank with no
+communication (forward + backward + optimizer) over the predicted step, i.e.
+throughput at N over N times the throughput of one rank. Compression time
+counts against it: compression is part of the price of communicating.
 
-``compute + real`` is the loopback run's median step (``loop_seconds``) when
-the profile has it, not the sum of the two medians: an overlapped strategy
-waits in a few steps only (median wait 0, mean 1.5 ms on the digits CNN), and
-the sum of medians then misses those waits (measured: -10% at 2 ranks).
-
-Scaling efficiency is compute / step: the share of each step a rank spends
-computing (1.0 = communication fully hidden).
+The "ratio needed" (:func:`ratio_needed`): the smallest compression ratio
+``r`` (fp32 bytes over bytes sent) at which DDP with an ideal compressor of
+ratio ``r`` (two-phase exchange, free to run: :class:`~gradwire.predict.plans.Ratio`)
+reaches a target efficiency. "none needed" when plain ``sync`` reaches it
+already; "not reachable" when even ``r`` = :data:`MAX_RATIO` does not (the
+latency of the collectives, or compute alone, is the bound). Efficiency
+only grows with ``r`` (fewer bytes never make a collective slower), so a
+bisection on ``log r`` finds it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Sequence
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
-from gradwire.net import NetworkModel, parse_spec
+from gradwire.net import NetSpec, parse_spec
+from gradwire.overlap import parse_strategy
+from gradwire.predict.codec import FREE, CodecCost
+from gradwire.predict.plans import Ratio, plan_for, strategy_compressor
+from gradwire.predict.simulate import Pricer, simulate, spec_for_world
+from gradwire.predict.timeline import StepProfile
 
-__all__ = ["Collective", "Prediction", "StepProfile", "predict", "predict_many"]
+__all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Prediction", "Pricers", "predict", "ratio_needed"]
 
-#: strategies whose communication overlaps the next step's compute
-OVERLAPPED = frozenset({"delayed", "async-average"})
-_GROWS = frozenset({"all_gather", "gather"})
-
-
-@dataclass(frozen=True)
-class Collective:
-    """A collective a step issues: ``calls`` per step of ``nbytes`` each (nccl-tests size convention)."""
-
-    op: str
-    nbytes: float
-    calls: float
-
-
-@dataclass
-class StepProfile:
-    """One strategy's step, measured on this machine on ``loopback``."""
-
-    strategy: str
-    world: int
-    compute_seconds: float
-    real_comm_seconds: float
-    collectives: list[Collective] = field(default_factory=list)
-    overlapped: bool = False
-    two_phase: bool = False
-    loop_seconds: float | None = None
-    """median step of the loopback run (None: ``compute_seconds + real_comm_seconds``)"""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepProfile":
-        d = dict(d)
-        d["collectives"] = [Collective(**c) for c in d["collectives"]]
-        return cls(**d)
+#: the largest compression ratio :func:`ratio_needed` tries (past it, latency is all that is left)
+MAX_RATIO = 10_000.0
+NONE_NEEDED = "none needed"
+NOT_REACHABLE = "not reachable"
+#: relative precision of the ratio bisection
+_RATIO_PRECISION = 0.01
 
 
 @dataclass(frozen=True)
 class Prediction:
+    """One strategy on one network at one world size."""
+
     strategy: str
+    net: str
     world: int
     step_seconds: float
     compute_seconds: float
+    """one rank's step with no communication (forward + backward + optimizer)"""
     comm_seconds: float
+    """modelled network time per step (the link busy)"""
+    codec_seconds: float
+    """compression time per step (encode, server step, decode)"""
     wire_bytes_per_step: float
+    batch_size: int | None = None
 
     @property
     def efficiency(self) -> float:
+        """Scaling efficiency: compute / step (1.0: communication fully hidden)."""
         return self.compute_seconds / self.step_seconds if self.step_seconds > 0 else 1.0
 
+    @property
+    def throughput(self) -> float:
+        """Samples per second over all ranks (steps per second times ranks when the batch is unknown)."""
+        per_step = self.world * (self.batch_size or 1)
+        return per_step / self.step_seconds if self.step_seconds > 0 else math.inf
 
-def _bytes_at(c: Collective, profile: StepProfile, world: int) -> int:
-    if c.op in _GROWS and not profile.two_phase:
-        return int(round(c.nbytes * world / profile.world))
-    return int(round(c.nbytes))
+    def as_dict(self) -> dict:
+        return {"strategy": self.strategy, "net": self.net, "world": self.world, "step_seconds": self.step_seconds,
+                "compute_seconds": self.compute_seconds, "comm_seconds": self.comm_seconds,
+                "codec_seconds": self.codec_seconds, "wire_bytes_per_step": self.wire_bytes_per_step,
+                "batch_size": self.batch_size, "efficiency": self.efficiency, "throughput": self.throughput}
 
 
-def predict(profile: StepProfile, net: str, world: int) -> Prediction:
-    """Step time of ``profile``'s strategy on ``world`` ranks of network ``net``."""
-    if world < 2:
-        raise ValueError(f"world size must be >= 2, got {world}")
+class Pricers:
+    """One :class:`~gradwire.predict.simulate.Pricer` per (network, world size), shared by every strategy."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[str, int], Pricer] = {}
+
+    def get(self, net: NetSpec | str, world: int) -> Pricer:
+        key = (parse_spec(net).to_string(), world)
+        pricer = self._by.get(key)
+        if pricer is None:
+            pricer = self._by[key] = Pricer(net, world)
+        return pricer
+
+
+def _check_world(world: int) -> None:
+    if isinstance(world, bool) or not isinstance(world, int) or world < 2:
+        raise ValueError(f"world size must be an integer >= 2, got {world!r}")
+
+
+def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
+            cost: CodecCost | None = None, pricers: Pricers | None = None) -> Prediction:
+    """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
+
+    ``cost``: the compressor's CPU cost (:func:`gradwire.predict.codec.codec_cost`);
+    default free. ``pricers``: share the network prices between calls.
+    """
+    _check_world(world)
+    pricer = (pricers or Pricers()).get(net, world)
+    plan = plan_for(strategy, profile, world, cost)
+    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
+                   pricer)
+    return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, sim.step_seconds,
+                      profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
+                      profile.batch_size)
+
+
+def _efficiency_at(profile: StepProfile, r: float, pricer: Pricer) -> float:
+    plan = plan_for("sync", profile, pricer.world, ratio=Ratio(r))
+    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
+                   pricer)
+    return profile.compute_seconds / sim.step_seconds
+
+
+def ratio_needed(profile: StepProfile, net: NetSpec | str, world: int, target: float = 0.9,
+                 pricers: Pricers | None = None) -> float | str:
+    """The smallest compression ratio reaching ``target`` efficiency, or NONE_NEEDED / NOT_REACHABLE (module doc)."""
+    if not 0 < target <= 1:
+        raise ValueError(f"target efficiency must be in (0, 1], got {target!r}")
+    _check_world(world)
+    pricer = (pricers or Pricers()).get(net, world)
+    if predict(profile, "sync", net, world, pricers=pricers).efficiency >= target:
+        return NONE_NEEDED
+    if _efficiency_at(profile, MAX_RATIO, pricer) < target:
+        return NOT_REACHABLE
+    lo, hi = 1.0, MAX_RATIO  # efficiency(lo) < target <= efficiency(hi)
+    while hi / lo > 1 + _RATIO_PRECISION:
+        mid = math.sqrt(lo * hi)
+        if _efficiency_at(profile, mid, pricer) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def default_worlds(net: NetSpec | str, largest: int = 1024) -> list[int]:
+    """2, 4, ... ``largest``; for ``topology=NxM`` the multiples M, 2M, 4M, ... that fit nodes of M."""
     spec = parse_spec(net)
-    if isinstance(spec.topology, tuple):  # keep ranks per node, scale the number of nodes (auto: refused by the model)
-        per_node = spec.topology[1]
-        if world % per_node:
-            raise ValueError(f"world size {world} is not a multiple of {per_node} ranks per node ({net})")
-        spec = replace(spec, topology=(world // per_node, per_node))
-    model = NetworkModel(spec, world)
-    comm = wire = 0.0
-    for c in profile.collectives:
-        cost = model.cost(c.op, _bytes_at(c, profile, world))
-        comm += c.calls * cost.seconds
-        wire += c.calls * cost.wire_bytes
-    compute, real = profile.compute_seconds, profile.real_comm_seconds
-    loop = profile.loop_seconds if profile.loop_seconds is not None else compute + real
-    if profile.overlapped:
-        step = max(loop, comm)
-    else:
-        step = loop + max(0.0, comm - real)
-    return Prediction(profile.strategy, world, step, compute, comm, wire)
+    step = spec.topology[1] if isinstance(spec.topology, tuple) else 1
+    worlds, n = [], max(2, step)
+    while n <= largest:
+        worlds.append(n)
+        n *= 2
+    return worlds
 
 
-def predict_many(profiles: Sequence[StepProfile], net: str, worlds: Sequence[int]) -> list[Prediction]:
-    """Every profile at every world size."""
-    return [predict(p, net, n) for p in profiles for n in worlds]
+def check_fits(net: NetSpec | str, worlds: Iterable[int]) -> None:
+    """Raise ValueError for a world size the network's topology cannot hold."""
+    for n in worlds:
+        _check_world(n)
+        spec_for_world(net, n)
+
+
+def uses_compressor(strategy: str) -> str | None:
+    return strategy_compressor(parse_strategy(strategy))
+
+
+def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], nets: Sequence[str],
+          worlds_for: Callable[[str], Sequence[int]], cost_for: Callable[[str], CodecCost] = lambda s: FREE,
+          target: float | None = 0.9) -> tuple[dict[tuple[str, int, str], Prediction],
+                                               dict[tuple[str, int], float | str]]:
+    """Every strategy on every network at every world size, and the ratio needed per (network, world).
+
+    Returns ``{(net, world, strategy): Prediction}`` and ``{(net, world): ratio}``, keyed by
+    the ``nets`` as given.
+    """
+    preds: dict[tuple[str, int, str], Prediction] = {}
+    ratios: dict[tuple[str, int], float | str] = {}
+    for net in nets:
+        pricers = Pricers()
+        for n in worlds_for(net):
+            for s in strategies:
+                preds[(net, n, s)] = predict(profile_for(s), s, net, n, cost_for(s), pricers)
+            if target is not None:
+                ratios[(net, n)] = ratio_needed(profile_for("sync"), net, n, target, pricers)
+    return preds, ratios

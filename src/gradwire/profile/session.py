@@ -16,7 +16,9 @@ waited:
   other ranks to start counts as communication. The rest of the region is
   compute;
 - optionally torch.profiler's events, merged with the simulated network's
-  events into one Chrome/Perfetto trace (one timeline, Unix-time based).
+  events into one Chrome/Perfetto trace (one timeline, Unix-time based);
+- per training step: forward, backward, each DDP bucket's size and ready
+  time, the optimizer (:mod:`gradwire.profile.steps`), for ``gradwire predict``.
 
 Times are on gradwire's clock (:func:`gradwire.clock`): wall time on the
 realtime clock; on the virtual clock they include the simulated waiting.
@@ -33,6 +35,7 @@ from typing import Any
 import gradwire
 from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
+from gradwire.profile.steps import HookRecorder, steps
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
 
 __all__ = ["ProfileResult", "ProfileSession", "communication", "exposed_by_op", "profile", "merge_traces"]
@@ -51,6 +54,10 @@ class ProfileResult:
     """time the training thread was blocked on a collective in flight (<= comm_seconds)"""
     #: per op type and "total": calls, payload_bytes, sent_bytes, wire_bytes, model_seconds, ...
     ops: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: per training step: forward, backward, DDP buckets, optimizer (:func:`gradwire.profile.steps.steps`)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    #: the strategy of each DDP comm hook registered in the region (:func:`gradwire.profile.steps.strategy_label`)
+    hooks: list[str] = field(default_factory=list)
 
     @property
     def hidden_seconds(self) -> float:
@@ -84,6 +91,7 @@ class ProfileSession:
         self.result: ProfileResult | None = None
         self._prof: Any = None
         self._waits: WaitRecorder | None = None
+        self._hooks: HookRecorder | None = None
         self._start = 0.0
 
     def __enter__(self) -> "ProfileSession":
@@ -94,6 +102,7 @@ class ProfileSession:
             self._prof = torch_profile(activities=[ProfilerActivity.CPU])
             self._prof.__enter__()
         self._waits = WaitRecorder().start()  # watches the thread that enters: the training thread
+        self._hooks = HookRecorder().start()
         self._start = CLOCK.now()
         return self
 
@@ -108,6 +117,9 @@ class ProfileSession:
             raise RuntimeError("stop() before the session started; use it as `with ProfileSession(): ...`")
         end = CLOCK.now()
         self._waits.stop()
+        hooks = self._hooks
+        if hooks is not None:
+            hooks.stop()
         comm, exposed = communication(self._start, end, gradwire.events(), self._waits.windows)
         torch_trace: dict | None = None
         if self._prof is not None:
@@ -123,6 +135,10 @@ class ProfileSession:
         if "total" in ops:
             ops["total"]["exposed_seconds"] = exposed
         self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, ops)
+        if hooks is not None:
+            self.result.steps = steps(self._waits.backwards, hooks.optimizer, hooks.buckets, gradwire.events(),
+                                      self._waits.windows)
+            self.result.hooks = hooks.hooks
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
             self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events(), torch_trace)))

@@ -69,6 +69,8 @@ class WaitRecorder:
     def __init__(self, thread: int | None = None) -> None:
         self.thread = threading.get_ident() if thread is None else thread
         self.windows: list[Span] = []
+        #: every top-level backward() of the thread: (call, end of its compute, return)
+        self.backwards: list[tuple[float, float, float]] = []
 
     def start(self) -> "WaitRecorder":
         with _lock:
@@ -96,6 +98,13 @@ def _record(start: float, end: float) -> None:
     for recorder in list(_active):
         if recorder.thread == me:
             recorder.windows.append((start, end))
+
+
+def _record_backward(start: float, computed: float, end: float) -> None:
+    me = threading.get_ident()
+    for recorder in list(_active):
+        if recorder.thread == me:
+            recorder.backwards.append((start, computed, end))
 
 
 def _watched() -> bool:
@@ -142,6 +151,7 @@ def _timed_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
         handles = [t.grad_fn.register_prehook(queue_stamp) for t in roots
                    if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         _depth.n = depth + 1
+        begin = CLOCK.now()
         try:
             return backward(tensors, *args, **kwargs)
         finally:
@@ -151,6 +161,7 @@ def _timed_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
                 h.remove()
             if computed:
                 _record(computed[0], end)
+            _record_backward(begin, computed[0] if computed else end, end)
 
     return timed_backward
 

@@ -6,6 +6,10 @@
   step): the default of ``gradwire compare``.
 - ``mlp``: 64 -> 2048 -> 2048 -> 10, about 4.3 M parameters (17 MB per step):
   communication-heavy on the same data; what compression and overlap are for.
+- ``mlp-deep``: 64 -> 512, eight hidden 512 -> 512 layers, -> 10: about
+  2.1 M parameters (8.2 MB) in ten equal layers of 1 MB, so that DDP with
+  ``bucket_cap_mb=1`` has one bucket per layer and backward produces them
+  one after another: what bucket-level overlap is about.
 - ``tiny``: a linear classifier (650 parameters) for fast tests.
 
 Every model is built from the global torch seed: seed, then build, and every
@@ -18,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "DigitsCNN", "DigitsMLP", "DigitsWideCNN", "build_model", "num_parameters"]
+__all__ = ["MODELS", "DeepMLP", "DigitsCNN", "DigitsMLP", "DigitsWideCNN", "build_model", "num_parameters"]
 
 
 class DigitsCNN(nn.Module):
@@ -68,6 +72,20 @@ class DigitsMLP(nn.Module):
         return self.net(x)
 
 
+class DeepMLP(nn.Module):
+    """``depth`` hidden layers of ``width``: many equal buckets, little compute per byte."""
+
+    def __init__(self, width: int = 512, depth: int = 8) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten(), nn.Linear(64, width), nn.ReLU()]
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.net = nn.Sequential(*layers, nn.Linear(width, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
 def _tiny() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
 
@@ -76,6 +94,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "cnn": DigitsCNN,
     "cnn-wide": DigitsWideCNN,
     "mlp": DigitsMLP,
+    "mlp-deep": DeepMLP,
     "tiny": _tiny,
 }
 

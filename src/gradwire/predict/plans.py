@@ -1,0 +1,151 @@
+"""From a strategy name to the exchanges one step makes (:class:`~gradwire.predict.simulate.Plan`).
+
+Strategies as gradwire runs them (:mod:`gradwire.overlap.registry`):
+
+- ``sync``: DDP, one all_reduce per bucket; ``backward()`` waits (BLOCKING).
+- ``COMPRESSOR`` (``fp16``, ``onebit``, ``topk:0.01``...): DDP with
+  gradwire's compression hook: buckets of fewer than
+  :data:`~gradwire.hooks.state.MIN_COMPRESS_NUMEL` elements take the plain
+  all_reduce, the others the compressor's pattern (:mod:`.codec`). The
+  warm-up steps are left out: this is the steady state.
+- ``torch-fp16`` and ``torch-powersgd:R``: PyTorch's hooks, priced as
+  ``fp16`` and ``powersgd:R`` (after PyTorch's PowerSGD warm-up).
+- ``delayed`` (with or without a compressor): the same exchanges, waited for
+  after the next step's backward (NEXT_STEP).
+- ``localsgd:H`` and ``async-average:H``: no DDP: one exchange of every
+  parameter every H steps (AVERAGE), blocking or overlapped.
+- ``handler`` (per-parameter all_reduce from autograd hooks) is not a
+  bucket strategy and is refused.
+
+Where the exchange's CPU cost comes from: a profile of the same strategy
+(:class:`~gradwire.predict.timeline.MeasuredExchange`: the hook's time, the
+gaps between collectives, the decode; the real collective's duration as a
+floor only at the world size it was measured at), else a
+:class:`~gradwire.predict.codec.CodecCost`.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from gradwire.compress import Pattern, get_compressor
+from gradwire.hooks.state import MIN_COMPRESS_NUMEL
+from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.predict import codec
+from gradwire.predict.codec import FREE, CodecCost
+from gradwire.predict.simulate import Exchange, Kind, Phase, Plan
+from gradwire.predict.timeline import MeasuredExchange, StepProfile
+
+__all__ = ["PLANNED", "Ratio", "bucket_exchange", "plan_for", "strategy_compressor"]
+
+#: strategies the step model prices
+PLANNED = ("sync", "delayed", "localsgd", "async-average", "torch-fp16", "torch-powersgd")
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """An ideal compressor of ratio ``r`` (fp32 bytes / bytes sent), two-phase, free to run.
+
+    What the "ratio needed" column prices: all_to_all then all_gather of
+    ``nbytes / r`` each (DeepSpeed's compressed all_reduce, the pattern of
+    every compressor here past 2x), no encode or decode time.
+    """
+
+    r: float
+
+
+def strategy_compressor(choice: StrategyChoice) -> str | None:
+    """The compressor a strategy runs, as a compressor name (PyTorch's hooks map to gradwire's)."""
+    name = choice.spec.name
+    if name == "torch-fp16":
+        return "fp16"
+    if name == "torch-powersgd":
+        return f"powersgd:{choice.spec.params['R']}"
+    return choice.compressor
+
+
+def _kind(choice: StrategyChoice) -> Kind:
+    name = choice.spec.name
+    if name not in PLANNED:
+        raise ValueError(f"predict cannot price strategy {name!r} (not a DDP bucket strategy); valid: "
+                         f"{', '.join(PLANNED)}, each with or without a compressor")
+    if name == "delayed":
+        return Kind.NEXT_STEP
+    if name in ("localsgd", "async-average"):
+        return Kind.AVERAGE
+    return Kind.BLOCKING
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(spec: str) -> Pattern:
+    return get_compressor(spec).pattern
+
+
+def bucket_exchange(numel: int, element_size: int, compressor: str | Ratio | None, world: int,
+                    cost: CodecCost = FREE) -> Exchange:
+    """The exchange of one bucket of ``numel`` elements (module doc; :mod:`.codec` for the bytes)."""
+    nbytes = numel * element_size
+    if isinstance(compressor, Ratio):
+        wire = max(1, round(nbytes / compressor.r))
+        return Exchange(0.0, (Phase("all_to_all", wire), Phase("all_gather", wire)))
+    if compressor is None or numel < MIN_COMPRESS_NUMEL:
+        return Exchange(0.0, (Phase("all_reduce", nbytes),))
+    pattern = _pattern(compressor)
+    encode, serve, decode = cost.encode(numel), cost.serve(numel), cost.decode(numel)
+    if pattern is Pattern.TWO_PHASE:
+        row = codec.two_phase_row_bytes(compressor, numel, world)
+        return Exchange(encode, (Phase("all_to_all", world * row), Phase("all_gather", world * row, before=serve)),
+                        decode)
+    if pattern is Pattern.ALLGATHER:
+        row = codec.allgather_row_bytes(compressor, numel)
+        return Exchange(encode, (Phase("all_gather", world * row),), decode + cost.per_rank(numel) * world)
+    phases = []
+    for k, sizes in enumerate(codec.round_bytes(compressor, numel)):
+        for j, size in enumerate(sizes):
+            phases.append(Phase("all_reduce", size, before=serve if k and not j else 0.0))
+    return Exchange(encode, tuple(phases), decode)
+
+
+def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int) -> Exchange:
+    """``ex`` with the profile's own CPU times (and, at the measured world size, its floors)."""
+    floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
+    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
+                   for j, p in enumerate(ex.phases))
+    decode = ex.decode if m.tail is None else m.tail
+    return Exchange(m.hook, phases, decode)
+
+
+def _same(label: str | None, choice: StrategyChoice) -> bool:
+    """Whether a profile's strategy label names ``choice`` (a hook predict does not know names nothing)."""
+    if label is None:
+        return False
+    try:
+        return str(parse_strategy(label)) == str(choice)
+    except ValueError:
+        return False
+
+
+def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
+             cost: CodecCost | None = None, ratio: Ratio | None = None) -> Plan:
+    """The exchanges of one step of ``strategy`` on ``world`` ranks for ``profile``'s buckets.
+
+    ``cost``: the compressor's CPU cost (default free). ``ratio``: price the
+    ideal compressor instead of the strategy's own (sync's timing).
+    When ``profile`` measured this very strategy and its exchanges issued the
+    collectives the plan expects, their measured times replace ``cost``.
+    """
+    choice = parse_strategy(strategy)
+    kind = _kind(choice)
+    compressor: str | Ratio | None = ratio if ratio is not None else strategy_compressor(choice)
+    cost = cost or FREE
+    measured = profile.exchanges is not None and ratio is None and _same(profile.strategy, choice)
+    if kind is Kind.AVERAGE:
+        total = sum(b.numel for b in profile.buckets)
+        ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost)
+        return Plan(kind, (ex,), period=choice.spec.params["H"], overlapped=choice.spec.name == "async-average")
+    exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost) for b in profile.buckets]
+    if measured and profile.exchanges is not None:
+        mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
+        if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):
+            exchanges = [_measured(ex, m, world, profile.world) for ex, m in zip(exchanges, profile.exchanges)]
+    return Plan(kind, tuple(exchanges))

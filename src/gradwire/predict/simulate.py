@@ -1,0 +1,266 @@
+"""Replay one training step on a modelled network: buckets, the link queue, overlap. Pure, no process group.
+
+The step (see :mod:`gradwire.predict.timeline` for its parts) runs on three
+resources of one rank, as it does in the ``gradwire`` backend:
+
+- the training thread: forward, then backward, during which bucket ``i``
+  becomes ready at ``ready[i]``; the comm hook then runs on that thread
+  (``Exchange.encode``: compression, momentum, error feedback) and pushes the
+  rest of backward back by as much;
+- the link of the exchange's process group, a FIFO queue (the backend's
+  ``busy_until``): a collective issued at ``t`` starts at
+  ``max(t, link free)``, holds the link for its modelled seconds and
+  completes at ``max(start + seconds, end of the real collective)``: a
+  simulated network never completes sooner than the real collective under
+  it. The real collectives (``Phase.floor`` seconds each, measured where the
+  profile was taken; zero for a described cluster) run one at a time, in
+  issue order, as gloo runs a group's collectives;
+- the callback thread that completes futures: a two-phase exchange's server
+  step between its collectives (``Phase.before``) and the decode after the
+  last one (``Exchange.decode``) run there, one at a time.
+
+Exchanges issue in bucket order, each after the previous one issued its last
+collective (the hooks' ``Sequencer``; DDP's own buckets are issued in order
+anyway). What a step waits for depends on :class:`Kind`:
+
+- ``BLOCKING`` (DDP, compressed or not): ``backward()`` returns when its
+  compute is over and every bucket's exchange completed (decode included);
+  then the optimizer;
+- ``NEXT_STEP`` (``delayed``): backward never waits; after the next step's
+  backward, the step waits for this step's exchanges, then the optimizer;
+- ``AVERAGE`` (model averaging every ``period`` steps): one exchange of all
+  parameters after the optimizer; ``localsgd`` waits for it at once,
+  ``async-average`` at its next launch.
+
+A blocking step leaves the link and the callback thread idle when it ends, so
+one step is the steady state. The others carry work into the next step: they
+are replayed for several periods and the mean step of the last period is
+returned.
+
+Trap: callbacks are served in the order their exchanges were issued, not
+strictly by the time each became runnable; a decode that becomes runnable
+after the next exchange's server step would in reality run second. The error
+is at most one callback's duration per bucket.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from gradwire.net import NetSpec, NetworkModel, parse_spec
+from gradwire.net.algorithms import choose
+from gradwire.net.spec import AUTO_TOPOLOGY
+
+__all__ = ["Exchange", "Kind", "Phase", "Plan", "Pricer", "SimResult", "simulate", "spec_for_world"]
+
+#: steps replayed for the strategies that carry work into the next step (NEXT_STEP), and the
+#: number of trailing steps averaged; AVERAGE replays three periods and averages the last
+_CARRY_STEPS, _MEASURED_STEPS = 8, 4
+
+
+class Kind(enum.Enum):
+    """When a step waits for its communication (module doc)."""
+
+    BLOCKING = "blocking"
+    NEXT_STEP = "next_step"
+    AVERAGE = "average"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One collective of an exchange."""
+
+    op: str
+    nbytes: int
+    """bytes by the nccl-tests convention of ``op`` (see :mod:`gradwire.net.model`)"""
+    before: float = 0.0
+    """callback-thread seconds between the previous collective's completion and this one's issue"""
+    floor: float = 0.0
+    """seconds the real collective took where the profile was measured (never faster than that)"""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One bucket's exchange: the hook's time on the training thread, its collectives, the decode."""
+
+    encode: float
+    phases: tuple[Phase, ...]
+    decode: float = 0.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a strategy communicates one step: the kind of wait and the exchanges.
+
+    ``exchanges`` has one entry per bucket (BLOCKING, NEXT_STEP) or a single
+    one (AVERAGE: all parameters, every ``period`` steps, ``overlapped`` for
+    async-average).
+    """
+
+    kind: Kind
+    exchanges: tuple[Exchange, ...]
+    period: int = 1
+    overlapped: bool = False
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Mean per step of the replayed steady state."""
+
+    step_seconds: float
+    comm_seconds: float
+    """seconds the link was busy (modelled collective time)"""
+    wire_bytes: float
+    """bytes on the wire, the busiest rank's share with framing"""
+    codec_seconds: float
+    """encode, server and decode seconds (CPU the strategy adds)"""
+
+
+def spec_for_world(spec: NetSpec | str, world: int) -> NetSpec:
+    """``spec`` with its topology scaled to ``world`` ranks: the ranks per node stay, the nodes follow.
+
+    ``topology=NxM`` describes the node (M ranks each); N is ignored.
+
+    Raises:
+        ValueError: ``world`` is not a multiple of M, or the topology is ``auto``.
+    """
+    spec = parse_spec(spec)
+    if spec.topology == AUTO_TOPOLOGY:
+        raise ValueError("topology=auto is read from torchrun when a job runs; to predict, write "
+                         "topology=NODESxRANKS (the ranks per node are kept, the nodes follow the world size)")
+    if isinstance(spec.topology, tuple):
+        per_node = spec.topology[1]
+        if world % per_node:
+            raise ValueError(f"world size {world} does not fit nodes of {per_node} ranks (topology "
+                             f"{spec.topology[0]}x{per_node}); use multiples of {per_node}")
+        spec = replace(spec, topology=(world // per_node, per_node))
+    return spec
+
+
+class Pricer:
+    """``(op, nbytes) -> (seconds, wire bytes)`` on ``world`` ranks: :class:`NetworkModel` prices, cached.
+
+    The whole world is one group (DDP's). ``NetworkModel.cost`` builds that
+    group again on every call (linear in the world size: half a millisecond
+    at 1024 ranks); without jitter a price depends on nothing else, so the
+    group is built once here and the same algorithm choice
+    (``gradwire.net.algorithms.choose``) prices each size once. With jitter
+    every call goes to ``NetworkModel.cost`` with the next sequence number,
+    drawing what the backend would draw.
+    """
+
+    def __init__(self, spec: NetSpec | str, world: int) -> None:
+        self.spec = spec_for_world(spec, world)
+        self.world = world
+        self.model = NetworkModel(self.spec, world)
+        self._group = self.model.group(range(world)) if self.spec.jitter == 0 else None
+        self._cache: dict[tuple[str, int], tuple[float, int]] = {}
+        self._seq = 0
+
+    def __call__(self, op: str, nbytes: int) -> tuple[float, int]:
+        if self._group is None:
+            cost = self.model.cost(op, nbytes, seq=self._seq)
+            self._seq += 1
+            return cost.seconds, cost.wire_bytes
+        key = (op, nbytes)
+        hit = self._cache.get(key)
+        if hit is None:
+            _, base = choose(op, self.spec.algorithm, self._group, nbytes)
+            seconds = 0.0 if self.model.is_zero or self.world == 1 else max(base.seconds, 0.0)
+            hit = self._cache[key] = (seconds, base.wire_bytes if base.sent_bytes > 0 else 0)
+        return hit
+
+
+class _State:
+    """The link, the callback thread and the sequencer, carried from exchange to exchange."""
+
+    __slots__ = ("link", "inner", "callbacks", "gate", "busy", "wire", "codec")
+
+    def __init__(self) -> None:
+        self.link = self.inner = self.callbacks = self.gate = 0.0
+        self.busy = self.wire = self.codec = 0.0
+
+
+def _run(ex: Exchange, ready: float, st: _State, price: Callable[[str, int], tuple[float, int]]) -> float:
+    """Issue ``ex`` (its hook starts at ``ready``); return when its result is in place."""
+    issue = max(ready + ex.encode, st.gate)
+    done = issue
+    st.codec += ex.encode
+    for j, ph in enumerate(ex.phases):
+        if j:
+            issue = max(done, st.callbacks) + ph.before
+            st.callbacks = issue
+            st.codec += ph.before
+        seconds, wire = price(ph.op, ph.nbytes)
+        start = max(issue, st.link)
+        st.link = start + seconds
+        st.busy += seconds
+        st.wire += wire
+        done = start + seconds
+        if ph.floor:
+            st.inner = max(issue, st.inner) + ph.floor
+            done = max(done, st.inner)
+        st.gate = issue
+    if ex.decode:
+        done = max(done, st.callbacks) + ex.decode
+        st.callbacks = done
+        st.codec += ex.decode
+    return done
+
+
+def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
+             price: Callable[[str, int], tuple[float, int]]) -> SimResult:
+    """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times."""
+    st = _State()
+    if plan.kind is Kind.AVERAGE:
+        return _simulate_average(forward + backward + optimizer, plan, st, price)
+    if len(ready) != len(plan.exchanges):
+        raise ValueError(f"{len(ready)} buckets but {len(plan.exchanges)} exchanges")
+    steps = 1 if plan.kind is Kind.BLOCKING else _CARRY_STEPS
+    start, starts = 0.0, []
+    previous: list[float] = []
+    for _ in range(steps):
+        starts.append(start)
+        b0 = start + forward
+        shift = 0.0
+        fins = []
+        for r, ex in zip(ready, plan.exchanges):
+            fins.append(_run(ex, b0 + r + shift, st, price))
+            shift += ex.encode
+        computed = b0 + backward + shift
+        if plan.kind is Kind.BLOCKING:
+            start = max([computed, *fins]) + optimizer
+        else:
+            start = max([computed, *previous]) + optimizer
+            previous = fins
+    starts.append(start)
+    measured = 1 if plan.kind is Kind.BLOCKING else _MEASURED_STEPS
+    return _result(starts, measured, steps, st)
+
+
+def _simulate_average(compute: float, plan: Plan, st: _State,
+                      price: Callable[[str, int], tuple[float, int]]) -> SimResult:
+    (ex,) = plan.exchanges
+    h = plan.period
+    steps = 3 * h
+    start, starts = 0.0, []
+    pending = 0.0
+    for k in range(steps):
+        starts.append(start)
+        end = start + compute
+        if (k + 1) % h == 0:  # every H-th step ends with an average
+            if plan.overlapped:
+                launch = max(end, pending)  # the previous average is applied before the next one leaves
+                pending = _run(ex, launch, st, price)
+                end = launch + ex.encode
+            else:
+                end = _run(ex, end, st, price)
+        start = end
+    starts.append(start)
+    return _result(starts, h, steps, st)
+
+
+def _result(starts: list[float], measured: int, steps: int, st: _State) -> SimResult:
+    per_step = (starts[-1] - starts[-1 - measured]) / measured
+    return SimResult(per_step, st.busy / steps, st.wire / steps, st.codec / steps)

@@ -1,0 +1,160 @@
+"""What one training step of one rank is made of, independent of the network: a :class:`StepProfile`.
+
+A DDP step, as the step model sees it (times in seconds):
+
+1. ``forward``: everything before ``backward()`` is called (zero_grad, the
+   data, forward, the loss);
+2. ``backward``: backward's own compute, from its call to its last gradient.
+   During it, DDP's buckets become ready one after another: bucket ``i`` at
+   ``buckets[i].ready`` seconds after backward started. Both leave out the
+   time comm hooks spent (compression), so that the same profile serves every
+   strategy: the step model adds the encode cost of the strategy it prices;
+3. ``optimizer``: what follows backward's return until the next step
+   (DDP's copy of the averaged buckets back, a strategy's own step work, the
+   optimizer), less any waiting for communication.
+
+A profile comes from a measured run (``gradwire profile``, or the short
+loopback run ``gradwire predict`` makes of the bundled models), or from a
+described model (:mod:`gradwire.predict.describe`: parameter layout on the meta
+device, backward time given). A measured profile may also carry
+:class:`MeasuredExchange` rows: what the run's own exchanges cost besides the
+network (the hook's time, the callbacks between collectives, the real inner
+collective's duration), used when the strategy priced is the one that ran.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["Bucket", "MeasuredExchange", "StepProfile"]
+
+
+def _finite(value: Any, what: str, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{what} must be > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One DDP gradient bucket: its size and when backward makes it ready."""
+
+    nbytes: int
+    """bytes of the bucket's gradient buffer"""
+    ready: float
+    """seconds after backward starts when its last gradient is ready (hooks' own time left out)"""
+    element_size: int = 4
+    """bytes per gradient element (4 for fp32)"""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nbytes, bool) or not isinstance(self.nbytes, int) or self.nbytes < 0:
+            raise ValueError(f"bucket nbytes must be an int >= 0, got {self.nbytes!r}")
+        _finite(self.ready, "bucket ready time")
+        if self.element_size not in (1, 2, 4, 8):
+            raise ValueError(f"bucket element_size must be 1, 2, 4 or 8 bytes, got {self.element_size!r}")
+
+    @property
+    def numel(self) -> int:
+        return self.nbytes // self.element_size
+
+
+@dataclass(frozen=True)
+class MeasuredExchange:
+    """What one bucket's exchange cost in the profiled run, the network aside (medians over steps)."""
+
+    ops: tuple[str, ...]
+    """the collectives it issued, in order"""
+    hook: float
+    """seconds the comm hook took on the training thread (encode, momentum, error feedback)"""
+    inner: tuple[float, ...]
+    """per collective: seconds from its issue to the end of the real inner op (a floor on any network)"""
+    gaps: tuple[float, ...]
+    """per collective after the first: seconds from the previous one's completion to its issue (callbacks)"""
+    tail: float | None = None
+    """seconds from the last collective's completion to the hook's future completing (decode); None: not seen"""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "inner", tuple(float(v) for v in self.inner))
+        object.__setattr__(self, "gaps", tuple(float(v) for v in self.gaps))
+        if len(self.inner) != len(self.ops) or len(self.gaps) != max(0, len(self.ops) - 1):
+            raise ValueError(f"a measured exchange of {len(self.ops)} collectives needs as many inner times and "
+                             f"one gap fewer, got {len(self.inner)} and {len(self.gaps)}")
+        for v in (self.hook, *self.inner, *self.gaps, *(() if self.tail is None else (self.tail,))):
+            _finite(v, "a measured exchange time")
+
+
+@dataclass
+class StepProfile:
+    """One rank's step without communication, and the buckets it hands to DDP (module doc)."""
+
+    name: str
+    """what was profiled: a model name, a script, a factory"""
+    forward: float
+    backward: float
+    optimizer: float
+    buckets: tuple[Bucket, ...]
+    world: int = 1
+    """ranks of the measured run (1 for a described model)"""
+    strategy: str | None = None
+    """the strategy the measured run used; its exchanges are in ``exchanges``"""
+    exchanges: tuple[MeasuredExchange, ...] | None = None
+    """one per bucket, for ``strategy`` (None: nothing measured)"""
+    batch_size: int | None = None
+    """samples per rank per step, for throughput (None: unknown)"""
+    source: str = "described"
+    """measured (a loopback run of a bundled model), profile (gradwire profile) or described"""
+    loop_seconds: float | None = None
+    """the measured run's median step (None: not measured)"""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """how the profile was made (the spread of compute, the bucket rule), for reports"""
+
+    def __post_init__(self) -> None:
+        self.forward = _finite(self.forward, "forward seconds")
+        self.backward = _finite(self.backward, "backward seconds")
+        self.optimizer = _finite(self.optimizer, "optimizer seconds")
+        self.buckets = tuple(b if isinstance(b, Bucket) else Bucket(**b) for b in self.buckets)
+        if not self.buckets:
+            raise ValueError(f"profile {self.name!r} has no gradient buckets: nothing is communicated, "
+                             "so there is nothing to predict (a model with no trainable parameters?)")
+        if isinstance(self.world, bool) or not isinstance(self.world, int) or self.world < 1:
+            raise ValueError(f"profile world must be an int >= 1, got {self.world!r}")
+        if self.exchanges is not None:
+            self.exchanges = tuple(e if isinstance(e, MeasuredExchange) else MeasuredExchange(**e)
+                                   for e in self.exchanges)
+            if len(self.exchanges) != len(self.buckets):
+                raise ValueError(f"profile {self.name!r}: {len(self.exchanges)} measured exchanges for "
+                                 f"{len(self.buckets)} buckets")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if self.loop_seconds is not None:
+            _finite(self.loop_seconds, "loop_seconds")
+        self.notes = tuple(self.notes)
+        last = max(b.ready for b in self.buckets)
+        if last > self.backward * (1 + 1e-9) + 1e-12:
+            raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "
+                             f"{self.backward:g} s")
+
+    @property
+    def compute_seconds(self) -> float:
+        """The step on one rank with no communication: forward + backward + optimizer."""
+        return self.forward + self.backward + self.optimizer
+
+    @property
+    def gradient_bytes(self) -> int:
+        return sum(b.nbytes for b in self.buckets)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StepProfile":
+        """The inverse of :meth:`as_dict`; unknown keys are refused (a typo is not silently dropped)."""
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ValueError(f"unknown step profile field(s) {', '.join(extra)}")
+        return cls(**d)

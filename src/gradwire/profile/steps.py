@@ -1,0 +1,226 @@
+"""Per training step: forward, backward, each DDP bucket's size and ready time, the optimizer.
+
+What ``gradwire predict --profile`` needs from an unchanged script, recorded
+on the thread that trains (the one a :class:`ProfileSession` starts on):
+
+1. Backward: the :class:`~gradwire.profile.waits.WaitRecorder` of the session
+   brackets every top-level ``backward()``: its call, the end of its compute
+   (an autograd callback queued before DDP's) and its return.
+2. The optimizer: torch's global optimizer step hooks stamp every
+   ``optimizer.step()`` (pre and post).
+3. Buckets: while recording, ``DistributedDataParallel.register_comm_hook``
+   wraps the hook it is given. The wrapper stamps each bucket when DDP hands
+   it over (its gradients are ready), when the hook returns (the hook's own
+   time: compression runs there, on the training thread) and when the hook's
+   future completes; its size is the bucket buffer's. A DDP without a comm
+   hook runs its built-in all_reduce from C++, where Python sees nothing:
+   then every all_reduce that the backend issued during backward's compute
+   is a bucket, ready when it was issued, of its payload's size.
+4. Collectives: the backend's event log (issue, link start, completion,
+   the real inner op's end).
+
+:func:`steps` turns these into one dict per step, every time in seconds
+relative to the step's backward call. A step runs from the end of the
+previous one (its optimizer step, or its backward if there was none) to the
+end of its own optimizer step; the first backward has no previous step and
+only starts the series.
+
+Trap: a hook registered before recording started (a ``ProfileSession``
+entered after the model was wrapped) is not wrapped; the event log then
+stands in, which for a compressing hook gives the first collective's issue
+time (after compression) as the ready time.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import torch
+
+from gradwire.backend.completer import CLOCK
+
+__all__ = ["BucketStamp", "HookRecorder", "steps", "strategy_label"]
+
+
+class BucketStamp:
+    """One bucket as the wrapped comm hook saw it."""
+
+    __slots__ = ("index", "nbytes", "element_size", "called", "returned", "done")
+
+    def __init__(self, index: int, nbytes: int, element_size: int, called: float, returned: float) -> None:
+        self.index, self.nbytes, self.element_size = index, nbytes, element_size
+        self.called, self.returned = called, returned
+        self.done: float | None = None
+
+
+_lock = threading.Lock()
+_active: list["HookRecorder"] = []
+_original_register: Callable[..., Any] | None = None
+
+
+class HookRecorder:
+    """Records optimizer steps and wrapped comm hooks on one thread (module doc, points 2 and 3)."""
+
+    def __init__(self, thread: int | None = None) -> None:
+        self.thread = threading.get_ident() if thread is None else thread
+        self.optimizer: list[tuple[float, float]] = []
+        self.buckets: list[BucketStamp] = []
+        #: strategy label of each hook registered while recording (:func:`strategy_label`)
+        self.hooks: list[str] = []
+        self._handles: list[Any] = []
+        self._pre: float | None = None
+
+    def start(self) -> "HookRecorder":
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._handles = [register_optimizer_step_pre_hook(self._before_step),
+                         register_optimizer_step_post_hook(self._after_step)]
+        with _lock:
+            if not _active:
+                _patch()
+            _active.append(self)
+        return self
+
+    def stop(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        with _lock:
+            if self in _active:
+                _active.remove(self)
+                if not _active:
+                    _unpatch()
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self.thread:
+            self._pre = CLOCK.now()
+
+    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self.thread and self._pre is not None:
+            self.optimizer.append((self._pre, CLOCK.now()))
+            self._pre = None
+
+
+def strategy_label(hook: Any, state: Any) -> str:
+    """A strategy name for a DDP comm hook and its state, as ``gradwire predict`` names strategies.
+
+    ``sync`` for the built-in and PyTorch's allreduce hook, the compressor's
+    name for gradwire's compression hook, ``delayed`` (``C+delayed``),
+    ``torch-fp16``, ``torch-powersgd:R``; ``hook:NAME`` for any other hook.
+    """
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if name == "_timed_hook" and hasattr(state, "hook"):  # gradwire's sync strategy times the hook it wraps
+        return strategy_label(state.hook, state.state)
+    compressor = getattr(getattr(state, "compressor", None), "name", None)
+    if name == "allreduce_hook":
+        return "sync"
+    if name == "compression_hook" and compressor:
+        return compressor
+    if name == "_delayed_hook":
+        return f"{compressor}+delayed" if compressor else "delayed"
+    if name == "fp16_compress_hook":
+        return "torch-fp16"
+    if name == "powerSGD_hook" and hasattr(state, "matrix_approximation_rank"):
+        return f"torch-powersgd:{state.matrix_approximation_rank}"
+    return f"hook:{name}"
+
+
+def _recorders() -> list[HookRecorder]:
+    me = threading.get_ident()
+    return [r for r in list(_active) if r.thread == me]
+
+
+def _wrap(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)  # DDP checks the hook's signature and name (bf16 on CPU) through __wrapped__
+    def recorded(state: Any, bucket: Any) -> Any:
+        recorders = _recorders()
+        if not recorders:
+            return hook(state, bucket)
+        called = CLOCK.now()
+        fut = hook(state, bucket)
+        returned = CLOCK.now()
+        buf = bucket.buffer()
+        stamp = BucketStamp(bucket.index(), buf.numel() * buf.element_size(), buf.element_size(), called, returned)
+        for r in recorders:
+            r.buckets.append(stamp)
+
+        def done(f: torch.futures.Future) -> Any:
+            stamp.done = CLOCK.now()
+            return f.value()
+
+        return fut.then(done)
+
+    return recorded
+
+
+def _patch() -> None:
+    global _original_register
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = DDP.__dict__["register_comm_hook"]
+    _original_register = original
+
+    def register_comm_hook(self: Any, state: object, hook: Callable) -> None:
+        for r in _recorders():
+            r.hooks.append(strategy_label(hook, state))
+        return original(self, state, _wrap(hook))
+
+    register_comm_hook.__doc__ = original.__doc__
+    setattr(DDP, "register_comm_hook", register_comm_hook)
+
+
+def _unpatch() -> None:
+    global _original_register
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if _original_register is not None:
+        setattr(DDP, "register_comm_hook", _original_register)
+        _original_register = None
+
+
+def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of ``spans`` inside ``[lo, hi]``."""
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+
+
+def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[float, float]],
+          buckets: list[BucketStamp], events: list[Any], waits: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """One dict per step (module doc); times relative to the step's backward call.
+
+    Keys: ``forward``, ``backward`` (compute), ``backward_wait`` (compute end
+    to return), ``after_backward`` (return to the optimizer), ``waited``
+    (the training thread's waits for communication in ``after_backward``),
+    ``optimizer``, ``step`` (the whole step), ``buckets`` (index, nbytes,
+    element_size, ready, hook, done) and ``collectives`` (op, group, seq,
+    nbytes, issued, started, completed, inner).
+    """
+    out: list[dict[str, Any]] = []
+    backwards = sorted(backwards)
+    events = sorted(events, key=lambda e: e.issued)
+    prev_end: float | None = None
+    for k, (b0, computed, returned) in enumerate(backwards):
+        nxt = backwards[k + 1][0] if k + 1 < len(backwards) else float("inf")
+        opt = next(((a, b) for a, b in optimizer if returned <= a < nxt), None)
+        end = opt[1] if opt else returned
+        if prev_end is None or prev_end > b0:
+            prev_end = end
+            continue
+        mine = [s for s in buckets if b0 <= s.called <= computed]
+        if mine:
+            rows = [{"index": s.index, "nbytes": s.nbytes, "element_size": s.element_size, "ready": s.called - b0,
+                     "hook": s.returned - s.called, "done": None if s.done is None else s.done - b0} for s in mine]
+        else:  # DDP's built-in all_reduce: issued when the bucket is ready
+            rows = [{"index": i, "nbytes": e.payload_bytes, "element_size": 4, "ready": e.issued - b0, "hook": 0.0,
+                     "done": (e.completed - b0) if e.completed else None}
+                    for i, e in enumerate(e for e in events if e.op == "all_reduce" and b0 <= e.issued <= computed)]
+        colls = [{"op": e.op, "group": e.group, "seq": e.seq, "nbytes": e.payload_bytes, "issued": e.issued - b0,
+                  "started": e.started - b0, "completed": (e.completed - b0) if e.completed else None,
+                  "inner": (e.inner_done - e.issued) if e.inner_done else None}
+                 for e in events if b0 <= e.issued < nxt]
+        o0, o1 = opt if opt else (returned, returned)
+        out.append({"forward": b0 - prev_end, "backward": computed - b0, "backward_wait": returned - computed,
+                    "after_backward": o0 - returned, "waited": _between(waits, returned, o0),
+                    "optimizer": o1 - o0, "step": end - prev_end, "buckets": rows, "collectives": colls})
+        prev_end = end
+    return out

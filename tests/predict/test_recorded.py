@@ -1,0 +1,114 @@
+"""From recorded steps to a step profile: hooks taken out, medians, exchanges paired with buckets."""
+import pytest
+
+from gradwire.predict.recorded import exchanges_of, profile_from_steps
+from gradwire.profile.steps import BucketStamp, steps, strategy_label
+
+
+def _coll(op, seq, issued, completed, inner, nbytes=100, group="g"):
+    return {"op": op, "group": group, "seq": seq, "nbytes": nbytes, "issued": issued, "started": issued,
+            "completed": completed, "inner": inner}
+
+
+def _step(scale=1.0):
+    """Two buckets with a 2 ms hook each and a two-phase exchange each (times in seconds from backward's call)."""
+    s = scale
+    return {
+        "forward": 0.010 * s, "backward": 0.030 * s, "backward_wait": 0.008 * s, "after_backward": 0.003 * s,
+        "waited": 0.001 * s, "optimizer": 0.002 * s, "step": 0.053 * s,
+        "buckets": [
+            {"index": 0, "nbytes": 4000, "element_size": 4, "ready": 0.010 * s, "hook": 0.002 * s, "done": 0.020 * s},
+            {"index": 1, "nbytes": 8000, "element_size": 4, "ready": 0.025 * s, "hook": 0.002 * s, "done": 0.036 * s},
+        ],
+        "collectives": [
+            _coll("all_to_all", 1, 0.012 * s, 0.014 * s, 0.002 * s),
+            _coll("all_gather", 2, 0.016 * s, 0.018 * s, 0.002 * s),
+            _coll("all_to_all", 3, 0.027 * s, 0.030 * s, 0.004 * s),  # real op 27 -> 31
+            _coll("all_gather", 4, 0.030 * s, 0.034 * s, 0.004 * s),  # real op queued behind it: 31 -> 34
+            _coll("broadcast", 0, 0.001 * s, 0.002 * s, 0.001 * s, group="other"),  # not an exchange
+        ],
+    }
+
+
+def test_hooks_are_taken_out_and_the_rest_is_medians():
+    ranks = [[_step(1.0)] * 5 + [_step(5.0)], [_step(1.0), _step(2.0), _step(1.0), _step(1.0), _step(1.0)]]
+    prof = profile_from_steps(ranks, "job", "onebit", skip=1)
+    # pooled after skip=1 and without each rank's last step: four of scale 1 and one of scale 2 -> medians of scale 1
+    assert prof.world == 2 and prof.forward == pytest.approx(0.010)
+    assert prof.backward == pytest.approx(0.030 - 0.004)  # the two hooks' 4 ms out
+    assert [b.ready for b in prof.buckets] == pytest.approx([0.010, 0.025 - 0.002])
+    # after the communication: returned at 38 ms, the last bucket done at 36: 2 ms of copy; 3 - 1 ms not waiting;
+    # the optimizer's 2 ms
+    assert prof.optimizer == pytest.approx(0.002 + 0.002 + 0.002)
+    assert prof.loop_seconds == pytest.approx(0.053)
+    first, second = prof.exchanges
+    assert first.ops == ("all_to_all", "all_gather") and first.hook == pytest.approx(0.002)
+    assert first.gaps == pytest.approx((0.002,)) and first.tail == pytest.approx(0.002)
+    assert second.inner == pytest.approx((0.004, 0.003))  # the all_gather's real op waited 1 ms for the all_to_all's
+    assert second.tail == pytest.approx(0.002)
+
+
+def test_exchanges_pair_an_all_to_all_with_the_all_gather_after_it():
+    ops = ["all_reduce", "all_to_all", "all_gather", "all_gather", "all_to_all", "all_reduce"]
+    cut = exchanges_of([{"op": o} for o in ops])
+    assert [[c["op"] for c in ex] for ex in cut] == [["all_reduce"], ["all_to_all", "all_gather"], ["all_gather"],
+                                                     ["all_to_all"], ["all_reduce"]]
+
+
+def test_unpaired_exchanges_are_not_measured_and_odd_layouts_are_left_out():
+    odd = _step()
+    odd["buckets"] = odd["buckets"][:1]  # the first iteration: one bucket
+    ranks = [[_step(), odd, _step(), _step(), _step()]]
+    prof = profile_from_steps(ranks, "job", skip=0)
+    assert len(prof.buckets) == 2 and "1 steps of another bucket layout" in prof.notes[1]
+    broken = _step()
+    broken["collectives"] = broken["collectives"][:2]  # one exchange for two buckets
+    assert profile_from_steps([[broken] * 4], "job", skip=0).exchanges is None
+
+
+def test_no_steps_or_no_buckets_is_one_clear_error():
+    with pytest.raises(ValueError, match="no training step after the first 3"):
+        profile_from_steps([[_step()] * 3], "job")
+    empty = dict(_step(), buckets=[])
+    with pytest.raises(ValueError, match="no DDP gradient bucket"):
+        profile_from_steps([[empty] * 6], "job")
+
+
+class _Event:
+    def __init__(self, op, issued, completed, nbytes=400):
+        self.op, self.group, self.seq, self.payload_bytes = op, "g", 0, nbytes
+        self.issued, self.started, self.completed, self.inner_done = issued, issued, completed, completed
+
+
+def test_steps_are_cut_at_backward_and_the_optimizer():
+    backwards = [(1.0, 1.5, 1.6), (2.0, 2.4, 2.5), (3.0, 3.3, 3.6)]
+    optimizer = [(1.7, 1.8), (2.6, 2.7), (3.7, 3.75)]
+    events = [_Event("all_reduce", 2.1, 2.45), _Event("all_reduce", 2.35, 2.48, 800), _Event("all_reduce", 3.2, 3.5)]
+    out = steps(backwards, optimizer, [], events, waits=[(2.5, 2.55)])
+    assert len(out) == 2  # the first backward only starts the series
+    s = out[0]
+    assert s["forward"] == pytest.approx(0.2) and s["backward"] == pytest.approx(0.4)
+    assert s["backward_wait"] == pytest.approx(0.1) and s["after_backward"] == pytest.approx(0.1)
+    assert s["waited"] == pytest.approx(0.05) and s["optimizer"] == pytest.approx(0.1)
+    assert s["step"] == pytest.approx(0.9)
+    # no comm hook: DDP's own all_reduces issued during backward's compute are the buckets
+    assert [(b["nbytes"], round(b["ready"], 6)) for b in s["buckets"]] == [(400, 0.1), (800, 0.35)]
+    stamp = BucketStamp(0, 4000, 4, 3.1, 3.12)
+    stamp.done = 3.4
+    hooked = steps(backwards, optimizer, [stamp], events, [])[1]
+    assert [(b["nbytes"], round(b["hook"], 6), round(b["done"], 6)) for b in hooked["buckets"]] == [(4000, 0.02, 0.4)]
+
+
+def test_strategy_labels():
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook, fp16_compress_hook
+
+    from gradwire.hooks import CompressionState, compression_hook
+
+    assert strategy_label(allreduce_hook, None) == "sync"
+    assert strategy_label(fp16_compress_hook, None) == "torch-fp16"
+    assert strategy_label(compression_hook, CompressionState("onebit")) == "onebit"
+
+    def my_hook(state, bucket):
+        return None
+
+    assert strategy_label(my_hook, None) == "hook:my_hook"
