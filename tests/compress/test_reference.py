@@ -127,6 +127,12 @@ def test_onebit_decompress_into_passes_integer_tensors_through() -> None:
     assert comp.decompress_into(payload, ctx, out) is out and out.tolist() == [0, 1, 2, 3, 4, 5]
 
 
+def test_onebit_decompress_into_an_empty_float_tensor() -> None:
+    comp = get_compressor("onebit")
+    payload, ctx = comp.compress(torch.empty(0))
+    assert ctx.passthrough and comp.decompress_into(payload, ctx, torch.empty(0)).numel() == 0
+
+
 def test_onebit_options_are_checked() -> None:
     assert check_block(None) == 0 and check_block(0) == 0 and check_block(64) == 64
     for bad in (-8, 12):
@@ -214,6 +220,19 @@ def test_randomk_decode_is_the_rescaled_scatter() -> None:
     (vals,), ctx = plain.compress(x, 3)
     torch.testing.assert_close(plain.decompress([vals], ctx), x * counts)
     assert comp.unbiased and not plain.unbiased
+
+
+def test_randomk_keys_draw_apart_and_a_single_value_carries_a_nan() -> None:
+    a, b = RandomKCompressor(0.1, seed=1), RandomKCompressor(0.1, seed=1)
+    assert not torch.equal(a.compress(rand(100), "k")[1].info["idx"], b.compress(rand(100), "j")[1].info["idx"])
+    x = rand(100)
+    x[37] = float("nan")
+    (vals,), ctx = RandomKCompressor(0.01).compress(x)  # k = 1: the sum's NaN rides in the only value
+    assert vals.numel() == 1 and math.isnan(vals[0])
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"\(0, 1\]"):
+            RandomKCompressor(bad)
+    assert RandomKCompressor(1.0).ratio == 1.0
 
 
 def test_randomk_state_round_trips_and_seeds_differ() -> None:

@@ -105,3 +105,16 @@ def test_to_string_writes_only_what_differs_from_the_base() -> None:
     assert parse_spec("1gbe").to_string() == "1gbe"
     assert parse_spec("1gbe,latency=1ms").to_string() == "1gbe,latency=1ms"
     assert parse_spec("custom,jitter=5us").to_string() == "jitter=5us"
+
+
+def test_unlimited_bandwidth_words_and_error_texts_name_the_input() -> None:
+    assert parse_bandwidth("inf") == parse_bandwidth(" Infinite ") == parse_bandwidth("UNLIMITED") == math.inf
+    with pytest.raises(ValueError) as info:
+        parse_bandwidth("fast")
+    assert str(info.value).startswith("cannot read bandwidth 'fast': expected a number with a unit (bits/s: bit,")
+    with pytest.raises(ValueError) as info:
+        parse_bandwidth("1gallon")
+    assert str(info.value).startswith("unknown bandwidth unit 'gallon' in '1gallon'; valid units: bits/s")
+    with pytest.raises(ValueError) as info:
+        parse_bandwidth("1e400gbit")
+    assert str(info.value) == "bandwidth '1e400gbit' is too large to represent (above 1.8e308)"
