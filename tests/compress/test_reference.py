@@ -69,8 +69,8 @@ def test_qsgd_rounds_to_a_neighbouring_level_with_the_right_odds() -> None:
     comp = QSGDCompressor(1, seed=0)
     x = torch.cat([t(0.25), torch.zeros(15)])
     x[1] = math.sqrt(1 - 0.25**2)  # norm 1
-    ones = sum(int(comp.compress(x, 0)[0][0][0]) for _ in range(2000))
-    assert 400 < ones < 600  # 500 expected, sd ~19
+    ones = sum(int(comp.compress(x, 0)[0][0][0]) for _ in range(1000))
+    assert 190 < ones < 310  # 250 expected, sd ~14
 
 
 def test_terngrad_codes_and_scale() -> None:
@@ -86,8 +86,8 @@ def test_terngrad_codes_and_scale() -> None:
 def test_terngrad_keeps_with_probability_magnitude_over_scale() -> None:
     comp = TernGradCompressor(seed=0)
     x = t(4, 1)  # the second element survives a quarter of the time
-    kept = sum(float(roundtrip(comp, x, 0)[1]) == 4.0 for _ in range(2000))
-    assert 400 < kept < 600
+    kept = sum(float(roundtrip(comp, x, 0)[1]) == 4.0 for _ in range(1000))
+    assert 190 < kept < 310  # 250 expected, sd ~14
 
 
 def test_onebit_rms_and_mean_scales() -> None:
