@@ -1,77 +1,140 @@
-"""`gradwire predict` against measured realtime runs at N = 2 and 4.
+"""`gradwire predict` against measured realtime runs at N = 2 and 4, bucket by bucket.
 
-For each world size and strategy: a short run on ``loopback`` gives the step
-profile; the model predicts the step time on the network; a realtime run on
-that network measures it. Four ranks share two cores here, so one short run
-moves by 10-20% from one try to the next as the machine's speed drifts: every
-pair (profile run, measured run) is repeated ``--repeats`` times, the pairs of
-one world size run back to back in one set of processes (a fresh process group
-per run, :func:`gradwire.train.loop.run_in_turns`). A pair's error is its
-prediction over its own measurement; the figure is the median of the pairs'
-errors (pairing is what cancels the drift: the median prediction and the median
-measurement can come from different tries, also reported, as
-``error_of_medians_pct``).
-Writes benchmarks/results/predict_validate.json.
+Two suites, one command:
 
-    python benchmarks/predict_validate.py [--net SPEC] [--steps 120] [--repeats 3]
+- ``buckets``: ``mlp-deep`` (ten 1 MB layers) with ``bucket_cap_mb=1`` (9
+  DDP buckets that backward produces one after another), batch 64, on two
+  networks, strategies sync / fp16 / onebit / delayed;
+- ``digits``: the figures the README quoted before the bucket model
+  (``cnn-wide``, the strategies' own bucket sizes, the compare default
+  network, sync / onebit / delayed / onebit+delayed), which must still hold.
+
+For each world size, one set of ranks runs, ``--repeats`` times and strategy
+after strategy, a short loopback run recorded step by step as ``gradwire
+profile`` records a job (its profile), then at once the realtime runs on the
+networks it predicts (:func:`gradwire.predict.measure.measure_runs`: a fresh
+process group per run). A pair's error is the prediction from its own
+profile over its own measurement (the median step over every rank's steps
+after the first three); the figure is the median of the pairs' errors:
+pairing is what cancels the drift of a shared machine (see the README).
+Also reported: the step with every bucket sent after backward (the old
+model's upper bound), to show what the bucket model changes.
+
+Writes benchmarks/results/predict_validate.json, with the load average
+before and after (``os.getloadavg``).
+
+    python benchmarks/predict_validate.py [--steps 60] [--repeats 3] [--suites buckets,digits]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from gradwire.compare.config import DEFAULT_NET
 
+SUITES = {
+    "buckets": {"model": "mlp-deep", "bucket_cap_mb": 1.0, "batch_size": 64,
+                "nets": [DEFAULT_NET, "bandwidth=500mbit,latency=200us"],
+                "strategies": ["sync", "fp16", "onebit", "delayed"]},
+    "digits": {"model": "cnn-wide", "bucket_cap_mb": None, "batch_size": 32, "nets": [DEFAULT_NET],
+               "strategies": ["sync", "onebit", "delayed", "onebit+delayed"]},
+}
+
+
+def _upper_bound(prof, strategy, net, world, cost):
+    """The step with every bucket ready at the end of backward (what the model assumed before buckets)."""
+    from gradwire.predict import Bucket, predict
+
+    late = replace(prof, buckets=tuple(Bucket(b.nbytes, prof.backward, b.element_size) for b in prof.buckets))
+    return predict(late, strategy, net, world, cost).step_seconds
+
+
+def run_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats: int) -> list[dict]:
+    from gradwire.overlap import parse_strategy
+    from gradwire.predict import predict
+    from gradwire.predict.codec import FREE, codec_cost
+    from gradwire.predict.measure import MeasureConfig, measure_runs, profile_of
+    from gradwire.predict.plans import strategy_compressor
+
+    rows = []
+    for world in worlds:
+        configs: list[MeasureConfig] = []
+        for _ in range(repeats):
+            for s in suite["strategies"]:  # the profile run, then at once the runs it predicts
+                base = MeasureConfig(s, "loopback", suite["model"], steps, suite["batch_size"], suite["bucket_cap_mb"])
+                configs += [base] + [replace(base, net=net) for net in suite["nets"]]
+        start = time.time()
+        results = measure_runs(configs, world)
+        print(f"{name}: {len(configs)} runs at n={world} in {time.time() - start:.0f} s", flush=True)
+        tries: dict[tuple[str, str], dict[str, list]] = {}
+        per_pair = 1 + len(suite["nets"])
+        for i in range(0, len(configs), per_pair):
+            prof_config = configs[i]
+            s = prof_config.strategy
+            prof = profile_of(prof_config, results[i])
+            comp = strategy_compressor(parse_strategy(s))
+            cost = codec_cost(comp) if comp else FREE
+            for j, net in enumerate(suite["nets"], 1):
+                measured = statistics.median(v for r in results[i + j] for v in r["step_seconds"][3:])
+                pred = predict(prof, s, net, world, cost)
+                t = tries.setdefault((net, s), {"predicted": [], "measured": [], "upper": [], "profiles": []})
+                t["predicted"].append(pred.step_seconds)
+                t["measured"].append(measured)
+                t["upper"].append(_upper_bound(prof, s, net, world, cost))
+                t["profiles"].append(prof.as_dict())
+                print(f"  n={world} {s:16s} {net:32s} predicted {pred.step_seconds * 1e3:7.1f} ms  measured "
+                      f"{measured * 1e3:7.1f} ms  ({pred.step_seconds / measured - 1:+.1%})", flush=True)
+        for (net, s), t in tries.items():
+            errors = [p / m - 1 for p, m in zip(t["predicted"], t["measured"])]
+            upper = [u / m - 1 for u, m in zip(t["upper"], t["measured"])]
+            err = statistics.median(errors)
+            row = {"suite": name, "world": world, "net": net, "strategy": s, "model": suite["model"],
+                   "bucket_cap_mb": suite["bucket_cap_mb"], "batch_size": suite["batch_size"],
+                   "buckets": len(t["profiles"][0]["buckets"]),
+                   "measured_exchanges": t["profiles"][0]["exchanges"] is not None,
+                   "predicted_ms": statistics.median(t["predicted"]) * 1e3,
+                   "measured_ms": statistics.median(t["measured"]) * 1e3,
+                   "error_pct": err * 100, "within_10pct": abs(err) <= 0.10,
+                   "tries_error_pct": [e * 100 for e in errors],
+                   "upper_bound_error_pct": statistics.median(upper) * 100,
+                   "tries_predicted_ms": [v * 1e3 for v in t["predicted"]],
+                   "tries_measured_ms": [v * 1e3 for v in t["measured"]], "profiles": t["profiles"]}
+            rows.append(row)
+            print(f"{name} n={world} {s:16s} {net:32s} predicted {row['predicted_ms']:7.1f} measured "
+                  f"{row['measured_ms']:7.1f}  error {row['error_pct']:+6.1f}% (all after backward: "
+                  f"{row['upper_bound_error_pct']:+6.1f}%)", flush=True)
+    return rows
+
 
 def main() -> None:
-    from gradwire.predict import pooled_median, predict, profile_from_result
-    from gradwire.train.loop import TrainConfig, run_in_turns
-
     ap = argparse.ArgumentParser()
-    ap.add_argument("--net", default=DEFAULT_NET)
-    ap.add_argument("--model", default="cnn-wide")
-    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--strategies", default="sync,onebit,delayed,onebit+delayed")
+    ap.add_argument("--suites", default="buckets,digits")
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "predict_validate.json"))
     args = ap.parse_args()
-    strategies = args.strategies.split(",")
-    tries: dict[tuple[int, str], dict[str, list]] = {}
-    for world in (2, 4):
-        configs = []
-        for _ in range(args.repeats):
-            for s in strategies:  # the profile run, then at once the run it predicts
-                configs += [TrainConfig(strategy=s, net=net, model=args.model, epochs=1000, max_steps=args.steps)
-                            for net in ("loopback", args.net)]
-        results = run_in_turns(configs, world)
-        for i in range(0, len(configs), 2):
-            strategy, attempt = configs[i].strategy, i // (2 * len(strategies))
-            prof = profile_from_result(strategy, results[i], world)
-            pred = predict(prof, args.net, world)
-            measured = pooled_median(results[i + 1], "step_seconds")
-            t = tries.setdefault((world, strategy), {"predicted": [], "measured": [], "profiles": []})
-            t["predicted"].append(pred.step_seconds)
-            t["measured"].append(measured)
-            t["profiles"].append(prof.as_dict())
-            print(f"try {attempt + 1}: n={world} {strategy:16s} predicted {pred.step_seconds * 1e3:7.1f} ms"
-                  f"  measured {measured * 1e3:7.1f} ms", flush=True)
+    load_before = os.getloadavg()
+    start = time.time()
     rows = []
-    for (world, strategy), t in tries.items():
-        predicted, measured = statistics.median(t["predicted"]), statistics.median(t["measured"])
-        pairs = [p / m - 1 for p, m in zip(t["predicted"], t["measured"])]
-        err = statistics.median(pairs)
-        rows.append({"world": world, "strategy": strategy, "predicted_ms": predicted * 1e3,
-                     "measured_ms": measured * 1e3, "error_pct": err * 100, "within_10pct": abs(err) <= 0.10,
-                     "tries_error_pct": [e * 100 for e in pairs], "error_of_medians_pct": (predicted / measured - 1) * 100,
-                     "tries_predicted_ms": [v * 1e3 for v in t["predicted"]],
-                     "tries_measured_ms": [v * 1e3 for v in t["measured"]], "profiles": t["profiles"]})
-        print(f"n={world} {strategy:16s} predicted {predicted * 1e3:7.1f} ms  measured {measured * 1e3:7.1f} ms"
-              f"  error {err * 100:+6.1f}%  (median of {len(pairs)} pairs' errors)")
-    out = Path(__file__).parent / "results" / "predict_validate.json"
-    out.write_text(json.dumps({"net": args.net, "model": args.model, "steps": args.steps, "repeats": args.repeats,
-                               "rows": rows}, indent=1))
-    print(f"wrote {out}")
+    names = args.suites.split(",")
+    for name in names:
+        rows += run_suite(name, SUITES[name], [int(w) for w in args.worlds.split(",")], args.steps, args.repeats)
+    out = Path(args.out)
+    out.write_text(json.dumps({
+        "command": "python benchmarks/predict_validate.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+        "steps": args.steps, "repeats": args.repeats, "suites": {n: SUITES[n] for n in names},
+        "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
+        "minutes": (time.time() - start) / 60, "rows": rows}, indent=1))
+    bad = [r for r in rows if not r["within_10pct"]]
+    print(f"{len(rows) - len(bad)} of {len(rows)} within 10%; load {load_before[0]:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after; wrote {out}")
 
 
 if __name__ == "__main__":

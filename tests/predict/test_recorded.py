@@ -33,7 +33,7 @@ def _step(scale=1.0):
 def test_hooks_are_taken_out_and_the_rest_is_medians():
     ranks = [[_step(1.0)] * 5 + [_step(5.0)], [_step(1.0), _step(2.0), _step(1.0), _step(1.0), _step(1.0)]]
     prof = profile_from_steps(ranks, "job", "onebit", skip=1)
-    # pooled after skip=1 and without each rank's last step: four of scale 1 and one of scale 2 -> medians of scale 1
+    # steps 1 ... last but one of each rank, side by side: (1, 2), (1, 1), (1, 1); the slower rank of each: 2, 1, 1
     assert prof.world == 2 and prof.forward == pytest.approx(0.010)
     assert prof.backward == pytest.approx(0.030 - 0.004)  # the two hooks' 4 ms out
     assert [b.ready for b in prof.buckets] == pytest.approx([0.010, 0.025 - 0.002])
@@ -112,3 +112,12 @@ def test_strategy_labels():
         return None
 
     assert strategy_label(my_hook, None) == "hook:my_hook"
+
+
+def test_the_slowest_rank_sets_the_pace_and_the_shortest_real_collective_is_the_floor():
+    fast, slow = _step(1.0), _step(1.0)
+    slow["backward"] = 0.040  # 10 ms more backward on this rank
+    slow["collectives"] = [dict(c, inner=c["inner"] / 2) for c in slow["collectives"]]  # it joined last
+    prof = profile_from_steps([[fast] * 4, [slow] * 4], "job", "onebit", skip=1)
+    assert prof.backward == pytest.approx(0.040 - 0.004)
+    assert prof.exchanges[0].inner == pytest.approx((0.001, 0.001))

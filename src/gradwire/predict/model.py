@@ -63,6 +63,8 @@ class Prediction:
     """compression time per step (encode, server step, decode)"""
     wire_bytes_per_step: float
     batch_size: int | None = None
+    calibration_seconds: float = 0.0
+    """compute added from the profile's own run (:func:`predict`); 0 for other strategies and world sizes"""
 
     @property
     def efficiency(self) -> float:
@@ -79,7 +81,8 @@ class Prediction:
         return {"strategy": self.strategy, "net": self.net, "world": self.world, "step_seconds": self.step_seconds,
                 "compute_seconds": self.compute_seconds, "comm_seconds": self.comm_seconds,
                 "codec_seconds": self.codec_seconds, "wire_bytes_per_step": self.wire_bytes_per_step,
-                "batch_size": self.batch_size, "efficiency": self.efficiency, "throughput": self.throughput}
+                "batch_size": self.batch_size, "calibration_seconds": self.calibration_seconds,
+                "efficiency": self.efficiency, "throughput": self.throughput}
 
 
 class Pricers:
@@ -101,21 +104,48 @@ def _check_world(world: int) -> None:
         raise ValueError(f"world size must be an integer >= 2, got {world!r}")
 
 
+def _calibration(profile: StepProfile, strategy: str, world: int, plan_cost: CodecCost | None) -> float:
+    """Seconds the profile's own loopback run took per step beyond what the model says it took.
+
+    Only for a measured profile of this very strategy at its own world size:
+    elsewhere the run says nothing about the step.
+    """
+    from gradwire.predict.plans import _same
+
+    if (profile.loop_seconds is None or world != profile.world or profile.source == "described"
+            or not _same(profile.strategy, parse_strategy(strategy))):
+        return 0.0
+    pricer = Pricer("loopback", world)
+    plan = plan_for(strategy, profile, world, plan_cost)
+    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
+                   pricer)
+    return profile.loop_seconds - sim.step_seconds
+
+
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
             cost: CodecCost | None = None, pricers: Pricers | None = None) -> Prediction:
     """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
 
     ``cost``: the compressor's CPU cost (:func:`gradwire.predict.codec.codec_cost`);
     default free. ``pricers``: share the network prices between calls.
+
+    A measured profile of this strategy, predicted at the world size it was
+    measured at, is calibrated against its own run: the model replays that
+    loopback run too, and what the run took beyond the replay (CPU the model
+    does not see: the real collectives' threads competing with compute, a
+    busy machine's scheduling, the median of a sum exceeding the sum of the
+    medians) is added to the compute after backward. A loopback run that took
+    less than the replay takes it away, down to no optimizer time at all.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
     plan = plan_for(strategy, profile, world, cost)
-    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
-                   pricer)
+    extra = max(-profile.optimizer, _calibration(profile, strategy, world, cost))
+    sim = simulate(profile.forward, profile.backward, profile.optimizer + extra, [b.ready for b in profile.buckets],
+                   plan, pricer)
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, sim.step_seconds,
-                      profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
-                      profile.batch_size)
+                      profile.compute_seconds + extra, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
+                      profile.batch_size, extra)
 
 
 def _efficiency_at(profile: StepProfile, r: float, pricer: Pricer) -> float:

@@ -5,7 +5,8 @@ every rank's steps after the first ``skip`` (warm-up: DDP runs its first
 iteration on one bucket and rebuilds them after it) and takes medians:
 
 1. The bucket layout is the most common one (bucket sizes in order); steps of
-   another layout (the first iteration, a resume) are left out.
+   another layout (the first iteration, a resume) are left out. In each step
+   the slowest rank's times count (:func:`profile_from_steps`).
 2. Comm hooks' own time is taken out of backward and out of the ready times
    (bucket ``i`` is ready ``sum of earlier hooks`` sooner without them): the
    profile then describes the step without any strategy, and the step model
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Sequence
 
 from gradwire.predict.timeline import Bucket, MeasuredExchange, StepProfile
@@ -70,32 +72,35 @@ def _neutral(step: dict[str, Any]) -> tuple[float, list[float], float]:
     return backward, ready, after
 
 
-def _measured(steps: list[dict[str, Any]], layout: tuple[int, ...]) -> tuple[MeasuredExchange, ...] | None:
-    """Per bucket, the medians of its exchange's costs over ``steps`` (None: buckets and exchanges do not pair)."""
-    rows: list[list[MeasuredExchange]] = []
-    for step in steps:
-        exchange_colls = [c for c in step["collectives"] if c["op"] in _EXCHANGE_OPS]
-        first = next((c for c in exchange_colls if c["issued"] >= step["buckets"][0]["ready"] - 1e-9), None)
-        if first is None:
-            return None
-        group = sorted((c for c in exchange_colls if c["group"] == first["group"]), key=lambda c: c["seq"])
-        exchanges = exchanges_of(group)
-        if len(exchanges) != len(layout):
-            return None
-        if any(c["completed"] is None or c["inner"] is None for c in group):
-            return None
-        own, inner_free = {}, 0.0
-        for c in group:  # the real collectives run one at a time: each one's own share of its inner time
-            end = c["issued"] + c["inner"]
-            own[id(c)] = max(0.0, end - max(c["issued"], inner_free))
-            inner_free = max(inner_free, end)
-        row = []
-        for bucket, ex in zip(step["buckets"], exchanges):
-            gaps = [max(0.0, b["issued"] - a["completed"]) for a, b in zip(ex, ex[1:])]
-            tail = None if bucket["done"] is None else max(0.0, bucket["done"] - ex[-1]["completed"])
-            row.append(MeasuredExchange(tuple(c["op"] for c in ex), bucket["hook"], tuple(own[id(c)] for c in ex),
-                                        tuple(gaps), tail))
-        rows.append(row)
+def _exchange_row(step: dict[str, Any], layout: tuple[int, ...]) -> list[MeasuredExchange] | None:
+    """One step's exchanges paired with its buckets (module doc, point 4); None when they do not pair."""
+    exchange_colls = [c for c in step["collectives"] if c["op"] in _EXCHANGE_OPS]
+    first = next((c for c in exchange_colls if c["issued"] >= step["buckets"][0]["ready"] - 1e-9), None)
+    if first is None:
+        return None
+    group = sorted((c for c in exchange_colls if c["group"] == first["group"] and c["seq"] >= first["seq"]),
+                   key=lambda c: c["seq"])
+    exchanges = exchanges_of(group)
+    if len(exchanges) != len(layout) or any(c["completed"] is None or c["inner"] is None for c in group):
+        return None
+    own, inner_free = {}, 0.0
+    for c in group:  # the real collectives run one at a time: each one's own share of its inner time
+        end = c["issued"] + c["inner"]
+        own[id(c)] = max(0.0, end - max(c["issued"], inner_free))
+        inner_free = max(inner_free, end)
+    row = []
+    for bucket, ex in zip(step["buckets"], exchanges):
+        gaps = [max(0.0, b["issued"] - a["completed"]) for a, b in zip(ex, ex[1:])]
+        # a hook that hands DDP its bucket at once (delayed) completes before its exchange: decode unseen
+        seen = bucket["done"] is not None and bucket["done"] >= ex[-1]["completed"]
+        tail = bucket["done"] - ex[-1]["completed"] if seen else None
+        row.append(MeasuredExchange(tuple(c["op"] for c in ex), bucket["hook"], tuple(own[id(c)] for c in ex),
+                                    tuple(gaps), tail))
+    return row
+
+
+def _medians(rows: list[list[MeasuredExchange]]) -> tuple[MeasuredExchange, ...] | None:
+    """Per bucket, the medians over steps; None when a bucket's collectives differ from step to step."""
     out = []
     for per_bucket in zip(*rows):
         ops = per_bucket[0].ops
@@ -110,39 +115,68 @@ def _measured(steps: list[dict[str, Any]], layout: tuple[int, ...]) -> tuple[Mea
     return tuple(out)
 
 
+def _layout(step: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(b["nbytes"] for b in step["buckets"])
+
+
 def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, strategy: str | None = None,
                        skip: int = 3, batch_size: int | None = None, source: str = "profile") -> StepProfile:
-    """Medians over every rank's steps after the first ``skip`` (module doc).
+    """The step as its slowest rank sets it, medians over steps ``skip`` ... last but one (module doc).
+
+    Every rank runs the same steps, and a step's collectives start when the
+    last rank joins them. Per step: forward and optimizer are those of the
+    rank that computed longest; bucket ``i`` is ready (and backward ends)
+    when the last rank reaches it, counted from each rank's own step start.
+    The real collectives' floors are the shortest any rank saw (the last
+    rank to join waited for nobody).
 
     Raises:
         ValueError: no step after ``skip``, or no step with DDP buckets.
     """
     world = len(ranks)
     # the last step's window runs to whatever followed training (a final average, teardown): left out
-    pooled = [s for steps in ranks for s in list(steps)[skip:-1]]
-    if not pooled:
+    per_rank = [list(steps)[skip:-1] for steps in ranks]
+    aligned = list(zip(*per_rank))
+    if not aligned:
         counts = ", ".join(str(len(s)) for s in ranks)
         raise ValueError(f"{name}: no training step after the first {skip} and before the last (steps per rank: "
-                         f"{counts or 'none'}); "
-                         "profile more steps")
-    with_buckets = [s for s in pooled if s["buckets"]]
+                         f"{counts or 'none'}); profile more steps")
+    with_buckets = [k for k in aligned if all(s["buckets"] for s in k)]
     if not with_buckets:
         raise ValueError(f"{name}: no DDP gradient bucket in the profiled steps; predict prices DDP jobs "
                          "(DistributedDataParallel, with or without a comm hook)")
-    layouts = Counter(tuple(b["nbytes"] for b in s["buckets"]) for s in with_buckets)
-    layout = layouts.most_common(1)[0][0]
-    steps = [s for s in with_buckets if tuple(b["nbytes"] for b in s["buckets"]) == layout]
-    neutral = [_neutral(s) for s in steps]
-    backward = _median([n[0] for n in neutral])
-    ready = [min(_median(col), backward) for col in zip(*(n[1] for n in neutral))]
-    sizes = [b["element_size"] for b in steps[0]["buckets"]]
-    buckets = tuple(Bucket(nbytes, r, size) for nbytes, r, size in zip(layout, ready, sizes))
+    layout = Counter(_layout(k[0]) for k in with_buckets).most_common(1)[0][0]
+    steps = [k for k in with_buckets if all(_layout(s) == layout for s in k)]
+    forward, backward, ready, after, loop, rows = [], [], [], [], [], []
+    for k in steps:
+        neutral = [_neutral(s) for s in k]
+        slowest = max(range(world), key=lambda r: k[r]["forward"] + neutral[r][0] + neutral[r][2])
+        f = k[slowest]["forward"]
+        # from the step's start, a bucket's collective can start when the last rank has it ready
+        b = max(k[r]["forward"] + neutral[r][0] for r in range(world)) - f
+        forward.append(f)
+        backward.append(b)
+        ready.append([min(b, max(0.0, max(k[r]["forward"] + neutral[r][1][i] for r in range(world)) - f))
+                      for i in range(len(layout))])
+        after.append(neutral[slowest][2])
+        loop.append(max(s["step"] for s in k))
+        exchanges = [_exchange_row(s, layout) for s in k]
+        if rows is not None and all(e is not None for e in exchanges):
+            mine = exchanges[slowest]
+            assert mine is not None
+            floors = [tuple(min(v) for v in zip(*(e[i].inner for e in exchanges if e is not None)))
+                      for i in range(len(mine))]
+            rows.append([replace(m, inner=f) for m, f in zip(mine, floors)])
+        else:
+            rows = None
+    b = _median(backward)
+    buckets = tuple(Bucket(nbytes, min(_median(col), b), size) for nbytes, col, size in
+                    zip(layout, zip(*ready), (x["element_size"] for x in steps[0][0]["buckets"])))
     notes = [f"{len(steps)} steps of {world} ranks, {len(layout)} buckets"]
-    if len(steps) < len(pooled):
-        notes.append(f"{len(pooled) - len(steps)} steps of another bucket layout left out")
-    return StepProfile(name, _median([s["forward"] for s in steps]), backward, _median([n[2] for n in neutral]),
-                       buckets, world, strategy, _measured(steps, layout), batch_size, source,
-                       _median([s["step"] for s in steps]), tuple(notes))
+    if len(steps) < len(aligned):
+        notes.append(f"{len(aligned) - len(steps)} steps of another bucket layout left out")
+    return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy,
+                       _medians(rows) if rows else None, batch_size, source, _median(loop), tuple(notes))
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:

@@ -117,7 +117,7 @@ def strategy_label(hook: Any, state: Any) -> str:
         return "sync"
     if name == "compression_hook" and compressor:
         return compressor
-    if name == "_delayed_hook":
+    if name.lstrip("_") == "delayed_hook":
         return f"{compressor}+delayed" if compressor else "delayed"
     if name == "fp16_compress_hook":
         return "torch-fp16"
