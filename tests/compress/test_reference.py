@@ -83,6 +83,11 @@ def test_terngrad_codes_and_scale() -> None:
     assert comp.decompress([packed, scale], ctx).tolist() == [2.0, -2.0, 0.0, 0.0, -2.0]
 
 
+def test_terngrad_below_one() -> None:
+    # scale 0.5: probabilities 1, 1, 0 whatever the draw
+    assert roundtrip(TernGradCompressor(seed=0), t(0.5, -0.5, 0.0)).tolist() == [0.5, -0.5, 0.0]
+
+
 def test_terngrad_keeps_with_probability_magnitude_over_scale() -> None:
     comp = TernGradCompressor(seed=0)
     x = t(4, 1)  # the second element survives a quarter of the time

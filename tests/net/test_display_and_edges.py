@@ -7,10 +7,10 @@ import pytest
 
 from gradwire.net import describe
 from gradwire.net.spec import parse_spec, resolve_topology
-from gradwire.net.spec import NetSpec
+from gradwire.net.spec import NetSpec, Straggler
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, human_bandwidth, human_size, human_time, parse_bandwidth,
-    parse_size,
+    parse_fraction, parse_size,
 )
 
 
@@ -118,3 +118,21 @@ def test_unlimited_bandwidth_words_and_error_texts_name_the_input() -> None:
     with pytest.raises(ValueError) as info:
         parse_bandwidth("1e400gbit")
     assert str(info.value) == "bandwidth '1e400gbit' is too large to represent (above 1.8e308)"
+
+
+def test_spec_texts_and_edges_of_the_grammar() -> None:
+    with pytest.raises(ValueError, match=r"out of range"):
+        parse_fraction("1e500%")
+    with pytest.raises(ValueError, match=r"^cannot read loss 'x1': expected a percentage"):
+        parse_fraction("x1")
+    assert parse_spec("topology=none").topology is None and parse_spec("topology=FLAT").topology is None
+    with pytest.raises(ValueError, match=r"empty token \(number 2\)"):
+        parse_spec("1gbe,,latency=1ms")
+    with pytest.raises(ValueError, match=r"^unknown preset name 'bogus'"):
+        NetSpec(name="bogus")
+    for rank in (True, -1, 1.0):
+        with pytest.raises(ValueError, match="straggler rank must be an int >= 0"):
+            Straggler(rank)
+    with pytest.raises(ValueError, match="is not a number"):
+        Straggler.parse("1:link=0.5=3")
+    assert Straggler.parse("2:compute=3:link=0.25") == Straggler(2, 0.25, 3.0)
