@@ -250,6 +250,7 @@ class SendRecv(Collective):
     def run(self, ctx: RankSetup, send: torch.Tensor, recv: torch.Tensor, in_place: bool) -> None:
         req = dist.isend(send, (ctx.rank + 1) % ctx.world)
         dist.recv(recv, (ctx.rank - 1) % ctx.world)
+        assert req is not None  # this rank is in the group
         req.wait()
 
     def model_seconds(self, model: NetworkModel, size: int) -> float:

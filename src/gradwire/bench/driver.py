@@ -18,10 +18,13 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gradwire.bench.collectives import COLLECTIVES, Buffers, Collective, RankSetup, check_world
 from gradwire.bench.config import DTYPES, BenchConfig
+
+if TYPE_CHECKING:
+    from gradwire.net import NetworkModel
 
 __all__ = ["BenchResult", "CORRUPT_ENV", "BenchRow", "run", "run_in_group", "run_rank", "under_torchrun"]
 
@@ -185,7 +188,8 @@ def _clock(config: BenchConfig, device: "object") -> Callable[[], float]:
     return synced
 
 
-def _sweep(config: BenchConfig, ctx: RankSetup, clock: Callable[[], float], model: object) -> list[BenchRow]:
+def _sweep(config: BenchConfig, ctx: RankSetup, clock: Callable[[], float],
+           model: NetworkModel | None) -> list[BenchRow]:
     from gradwire.bench.progress import progress_bar
 
     elem = _elem_size(ctx)

@@ -156,7 +156,7 @@ def fit_result(result: BenchResult, algorithm: str | None = None, protocol: str 
     spec = parse_spec(result.net) if result.net else None
     model = NetworkModel(spec, result.world_size) if spec is not None and result.simulated else None
     algorithm = algorithm or (model.spec.algorithm if model is not None else "ring")
-    protocol = protocol or (spec.protocol if model is not None else "tcp")
+    protocol = protocol or (spec.protocol if spec is not None and model is not None else "tcp")
     if protocol not in FRAMINGS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {', '.join(FRAMINGS)}")
     best: dict[tuple[str, int], float] = {}

@@ -70,12 +70,12 @@ def format_table(result: BenchResult) -> str:
         for r in rows:
             by_size.setdefault(r.size, {})[r.placement] = r
         for size, pair in by_size.items():
-            first = next(iter(pair.values()))
+            first: BenchRow = next(iter(pair.values()))
             line = f"{size:>12}  {first.count:>12}  {first.dtype:>8}  {first.redop:>6}  {first.root:>6}"
             for placement in (OUT_OF_PLACE, IN_PLACE):
-                r = pair.get(placement)
-                line += (f"  {_time(r.time_us if r else None):>7}  {_bw(r.algbw if r else None):>6}"
-                         f"  {_bw(r.busbw if r else None):>6}  {_wrong(r.wrong if r else None):>6}")
+                cell = pair.get(placement)
+                line += (f"  {_time(cell.time_us if cell else None):>7}  {_bw(cell.algbw if cell else None):>6}"
+                         f"  {_bw(cell.busbw if cell else None):>6}  {_wrong(cell.wrong if cell else None):>6}")
             if model:
                 line += f" {_time(first.model_us):>9}"
             lines.append(line)
@@ -150,8 +150,10 @@ def plot(result: BenchResult, path: str | Path) -> Path:
             factor = {r.size: (r.busbw / r.algbw if r.algbw else 0.0) for r in result.rows
                       if r.op == op and r.busbw is not None}
             sizes = [r.size for r in model]
-            ax_t.plot(sizes, [r.model_us for r in model], "--", color=color, alpha=0.6, label=f"{op} model")
-            ax_b.plot(sizes, [r.size / (r.model_us * 1e3) * factor.get(r.size, 0.0) for r in model],
+            model_us = [float(r.model_us or 0.0) for r in model]
+            ax_t.plot(sizes, model_us, "--", color=color, alpha=0.6, label=f"{op} model")
+            ax_b.plot(sizes, [size / (us * 1e3) * factor.get(size, 0.0) if us else 0.0
+                              for size, us in zip(sizes, model_us)],
                       "--", color=color, alpha=0.6, label=f"{op} model")
     net = f", net {result.net}" if result.net else ""
     title = f"{result.backend}, {result.world_size} ranks{net}"

@@ -190,11 +190,11 @@ register_compressor("none", _no_arg(NoneCompressor, "none"), doc="no compression
 register_compressor("fp16", _no_arg(FP16Compressor, "fp16"), doc="half precision cast")
 register_compressor("bf16", _no_arg(BF16Compressor, "bf16"), doc="bfloat16 cast")
 register_compressor("int8", _int8, "two_phase|allgather", "stochastic int8, max scale per block", ("block",))
-register_compressor("qsgd", lambda a: QSGDCompressor(_levels(a)), "s", "QSGD with s levels (1..127)")
+register_compressor("qsgd", lambda a: QSGDCompressor(int(_levels(a))), "s", "QSGD with s levels (1..127)")
 register_compressor("terngrad", _no_arg(TernGradCompressor, "terngrad"), doc="stochastic ternary, 2 bits")
 register_compressor("onebit", lambda a, **o: OneBitCompressor(a or Pattern.TWO_PHASE, **o), "two_phase|allgather",
                     "sign + RMS scale per block", ("block", "rms"))
 register_compressor("signum", _no_arg(SignumCompressor, "signum"), doc="majority vote of signs", options=("block",))
 register_compressor("topk", lambda a: TopKCompressor(_ratio(a)), "ratio", "largest magnitudes, sampled threshold")
 register_compressor("randomk", lambda a: RandomKCompressor(_ratio(a)), "ratio", "shared random coordinates")
-register_compressor("powersgd", lambda a: PowerSGDCompressor(_rank(a)), "r", "rank-r power iteration")
+register_compressor("powersgd", lambda a: PowerSGDCompressor(int(_rank(a))), "r", "rank-r power iteration")

@@ -47,5 +47,5 @@ class SignumCompressor(OneBitCompressor):
                 negatives += np.unpackbits(packed.numpy(), count=ctx.numel)
             votes = torch.from_numpy(world - 2 * negatives).float()  # sum of ±1
         else:
-            votes = sum(unpack_signs(packed, ctx.numel) for packed, _ in payloads)
+            votes = torch.stack([unpack_signs(packed, ctx.numel) for packed, _ in payloads]).sum(0)
         return mul_blocks_(votes.sign_(), scales, self.block).to(ctx.dtype).view(ctx.shape)

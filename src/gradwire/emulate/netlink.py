@@ -166,6 +166,7 @@ def _shape(port: Port) -> None:
             leaves = [_ACK_CLASS, _BULK_CLASS]
         imp = port.impairment
         for n, leaf in enumerate(leaves if imp is not None else []):  # ACKs meet the delay and the loss too
+            assert imp is not None
             ipr.tc("add", "netem", index=index, handle=(2 + n) << 16, parent=leaf, delay=imp.delay * 1e6,
                    jitter=imp.jitter * 1e6, loss=imp.loss * 100, limit=10_000)
 

@@ -18,7 +18,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -59,14 +59,14 @@ def allreduce_compressed(
     names = [str(i) for i in range(len(tensors))] if keys is None else [str(k) for k in keys]
     if len(names) != len(tensors):
         raise ValueError(f"got {len(names)} keys for {len(tensors)} tensors; pass one key per tensor")
-    state = CompressionState(compressor, group, error_feedback=False if error_feedback is None else error_feedback, warmup_iters=0,
-                             min_compress_numel=0, local_correction=False)
+    state = CompressionState(compressor, group, error_feedback=False if error_feedback is None else error_feedback,
+                             warmup_iters=0, min_compress_numel=0, local_correction=False)
     futures = []
     for tensor, name in zip(tensors, names):
         flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()
         fut = state.reduce(flat, StateKey.of(name, flat.numel()))
         if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
-            fut = then(fut, lambda value, t=tensor: t.copy_(value.view(t.shape)))
+            fut = then(fut, _copy_into(tensor))
         futures.append(fut)
 
     def results(futs: list[Future]) -> list[Tensor]:
@@ -79,3 +79,8 @@ def allreduce_compressed(
         return done
     done.wait()
     return None
+
+
+def _copy_into(tensor: Tensor) -> Callable[[Tensor], Tensor]:
+    """A callback writing its (flat) value back into ``tensor``."""
+    return lambda value: tensor.copy_(value.view(tensor.shape))

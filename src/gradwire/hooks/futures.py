@@ -116,6 +116,6 @@ class Sequencer:
 
     def turn(self) -> Turn:
         """Reserve the next turn: it opens when every earlier turn issued its last collective."""
-        gate, token = self._tail, Future()
+        gate, token = self._tail, Future()  # type: Future, Future
         self._tail = token
         return Turn(gate, token)

@@ -293,7 +293,9 @@ class FrozenVarianceAdam(OptimizerScheme):
     name = "FrozenVarianceAdam"
 
     def __init__(self, optimizer: torch.optim.Optimizer, state: CompressionState,
-                 warmup_steps: int = DEFAULT_ADAM_WARMUP, step_fn: Optional[Callable[..., Any]] = None) -> None:
+                 warmup_steps: int = DEFAULT_ADAM_WARMUP, step_fn: Optional[Callable[..., Any]] = None,
+                 variance_floor: float = 0.01, max_update_rms: Optional[float] = 1.0, refresh: bool = True,
+                 group: Optional[dist.ProcessGroup] = None) -> None:
         if check_optimizer(optimizer) != self.name:
             raise UnsupportedOptimizer(f"FrozenVarianceAdam runs torch.optim.Adam/AdamW, got {type(optimizer).__name__}")
         if warmup_steps < 1:
@@ -304,9 +306,20 @@ class FrozenVarianceAdam(OptimizerScheme):
         super().__init__(optimizer, state, step_fn)
         self.beta1, self.beta2 = (float(b) for b in _group_value(optimizer, "betas", "betas"))
         self.warmup_steps = int(warmup_steps)
+        self.variance_floor = float(variance_floor)
+        self.max_update_rms = max_update_rms
         #: the frozen denominators ``sqrt(v_t0) / sqrt(1 - beta2**t0) + eps`` by parameter (after the freeze)
         self.denominators: Dict[Tensor, Tensor] = {}
         self.frozen = False
+        self.refresh = bool(refresh) and dist.is_available() and dist.is_initialized()
+        #: the group the refreshes average on (None: the default group); never one with collectives in flight
+        self.group = group
+        #: this rank's own second moment (EMA with beta2 of its local gradients, from prepare())
+        self.local_v: Dict[Tensor, Tensor] = {}
+        #: per parameter, mean exact v / mean local v at the freeze (local gradients carry more noise)
+        self.correction: Dict[Tensor, float] = {}
+        #: variance refreshes done after the freeze
+        self.refreshes = 0
         # warm-up: plain averages of the gradients, no momentum in the exchange
         state.momentum = 0.0
         state.warmup_iters = _NEVER
@@ -314,6 +327,21 @@ class FrozenVarianceAdam(OptimizerScheme):
         self.steps = max(done, default=0)  # a resumed optimizer: its steps count towards the warm-up
         if self.steps >= self.warmup_steps:
             self._freeze()
+
+    def prepare(self, buffer: Tensor, params: Sequence[Tensor]) -> None:
+        """Keep this rank's own variance: ``v_i = beta2 v_i + (1 - beta2) g_i^2`` from the bucket's local gradients."""
+        if not self.refresh:
+            return
+        flat, offset = buffer.view(-1), 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                g = flat[offset:offset + n]
+                v = self.local_v.get(p)
+                if v is None:
+                    v = self.local_v[p] = torch.zeros(n, dtype=torch.float32, device=p.device)
+                v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+                offset += n
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         if not self.frozen:
@@ -326,9 +354,48 @@ class FrozenVarianceAdam(OptimizerScheme):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        frozen_adam_step(self.optimizer, self.denominators)
+        frozen_adam_step(self.optimizer, self.denominators, self.max_update_rms)
         self.steps += 1
+        if self.refresh and self._refresh_due():
+            self._refresh()
         return loss
+
+    def _refresh_due(self) -> bool:
+        """At 2, 4, 8, ... times the warm-up: the variance changes fast early and slowly later."""
+        ratio, rest = divmod(self.steps, self.warmup_steps)
+        return rest == 0 and ratio >= 2 and ratio & (ratio - 1) == 0
+
+    def _averaged_local_v(self) -> Dict[Tensor, Tensor]:
+        """The ranks' mean local variance, bias-corrected (one bf16 all_reduce on ``self.group``)."""
+        params = [p for p in self.denominators if p in self.local_v]
+        if not params:
+            return {}
+        flat = torch.cat([self.local_v[p] for p in params]).to(torch.bfloat16)
+        dist.all_reduce(flat, group=self.group)
+        world = dist.get_world_size(self.group)
+        flat = flat.float().div_(world * (1.0 - self.beta2 ** self.steps))
+        out, offset = {}, 0
+        for p in params:
+            out[p] = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
+            offset += p.numel()
+        return out
+
+    def _refresh(self) -> None:
+        """Replace the frozen variance by the ranks' averaged own variance, scaled by the freeze's correction."""
+        averaged = self._averaged_local_v()
+        with torch.no_grad():
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    v = averaged.get(p)
+                    if v is None:
+                        continue
+                    v_hat = v * self.correction.get(p, 1.0)
+                    if self.variance_floor > 0 and v_hat.numel():
+                        v_hat = v_hat.clamp(min=self.variance_floor * float(v_hat.mean()))
+                    self.denominators[p] = v_hat.sqrt().add_(g["eps"])
+                    s = self.optimizer.state[p]
+                    s["exp_avg_sq"].copy_(v_hat * (1.0 - self.beta2 ** _step_of(s)))
+        self.refreshes += 1
 
     def _freeze(self) -> None:
         """Freeze ``v_hat``, seed the exchange's momentum with ``exp_avg / (1 - beta1)``, start compressing."""
@@ -339,8 +406,14 @@ class FrozenVarianceAdam(OptimizerScheme):
                     s = self.optimizer.state.get(p)
                     if not s or "exp_avg_sq" not in s:
                         continue
-                    self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2, g["eps"])
+                    self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2, g["eps"],
+                                                              self.variance_floor)
                     seeds.append((p, s["exp_avg"] / (1.0 - self.beta1)))
+            if self.refresh:
+                for p, local in self._averaged_local_v().items():
+                    exact = float(self.optimizer.state[p]["exp_avg_sq"].mean()) / (1.0 - self.beta2 ** self.steps)
+                    mean_local = float(local.mean())
+                    self.correction[p] = exact / mean_local if mean_local > 0 else 1.0
         self._seed(seeds)
         self.state.momentum = self.beta1
         self.state.warmup_iters = self.state.step  # the next exchange compresses
@@ -371,7 +444,7 @@ class FrozenVarianceAdam(OptimizerScheme):
                         if s and "exp_avg_sq" in s:
                             # exp_avg_sq was kept at v_hat * (1 - beta2**t): dividing recovers v_hat
                             self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2,
-                                                                      g["eps"])
+                                                                      g["eps"], self.variance_floor)
             self.frozen = True
 
 
@@ -380,12 +453,19 @@ def _step_of(param_state: Dict[str, Any]) -> float:
     return float(step.item() if isinstance(step, Tensor) else step)
 
 
-def frozen_denominator(exp_avg_sq: Tensor, step: float, beta2: float, eps: float) -> Tensor:
-    """``sqrt(v) / sqrt(1 - beta2**step) + eps``, as torch's Adam computes its denominator."""
+def frozen_denominator(exp_avg_sq: Tensor, step: float, beta2: float, eps: float, floor: float = 0.0) -> Tensor:
+    """``sqrt(v) / sqrt(1 - beta2**step) + eps``, as torch's Adam computes its denominator.
+
+    ``floor`` > 0: ``v`` is first raised to at least ``floor`` times its mean
+    over the tensor (coordinates the warm-up barely saw).
+    """
+    if floor > 0 and exp_avg_sq.numel():
+        exp_avg_sq = exp_avg_sq.clamp(min=floor * float(exp_avg_sq.mean()))
     return (exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2 ** step)).add_(eps)
 
 
-def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor, Tensor]) -> None:
+def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor, Tensor],
+                     max_update_rms: Optional[float] = None) -> None:
     """One Adam/AdamW step with the variance frozen; ``.grad`` holds the sum-form momentum ``u``.
 
     Per parameter with a gradient (see the module doc for the formula)::
@@ -419,13 +499,21 @@ def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor
                 if wd:
                     p.mul_(1.0 - lr * wd)
                 torch.mul(p.grad, 1.0 - beta1, out=s["exp_avg"])
-                p.addcdiv_(s["exp_avg"], denom, value=-lr / (1.0 - beta1 ** t))
+                scale = 1.0 / (1.0 - beta1 ** t)
+                if max_update_rms is not None and p.numel():
+                    rms = float((s["exp_avg"] / denom).norm()) * scale / math.sqrt(p.numel())
+                    if rms > max_update_rms:
+                        scale *= max_update_rms / rms
+                p.addcdiv_(s["exp_avg"], denom, value=-lr * scale)
                 s["exp_avg_sq"].mul_((1.0 - beta2 ** t) / (1.0 - beta2 ** (t - 1.0)))
 
 
 def scheme_for(optimizer: torch.optim.Optimizer, state: CompressionState, adam_warmup: int = DEFAULT_ADAM_WARMUP,
-               step_fn: Optional[Callable[..., Any]] = None) -> OptimizerScheme:
+               step_fn: Optional[Callable[..., Any]] = None, **adam: Any) -> OptimizerScheme:
     """The scheme for ``optimizer``: :class:`MomentumSGD` or :class:`FrozenVarianceAdam`.
+
+    ``adam``: further arguments of :class:`FrozenVarianceAdam` (``variance_floor``,
+    ``max_update_rms``, ``refresh``, ``group``).
 
     Raises:
         UnsupportedOptimizer: another optimizer, or a setting no scheme runs (the message says which).
@@ -433,7 +521,7 @@ def scheme_for(optimizer: torch.optim.Optimizer, state: CompressionState, adam_w
     kind = check_optimizer(optimizer)
     if kind == MomentumSGD.name:
         return MomentumSGD(optimizer, state, step_fn)
-    return FrozenVarianceAdam(optimizer, state, adam_warmup, step_fn)
+    return FrozenVarianceAdam(optimizer, state, adam_warmup, step_fn, **adam)
 
 
 def scheme_hook(scheme: OptimizerScheme, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

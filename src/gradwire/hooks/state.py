@@ -304,7 +304,7 @@ class CompressionState:
         """The saved layouts that make up ``key``'s parameters, in saved order (None: reduce ``key`` as it is)."""
         if not self._loaded or key in self._loaded:
             return None
-        names, parts, covered = key.names(), [], set()
+        names, parts, covered = key.names(), [], set[str]()
         for saved in self._loaded:
             saved_names = saved.names()
             if saved_names <= names:

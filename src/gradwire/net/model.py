@@ -88,6 +88,7 @@ class NetworkModel:
         if topo == AUTO_TOPOLOGY:
             raise ValueError("topology=auto is resolved with torchrun's environment when the gradwire backend creates "
                              "its group; to price it here write topology=NODESxRANKS")
+        assert not isinstance(topo, str)  # resolved above (auto is the only string)
         if topo is not None and topo[0] * topo[1] != world_size:
             raise ValueError(
                 f"topology {topo[0]}x{topo[1]} holds {topo[0] * topo[1]} ranks but world_size is {world_size}; "
@@ -239,8 +240,7 @@ def describe(
         for op in ops:
             check_op(op)
             for nbytes in (0,) if op == "barrier" else sizes:
-                extra = {"src": 0, "dst": world - 1} if op == "send" else {}
-                c = model.cost(op, nbytes, **extra)
+                c = model.cost(op, nbytes, src=0, dst=world - 1) if op == "send" else model.cost(op, nbytes)
                 algbw = nbytes / c.seconds if c.seconds > 0 else (math.inf if nbytes else 0.0)
                 rows.append(DescribeRow(op, world, nbytes, c.seconds, c.algorithm, algbw,
                                         algbw * busbw_factor(op, 2 if op == "send" else world)))

@@ -176,10 +176,12 @@ class Strategy:
 
     def grads(self) -> list[Tensor]:
         """This rank's gradients, zeros for parameters that got none (every rank sends the same layout)."""
+        grads = []
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        return [p.grad for p in self.params]
+            grads.append(p.grad)
+        return grads
 
     def __repr__(self) -> str:
         comp = f"{self.compressor.name}+" if self.compressor is not None else ""

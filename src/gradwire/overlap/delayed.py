@@ -195,7 +195,8 @@ class DelayedStrategy(Strategy):
             raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of {numel}; "
                                "DDP's bucket layout is not what the strategy expects")
         key = self.exchange.names.key(params)
-        local, sent = self._spare.pop(key, None) or (torch.empty_like(grad), torch.empty_like(grad))
+        spare = self._spare.pop(key, None)
+        local, sent = spare if spare is not None else (torch.empty_like(grad), torch.empty_like(grad))
         # DDP reuses the bucket buffer next step: send a copy; the exchange's momentum (with a
         # compressor) turns it into m and writes this rank's vector v into ``local``
         _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key)
@@ -227,6 +228,7 @@ class DelayedStrategy(Strategy):
             for launch, prev, avg in zip(launches, previous or launches, averages):
                 u = launch.bucket  # the gradients; holds this rank's g_t
                 if self.naive:
+                    assert avg is not None  # naive skips the first step
                     u.copy_(avg)
                 elif avg is None:
                     if self.compressor is not None:
@@ -267,6 +269,7 @@ class DelayedStrategy(Strategy):
                 if p is None:
                     raise RuntimeError(f"delayed: the average owed to parameter {name} has no parameter to go to; "
                                        "resume into the same model (and DDP) the state was saved from")
+                assert p.grad is not None  # grads() made every gradient
                 grad = p.grad.view(-1)
                 if self.naive:
                     grad.copy_(avg[offset:offset + numel])
@@ -320,5 +323,6 @@ def _copy_to_grads(flat: Tensor, params: Sequence[Tensor]) -> None:
     """Write consecutive slices of ``flat`` into the parameters' ``.grad``."""
     offset = 0
     for p in params:
+        assert p.grad is not None  # grads() made every gradient
         p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
         offset += p.numel()
