@@ -9,11 +9,11 @@ Two suites, one command:
   (``cnn-wide``, the strategies' own bucket sizes, the compare default
   network, sync / onebit / delayed / onebit+delayed), which must still hold.
 
-For each world size, one set of ranks runs, ``--repeats`` times and strategy
-after strategy, a short loopback run recorded step by step as ``gradwire
-profile`` records a job (its profile), then at once the realtime runs on the
-networks it predicts (:func:`gradwire.predict.measure.measure_runs`: a fresh
-process group per run). A pair's error is the prediction from its own
+For each world size and each of ``--repeats`` tries, one set of ranks runs,
+strategy after strategy, a short loopback run recorded step by step as
+``gradwire profile`` records a job (its profile), then at once the realtime
+runs on the networks it predicts (:func:`gradwire.predict.measure.measure_runs`:
+a fresh process group per run). A try whose ranks fail is run again whole. A pair's error is the prediction from its own
 profile over its own measurement (the median step over every rank's steps
 after the first three); the figure is the median of the pairs' errors:
 pairing is what cancels the drift of a shared machine (see the README).
@@ -54,31 +54,51 @@ def _upper_bound(prof, strategy, net, world, cost):
     return predict(late, strategy, net, world, cost).step_seconds
 
 
+def _runs(configs: list, world: int, attempts: int = 3) -> list:
+    """``measure_runs``, again when a rank fails (a whole try is repeated: its pairs stay back to back)."""
+    from gradwire.launch import RankError
+    from gradwire.predict.measure import measure_runs
+
+    for attempt in range(attempts):
+        try:
+            return measure_runs(configs, world)
+        except RankError as exc:
+            last = str(exc).strip().splitlines()[-1]
+            print(f"  a rank failed ({last}); running the try again ({attempt + 1} of {attempts})", flush=True)
+            if attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats: int) -> list[dict]:
     from gradwire.overlap import parse_strategy
-    from gradwire.predict import predict
+    from gradwire.predict import calibrated, predict
     from gradwire.predict.codec import FREE, codec_cost
-    from gradwire.predict.measure import MeasureConfig, measure_runs, profile_of
+    from gradwire.predict.measure import MeasureConfig, profile_of
     from gradwire.predict.plans import strategy_compressor
 
     rows = []
     for world in worlds:
         configs: list[MeasureConfig] = []
-        for _ in range(repeats):
+        results: list = []
+        for attempt in range(repeats):
+            tried: list[MeasureConfig] = []
             for s in suite["strategies"]:  # the profile run, then at once the runs it predicts
                 base = MeasureConfig(s, "loopback", suite["model"], steps, suite["batch_size"], suite["bucket_cap_mb"])
-                configs += [base] + [replace(base, net=net) for net in suite["nets"]]
-        start = time.time()
-        results = measure_runs(configs, world)
-        print(f"{name}: {len(configs)} runs at n={world} in {time.time() - start:.0f} s", flush=True)
+                tried += [base] + [replace(base, net=net) for net in suite["nets"]]
+            start = time.time()
+            results += _runs(tried, world)
+            configs += tried
+            print(f"{name}: try {attempt + 1}, {len(tried)} runs at n={world} in {time.time() - start:.0f} s",
+                  flush=True)
         tries: dict[tuple[str, str], dict[str, list]] = {}
         per_pair = 1 + len(suite["nets"])
         for i in range(0, len(configs), per_pair):
             prof_config = configs[i]
             s = prof_config.strategy
-            prof = profile_of(prof_config, results[i])
             comp = strategy_compressor(parse_strategy(s))
             cost = codec_cost(comp) if comp else FREE
+            prof = calibrated(profile_of(prof_config, results[i]), cost)
             for j, net in enumerate(suite["nets"], 1):
                 measured = statistics.median(v for r in results[i + j] for v in r["step_seconds"][3:])
                 pred = predict(prof, s, net, world, cost)

@@ -64,3 +64,14 @@ def test_fast_network_needs_no_compression_and_profiles_round_trip(tmp_path, fac
     assert main(["predict", "--profiles", str(out), "--net", net, "--worlds", "8", "--strategies", "sync,onebit",
                  "--codec", "free", "--json", str(again)]) == 0
     assert json.loads(again.read_text())["predictions"] == first["predictions"]
+
+
+def test_a_bundled_model_is_measured_then_predicted(tmp_path):
+    """--model NAME: a short loopback run per DDP strategy; model averaging priced from sync's run."""
+    out = tmp_path / "p.json"
+    assert main(["predict", "--model", "tiny", "--measure-world", "2", "--steps", "7", "--strategies",
+                 "sync,localsgd:2", "--worlds", "2,4", "--codec", "free", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["profiles"]) == {"sync", "*"} and res["profiles"]["sync"]["source"] == "measured"
+    assert res["profiles"]["sync"]["world"] == 2 and len(res["predictions"]) == 4
+    assert res["profiles"]["sync"]["stretch"] != 1.0  # calibrated against its own loopback run

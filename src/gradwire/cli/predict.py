@@ -182,7 +182,7 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
 def run(args: argparse.Namespace) -> int:
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.net import parse_spec
-    from gradwire.predict import sweep
+    from gradwire.predict import calibrated, sweep
     from gradwire.predict.codec import FREE, codec_cost
     from gradwire.predict.plans import strategy_compressor
     from gradwire.overlap import parse_strategy
@@ -193,14 +193,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--strategies is empty; e.g. sync,fp16,onebit,delayed")
     worlds = _check_inputs(args, nets, strategies)
     device = _codec_device(args) if args.codec == "measure" else "cpu"
-    profiles = _profiles(args, strategies)
-
-    def profile_for(s: str) -> Any:
-        return profiles.get(s) or profiles.get("sync") or profiles["*"]
 
     def cost_for(s: str) -> Any:
         comp = strategy_compressor(parse_strategy(s))
         return FREE if comp is None or args.codec == "free" else codec_cost(comp, device)
+
+    profiles = {}
+    for key, prof in _profiles(args, strategies).items():  # a measured job: its own run calibrates its compute
+        known = prof.strategy is not None and prof.stretch == 1.0 and not prof.strategy.startswith("hook:")
+        profiles[key] = calibrated(prof, cost_for(prof.strategy)) if known else prof
+
+    def profile_for(s: str) -> Any:
+        return profiles.get(s) or profiles.get("sync") or profiles["*"]
 
     preds, ratios = sweep(profile_for, strategies, nets, worlds.__getitem__, cost_for, args.target_efficiency)
     report(preds, ratios, strategies, nets, worlds, args.target_efficiency, profile_for("sync"))

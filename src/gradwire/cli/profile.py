@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"trace: {out / 'trace.json'} (open in https://ui.perfetto.dev or chrome://tracing)")
     (out / "profile.json").write_text(json.dumps({"net": spec.to_string(), "ranks": results}, indent=2))
     print(f"results: {out / 'profile.json'}")
+    steps = min(len(r.get("steps", [])) for r in results)
+    if steps:  # per-step records of a DDP job (gradwire.profile.steps)
+        print(f"{steps} training steps recorded per rank; larger clusters: gradwire predict --profile {out}")
     return code
 
 

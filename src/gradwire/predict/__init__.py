@@ -4,16 +4,16 @@
 - :mod:`.simulate`: the step replayed on the network model (link queue, overlap);
 - :mod:`.plans`: which collectives a strategy issues per bucket;
 - :mod:`.codec`: compressed bytes and compression time;
-- :mod:`.model`: :func:`predict`, :func:`ratio_needed`, :func:`sweep`;
+- :mod:`.model`: :func:`predict`, :func:`calibrated`, :func:`ratio_needed`, :func:`sweep`;
 - :mod:`.describe`: a profile from a model factory on the meta device and a given compute time;
 - :mod:`.recorded`: a profile from what ``gradwire profile`` recorded;
 - :mod:`.measure`: a profile from a short loopback run of a bundled model.
 """
 from gradwire.predict.model import (
-    MAX_RATIO, NONE_NEEDED, NOT_REACHABLE, Prediction, Pricers, check_fits, default_worlds, predict, ratio_needed,
-    sweep,
+    MAX_RATIO, NONE_NEEDED, NOT_REACHABLE, Prediction, Pricers, calibrated, check_fits, default_worlds, predict,
+    ratio_needed, sweep,
 )
 from gradwire.predict.timeline import Bucket, MeasuredExchange, StepProfile
 
 __all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Bucket", "MeasuredExchange", "Prediction", "Pricers",
-           "StepProfile", "check_fits", "default_worlds", "predict", "ratio_needed", "sweep"]
+           "StepProfile", "calibrated", "check_fits", "default_worlds", "predict", "ratio_needed", "sweep"]

@@ -27,17 +27,18 @@ bisection on ``log r`` finds it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import parse_strategy
 from gradwire.predict.codec import FREE, CodecCost
 from gradwire.predict.plans import Ratio, plan_for, strategy_compressor
-from gradwire.predict.simulate import Pricer, simulate, spec_for_world
+from gradwire.predict.simulate import Plan, Pricer, SimResult, simulate, spec_for_world
 from gradwire.predict.timeline import StepProfile
 
-__all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Prediction", "Pricers", "predict", "ratio_needed"]
+__all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Prediction", "Pricers", "calibrated", "check_fits",
+           "default_worlds", "predict", "ratio_needed", "sweep"]
 
 #: the largest compression ratio :func:`ratio_needed` tries (past it, latency is all that is left)
 MAX_RATIO = 10_000.0
@@ -63,8 +64,6 @@ class Prediction:
     """compression time per step (encode, server step, decode)"""
     wire_bytes_per_step: float
     batch_size: int | None = None
-    calibration_seconds: float = 0.0
-    """compute added from the profile's own run (:func:`predict`); 0 for other strategies and world sizes"""
 
     @property
     def efficiency(self) -> float:
@@ -81,7 +80,7 @@ class Prediction:
         return {"strategy": self.strategy, "net": self.net, "world": self.world, "step_seconds": self.step_seconds,
                 "compute_seconds": self.compute_seconds, "comm_seconds": self.comm_seconds,
                 "codec_seconds": self.codec_seconds, "wire_bytes_per_step": self.wire_bytes_per_step,
-                "batch_size": self.batch_size, "calibration_seconds": self.calibration_seconds,
+                "batch_size": self.batch_size, 
                 "efficiency": self.efficiency, "throughput": self.throughput}
 
 
@@ -104,22 +103,61 @@ def _check_world(world: int) -> None:
         raise ValueError(f"world size must be an integer >= 2, got {world!r}")
 
 
-def _calibration(profile: StepProfile, strategy: str, world: int, plan_cost: CodecCost | None) -> float:
-    """Seconds the profile's own loopback run took per step beyond what the model says it took.
+#: the range of the calibration's stretch of compute (a loopback run outside it is not believed further)
+_STRETCH = (0.25, 8.0)
 
-    Only for a measured profile of this very strategy at its own world size:
-    elsewhere the run says nothing about the step.
+
+def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0) -> SimResult:
+    """The step of ``plan`` with every compute time of ``profile`` multiplied by ``stretch``."""
+    return simulate(profile.forward * stretch, profile.backward * stretch, profile.optimizer * stretch,
+                    [b.ready * stretch for b in profile.buckets], plan, pricer)
+
+
+def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfile:
+    """``profile`` with its compute stretched so that the model replays its own run's median step.
+
+    A measured profile knows what its run took per step (``loop_seconds``,
+    on ``loopback``, at ``profile.world`` ranks, with ``profile.strategy``).
+    The model replays that run; when the run took longer than the replay
+    (CPU the model does not see: the real collectives' threads competing with
+    compute, a busy machine's scheduling, the median of a sum exceeding the
+    sum of the medians), every compute time (forward, backward and its ready
+    times, optimizer) is multiplied by the factor that makes the replay take
+    the run's median step; a faster run shrinks them. Stretching rather than
+    adding after backward: compute that a slow network hides stays hidden.
+    The factor (found by bisection: the replay only grows with it) is a
+    property of the job as it ran and applies to every strategy and world
+    size predicted from the profile. Described profiles, and profiles whose
+    strategy predict does not know, are returned as they are.
     """
-    from gradwire.predict.plans import _same
+    from gradwire.predict.plans import plan_for
 
-    if (profile.loop_seconds is None or world != profile.world or profile.source == "described"
-            or not _same(profile.strategy, parse_strategy(strategy))):
-        return 0.0
-    pricer = Pricer("loopback", world)
-    plan = plan_for(strategy, profile, world, plan_cost)
-    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
-                   pricer)
-    return profile.loop_seconds - sim.step_seconds
+    if profile.loop_seconds is None or profile.source == "described" or profile.strategy is None:
+        return profile
+    try:
+        plan = plan_for(profile.strategy, profile, profile.world, cost)
+    except ValueError:  # a hook predict does not know: nothing to replay
+        return profile
+    pricer = Pricer("loopback", profile.world)
+    lo, hi = _STRETCH
+    if _replay(profile, plan, pricer, lo).step_seconds >= profile.loop_seconds:
+        stretch = lo
+    elif _replay(profile, plan, pricer, hi).step_seconds <= profile.loop_seconds:
+        stretch = hi
+    else:
+        while hi - lo > 1e-4:
+            mid = (lo + hi) / 2
+            if _replay(profile, plan, pricer, mid).step_seconds < profile.loop_seconds:
+                lo = mid
+            else:
+                hi = mid
+        stretch = (lo + hi) / 2
+    return replace(profile, forward=profile.forward * stretch, backward=profile.backward * stretch,
+                   optimizer=profile.optimizer * stretch,
+                   buckets=tuple(replace(b, ready=b.ready * stretch) for b in profile.buckets),
+                   stretch=profile.stretch * stretch,
+                   notes=(*profile.notes, f"compute x{stretch:.2f}: the replay of its own loopback run takes that "
+                                          f"run's median step ({profile.loop_seconds * 1e3:.1f} ms)"))
 
 
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
@@ -127,25 +165,16 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
 
     ``cost``: the compressor's CPU cost (:func:`gradwire.predict.codec.codec_cost`);
-    default free. ``pricers``: share the network prices between calls.
-
-    A measured profile of this strategy, predicted at the world size it was
-    measured at, is calibrated against its own run: the model replays that
-    loopback run too, and what the run took beyond the replay (CPU the model
-    does not see: the real collectives' threads competing with compute, a
-    busy machine's scheduling, the median of a sum exceeding the sum of the
-    medians) is added to the compute after backward. A loopback run that took
-    less than the replay takes it away, down to no optimizer time at all.
+    default free. ``pricers``: share the network prices between calls. A
+    measured profile is best :func:`calibrated` first.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
     plan = plan_for(strategy, profile, world, cost)
-    extra = max(-profile.optimizer, _calibration(profile, strategy, world, cost))
-    sim = simulate(profile.forward, profile.backward, profile.optimizer + extra, [b.ready for b in profile.buckets],
-                   plan, pricer)
+    sim = _replay(profile, plan, pricer)
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, sim.step_seconds,
-                      profile.compute_seconds + extra, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
-                      profile.batch_size, extra)
+                      profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
+                      profile.batch_size)
 
 
 def _efficiency_at(profile: StepProfile, r: float, pricer: Pricer) -> float:

@@ -147,7 +147,8 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
                          "(DistributedDataParallel, with or without a comm hook)")
     layout = Counter(_layout(k[0]) for k in with_buckets).most_common(1)[0][0]
     steps = [k for k in with_buckets if all(_layout(s) == layout for s in k)]
-    forward, backward, ready, after, loop, rows = [], [], [], [], [], []
+    forward, backward, ready, after, loop = [], [], [], [], []
+    rows: list[list[MeasuredExchange]] | None = []
     for k in steps:
         neutral = [_neutral(s) for s in k]
         slowest = max(range(world), key=lambda r: k[r]["forward"] + neutral[r][0] + neutral[r][2])
