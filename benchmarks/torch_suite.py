@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = {b: {s: sum(1 for r in tests.values() if r[b]["status"] == s) for s in ("passed", "failed", "skipped")}
               for b in backends}
     report = {
-        "command": "python " + " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join([f"WORLD_SIZE={os.environ['WORLD_SIZE']}", "python", "benchmarks/torch_suite.py",
+                             *(argv if argv is not None else sys.argv[1:])]),
         "torch": torch.__version__,
         "world_size": int(os.environ["WORLD_SIZE"]),
         "net": os.environ.get(gradwire.backend.ENV_VAR) or "loopback",
