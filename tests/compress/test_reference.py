@@ -57,6 +57,11 @@ def test_int8_block_max_scales_are_exact() -> None:
     assert comp.slice_units() == (1, 4) and get_compressor("int8:block=0").slice_units() is None
 
 
+def test_qsgd_defaults() -> None:
+    comp = QSGDCompressor()
+    assert (comp.levels, comp.norm, comp.block, comp.pattern) == (16, "l2", 0, Pattern.ALLGATHER)
+
+
 def test_qsgd_zero_tensor_has_zero_norm_and_levels() -> None:
     comp = QSGDCompressor(16)
     (levels, norm), ctx = comp.compress(torch.zeros(5))
@@ -425,6 +430,20 @@ def test_decode_table_scale_cut_and_out() -> None:
     assert math.isnan(decode_table(packed, SIGN_TABLE, 2, float("inf"))[0] * 0)
 
 
+def test_signs_of_a_matrix_pack_along_its_rows() -> None:
+    x = torch.tensor([[-1.0, 1, 1, 1, 1, 1, 1, 1, -1], [1.0, -1, 1, 1, 1, 1, 1, 1, 1]])
+    assert pack_signs(x).tolist() == [[0b10000000, 0b10000000], [0b01000000, 0]]
+
+
+def test_decoding_an_infinite_scale_gives_nan_without_a_warning() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0 * inf in the ternary table: NaN, on purpose
+        y = decode_table(torch.tensor([0b01100000], dtype=torch.uint8), TERNARY_TABLE, 4, float("inf"))
+    assert y[0] == math.inf and y[1] == -math.inf and math.isnan(y[2])
+
+
 def test_bit_packing_by_hand() -> None:
     bits = torch.tensor([[1, 0, 0, 0, 0, 0, 0, 1, 1], [0, 1, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
     assert pack_bits_torch(bits).tolist() == [[0b10000001, 0b10000000], [0b01000000, 0]]
@@ -506,6 +525,8 @@ def test_call_counter_seeds_by_key_and_count() -> None:
     d.load_state_dict(pickle.loads(pickle.dumps(c.state_dict())))
     assert d.seed == 4 and d.generator("k").initial_seed() == seed(2)
     assert CallCounter(None).generator("k") is None
+    big = CallCounter(2**62)  # the seed wraps below 2**63 - 1
+    assert big.generator("k").initial_seed() == (2**62 * 1_000_003 + stable_hash("k") * 7919) % (2**63 - 1)
     assert stable_hash("k") == stable_hash("k") and stable_hash("k") != stable_hash("j")
 
 

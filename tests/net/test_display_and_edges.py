@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from gradwire.net import describe
+from gradwire.net import NetworkModel, describe
 from gradwire.net.spec import parse_spec, resolve_topology
 from gradwire.net.spec import NetSpec, Straggler
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, human_bandwidth, human_size, human_time, parse_bandwidth,
-    parse_fraction, parse_size,
+    parse_fraction, parse_size, parse_time,
 )
 
 
@@ -136,3 +136,24 @@ def test_spec_texts_and_edges_of_the_grammar() -> None:
     with pytest.raises(ValueError, match="is not a number"):
         Straggler.parse("1:link=0.5=3")
     assert Straggler.parse("2:compute=3:link=0.25") == Straggler(2, 0.25, 3.0)
+
+
+def test_one_rank_groups_and_one_byte_messages() -> None:
+    model = NetworkModel("1gbe", 4)
+    assert model.cost("send", 1 << 20, ranks=[2]).seconds == 0.0  # a group of one crosses no link
+    assert NetworkModel("1gbe", 1).cost("send", 1 << 20).seconds == 0.0
+    tiny = NetworkModel("1gbe", 2).cost("all_gather", 1)  # half a byte to send: one byte, one segment
+    assert (tiny.sent_bytes, tiny.wire_bytes) == (1, 1 + 66)
+
+
+def test_a_jitter_of_one_second_is_drawn_too() -> None:
+    base = NetworkModel("1gbe,algorithm=ring", 2).cost("all_reduce", 1 << 20).seconds
+    jittery = NetworkModel("1gbe,algorithm=ring,jitter=1s", 2).cost("all_reduce", 1 << 20, seq=1).seconds
+    assert 0 < jittery - base <= 2.0  # 2 steps of uniform [0, 1 s]
+
+
+def test_time_errors_name_what_was_read() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_time("soon")
+    assert str(info.value) == "cannot read time 'soon': expected a number with a unit (ns, us, ms, s (a unit is " \
+                              "required, e.g. '50us'))"
