@@ -21,7 +21,9 @@ Also reported: the step with every bucket sent after backward (the old
 model's upper bound), to show what the bucket model changes.
 
 Writes benchmarks/results/predict_validate.json, with the load average
-before and after (``os.getloadavg``).
+before and after (``os.getloadavg``); the measured runs themselves are kept
+in ``--raw`` (a pickle in the temp folder), which ``--rescore`` scores again
+without running anything.
 
     python benchmarks/predict_validate.py [--steps 60] [--repeats 3] [--suites buckets,digits]
 """
@@ -30,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import statistics
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -70,14 +74,11 @@ def _runs(configs: list, world: int, attempts: int = 3) -> list:
     raise AssertionError("unreachable")
 
 
-def run_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats: int) -> list[dict]:
-    from gradwire.overlap import parse_strategy
-    from gradwire.predict import calibrated, predict
-    from gradwire.predict.codec import FREE, codec_cost
-    from gradwire.predict.measure import MeasureConfig, profile_of
-    from gradwire.predict.plans import strategy_compressor
+def measure_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats: int) -> list[dict]:
+    """Every try's runs: ``[{"world", "configs", "results"}]`` (results[i][rank] of configs[i])."""
+    from gradwire.predict.measure import MeasureConfig
 
-    rows = []
+    raw = []
     for world in worlds:
         configs: list[MeasureConfig] = []
         results: list = []
@@ -91,6 +92,21 @@ def run_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats: in
             configs += tried
             print(f"{name}: try {attempt + 1}, {len(tried)} runs at n={world} in {time.time() - start:.0f} s",
                   flush=True)
+        raw.append({"world": world, "configs": configs, "results": results})
+    return raw
+
+
+def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
+    """Predict every measured run from the profile run before it; the rows of the results file."""
+    from gradwire.overlap import parse_strategy
+    from gradwire.predict import calibrated, predict
+    from gradwire.predict.codec import FREE, codec_cost
+    from gradwire.predict.measure import profile_of
+    from gradwire.predict.plans import strategy_compressor
+
+    rows = []
+    for batch in raw:
+        world, configs, results = batch["world"], batch["configs"], batch["results"]
         tries: dict[tuple[str, str], dict[str, list]] = {}
         per_pair = 1 + len(suite["nets"])
         for i in range(0, len(configs), per_pair):
@@ -138,23 +154,38 @@ def main() -> None:
     ap.add_argument("--suites", default="buckets,digits")
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "predict_validate.json"))
+    ap.add_argument("--raw", default=str(Path(tempfile.gettempdir()) / "gradwire_predict_validate_raw.pkl"),
+                    help="where the measured runs are kept (pickle), to score them again with --rescore")
+    ap.add_argument("--rescore", action="store_true",
+                    help="score the runs kept in --raw again (the model changed) instead of measuring")
     args = ap.parse_args()
-    load_before = os.getloadavg()
-    start = time.time()
-    rows = []
     names = args.suites.split(",")
-    for name in names:
-        rows += run_suite(name, SUITES[name], [int(w) for w in args.worlds.split(",")], args.steps, args.repeats)
+    if args.rescore:
+        kept = pickle.loads(Path(args.raw).read_bytes())
+        meta, raws = kept["meta"], kept["raw"]
+    else:
+        meta = {"load_before": os.getloadavg(), "started": time.time(), "steps": args.steps, "repeats": args.repeats,
+                "command": "python benchmarks/predict_validate.py " + " ".join(
+                    f"--{k} {getattr(args, k)}" for k in ("steps", "repeats", "suites", "worlds"))}
+        raws = {}
+        for name in names:
+            raws[name] = measure_suite(name, SUITES[name], [int(w) for w in args.worlds.split(",")], args.steps,
+                                       args.repeats)
+            Path(args.raw).write_bytes(pickle.dumps({"meta": meta, "raw": raws}))  # a crash keeps what ran
+        meta.update(load_after=os.getloadavg(), minutes=(time.time() - meta["started"]) / 60)
+        Path(args.raw).write_bytes(pickle.dumps({"meta": meta, "raw": raws}))
+    rows = []
+    for name in raws:
+        rows += score_suite(name, SUITES[name], raws[name])
     out = Path(args.out)
     out.write_text(json.dumps({
-        "command": "python benchmarks/predict_validate.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
-        "steps": args.steps, "repeats": args.repeats, "suites": {n: SUITES[n] for n in names},
-        "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
-        "minutes": (time.time() - start) / 60, "rows": rows}, indent=1))
+        "command": meta["command"], "steps": meta["steps"], "repeats": meta["repeats"],
+        "suites": {n: SUITES[n] for n in raws}, "load_before": meta["load_before"],
+        "load_after": meta.get("load_after"), "cpus": os.cpu_count(), "minutes": meta.get("minutes"),
+        "rescored": args.rescore, "rows": rows}, indent=1))
     bad = [r for r in rows if not r["within_10pct"]]
-    print(f"{len(rows) - len(bad)} of {len(rows)} within 10%; load {load_before[0]:.1f} before, "
-          f"{os.getloadavg()[0]:.1f} after; wrote {out}")
+    print(f"{len(rows) - len(bad)} of {len(rows)} within 10%; load {meta['load_before'][0]:.1f} before, "
+          f"{(meta.get('load_after') or (0,))[0]:.1f} after; wrote {out}")
 
 
 if __name__ == "__main__":

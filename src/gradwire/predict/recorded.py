@@ -148,7 +148,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     layout = Counter(_layout(k[0]) for k in with_buckets).most_common(1)[0][0]
     steps = [k for k in with_buckets if all(_layout(s) == layout for s in k)]
     forward, backward, ready, after, loop = [], [], [], [], []
-    rows: list[list[MeasuredExchange]] | None = []
+    rows: list[list[MeasuredExchange]] = []  # the steps whose exchanges pair with the buckets on every rank
     for k in steps:
         neutral = [_neutral(s) for s in k]
         slowest = max(range(world), key=lambda r: k[r]["forward"] + neutral[r][0] + neutral[r][2])
@@ -162,22 +162,22 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         after.append(neutral[slowest][2])
         loop.append(max(s["step"] for s in k))
         exchanges = [_exchange_row(s, layout) for s in k]
-        if rows is not None and all(e is not None for e in exchanges):
-            mine = exchanges[slowest]
-            assert mine is not None
+        mine = exchanges[slowest]
+        if mine is not None and all(e is not None and [m.ops for m in e] == [m.ops for m in mine]
+                                    for e in exchanges):
             floors = [tuple(min(v) for v in zip(*(e[i].inner for e in exchanges if e is not None)))
                       for i in range(len(mine))]
             rows.append([replace(m, inner=f) for m, f in zip(mine, floors)])
-        else:
-            rows = None
     b = _median(backward)
     buckets = tuple(Bucket(nbytes, min(_median(col), b), size) for nbytes, col, size in
                     zip(layout, zip(*ready), (x["element_size"] for x in steps[0][0]["buckets"])))
     notes = [f"{len(steps)} steps of {world} ranks, {len(layout)} buckets"]
     if len(steps) < len(aligned):
         notes.append(f"{len(aligned) - len(steps)} steps of another bucket layout left out")
-    return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy,
-                       _medians(rows) if rows else None, batch_size, source, _median(loop), tuple(notes))
+    # measured exchanges only when most steps paired (else the pairing itself is in doubt)
+    measured = _medians(rows) if 2 * len(rows) > len(steps) else None
+    return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy, measured, batch_size,
+                       source, _median(loop), tuple(notes))
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:
