@@ -318,6 +318,8 @@ def test_orthogonalize_is_gram_schmidt() -> None:
     torch.testing.assert_close(q[:, 1], rest / rest.norm())
     zero = orthogonalize(torch.zeros(3, 2))
     assert torch.isfinite(zero).all()  # the epsilon: no division by zero
+    tiny = orthogonalize(t(1e-8, 0).view(2, 1))  # a column as small as the epsilon: 1e-8 / (1e-8 + 1e-8)
+    torch.testing.assert_close(tiny, t(0.5, 0).view(2, 1))
 
 
 def test_powersgd_defaults_and_rank_one() -> None:
@@ -486,6 +488,8 @@ def test_serialize_aligns_every_tensor_to_8_bytes() -> None:
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(back, payload))
     assert payload_nbytes(payload) == 3 + 4 + 8
     assert serialize(payload, nbytes=24)[0].numel() == 24  # exactly enough room
+    empty, layout = serialize([])
+    assert empty.numel() == 0 and layout == [] and serialize([], nbytes=8)[0].tolist() == [0] * 8
 
 
 def test_check_out_and_base_class() -> None:
