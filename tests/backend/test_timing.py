@@ -51,8 +51,10 @@ def test_virtual_clock_overlaps_isend_with_the_next_recv():
     res = spawn(workers.virtual_sendrecv, 2, ("bandwidth=10mbit,latency=1ms,clock=virtual", 1 << 20, pause), timeout=90)
     model = res[0]["model_per_op"]
     assert model > 0.8
-    assert res[0]["elapsed"] == pytest.approx(model + pause, abs=0.1)
-    assert res[1]["elapsed"] == pytest.approx(model, abs=0.1)
+    # one transfer each way, not two in a row (2 x model): bounds in units of the run's own model time,
+    # with room for a loaded machine's real waits (a fixed 0.1 s was exceeded at load 7)
+    assert 0.95 * (model + pause) <= res[0]["elapsed"] < 1.5 * model + pause
+    assert 0.95 * model <= res[1]["elapsed"] < 1.5 * model
 
 
 def test_survivor_of_a_dead_peer_raises_at_once():
