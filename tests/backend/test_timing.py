@@ -33,8 +33,8 @@ def test_async_ops_queue_on_the_link_and_hide_compute():
     assert wait["issued"] < 0.25 * wait["total"] and compute["issued"] < 0.25 * compute["total"]
     # the ops queue one after another on the link (in parallel they would take ~1/8 of this)
     assert 0.9 < wait["total"] / (n_ops * per_op) < 1.3
-    # 0.4 s of compute between issue and wait hides behind ~0.7 s of transfers (not hidden: ~1.57)
-    assert compute["total"] / wait["total"] < 1.25
+    # 0.4 s of other work between issue and wait hides behind ~0.7 s of transfers (not hidden: ~1.57)
+    assert compute["total"] / wait["total"] < 1.3
 
 
 def test_virtual_clock_does_not_wait():
