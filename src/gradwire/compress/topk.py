@@ -44,7 +44,7 @@ class TopKCompressor(Compressor):
         self.sample = int(sample)
         self._calls = 0
 
-    def _threshold(self, flat: Tensor, k: int) -> float:
+    def _threshold(self, flat: Tensor) -> float:
         n = flat.numel()
         stride = max(1, n // self.sample)
         self._calls += 1
@@ -59,7 +59,7 @@ class TopKCompressor(Compressor):
         n = flat.numel()
         k = max(1, math.ceil(self.ratio * n))
         index_dtype = torch.int32 if n < 2**31 else torch.int64
-        thr = self._threshold(flat, k) if k < n else 0.0
+        thr = self._threshold(flat) if k < n else 0.0
         if thr > 0:
             inside = torch.lt(flat, thr)
             inside &= torch.gt(flat, -thr)
