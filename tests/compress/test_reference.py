@@ -202,20 +202,20 @@ def test_topk_small_tensors_keep_at_least_one_and_the_sample_is_all_of_them() ->
     assert TopKCompressor(0.01).compress(rand(50))[0][0].numel() == 1  # ceil(0.5) = 1
     comp, x = TopKCompressor(0.1), rand(1000)
     # fewer elements than the sample: stride 1, the (1000 - 115 + 1)-th smallest magnitude
-    assert comp._threshold(x, 100) == float(x.abs().kthvalue(1000 - 115 + 1).values)
+    assert comp._threshold(x) == float(x.abs().kthvalue(1000 - 115 + 1).values)
 
 
 def test_topk_threshold_is_the_sampled_quantile_and_its_state_round_trips() -> None:
     comp = TopKCompressor(0.01, sample=1000)
     x = rand(10_000)
-    thr = comp._threshold(x, 100)
+    thr = comp._threshold(x)
     # stride 10: 1000 samples; aim 15% above k: the (1000 - ceil(11.5) + 1)-th smallest |sample|
     start = (1 * 7919) % 10
     assert thr == float(x[start::10].abs().kthvalue(1000 - 12 + 1).values)
     assert comp.state_dict() == {"calls": 1}
     other = TopKCompressor(0.01, sample=1000)
     other.load_state_dict(pickle.loads(pickle.dumps(comp.state_dict())))
-    assert other._threshold(x, 100) == comp._threshold(x, 100)  # the same next sample start
+    assert other._threshold(x) == comp._threshold(x)  # the same next sample start
 
 
 def test_randomk_decode_is_the_rescaled_scatter() -> None:
