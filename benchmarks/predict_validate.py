@@ -17,8 +17,10 @@ a fresh process group per run). A try whose ranks fail is run again whole. A pai
 profile over its own measurement (the median step over every rank's steps
 after the first three); the figure is the median of the pairs' errors:
 pairing is what cancels the drift of a shared machine (see the README).
-Also reported: the step with every bucket sent after backward (the old
-model's upper bound), to show what the bucket model changes.
+Also reported: the prediction from the profile as recorded, before
+:func:`gradwire.predict.calibrated` stretches its backward to its own run,
+and the step with every bucket sent after backward (the old model's upper
+bound), to show what each part changes.
 
 Writes benchmarks/results/predict_validate.json, with the load average
 before and after (``os.getloadavg``); the measured runs themselves are kept
@@ -114,12 +116,15 @@ def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
             s = prof_config.strategy
             comp = strategy_compressor(parse_strategy(s))
             cost = codec_cost(comp) if comp else FREE
-            prof = calibrated(profile_of(prof_config, results[i]), cost)
+            raw_prof = profile_of(prof_config, results[i])
+            prof = calibrated(raw_prof, cost)
             for j, net in enumerate(suite["nets"], 1):
                 measured = statistics.median(v for r in results[i + j] for v in r["step_seconds"][3:])
                 pred = predict(prof, s, net, world, cost)
-                t = tries.setdefault((net, s), {"predicted": [], "measured": [], "upper": [], "profiles": []})
+                t = tries.setdefault((net, s), {"predicted": [], "measured": [], "upper": [], "profiles": [],
+                                                "uncalibrated": []})
                 t["predicted"].append(pred.step_seconds)
+                t["uncalibrated"].append(predict(raw_prof, s, net, world, cost).step_seconds)
                 t["measured"].append(measured)
                 t["upper"].append(_upper_bound(prof, s, net, world, cost))
                 t["profiles"].append(prof.as_dict())
@@ -128,6 +133,7 @@ def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
         for (net, s), t in tries.items():
             errors = [p / m - 1 for p, m in zip(t["predicted"], t["measured"])]
             upper = [u / m - 1 for u, m in zip(t["upper"], t["measured"])]
+            plain = [u / m - 1 for u, m in zip(t["uncalibrated"], t["measured"])]
             err = statistics.median(errors)
             row = {"suite": name, "world": world, "net": net, "strategy": s, "model": suite["model"],
                    "bucket_cap_mb": suite["bucket_cap_mb"], "batch_size": suite["batch_size"],
@@ -138,12 +144,14 @@ def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
                    "error_pct": err * 100, "within_10pct": abs(err) <= 0.10,
                    "tries_error_pct": [e * 100 for e in errors],
                    "upper_bound_error_pct": statistics.median(upper) * 100,
+                   "uncalibrated_error_pct": statistics.median(plain) * 100,
                    "tries_predicted_ms": [v * 1e3 for v in t["predicted"]],
                    "tries_measured_ms": [v * 1e3 for v in t["measured"]], "profiles": t["profiles"]}
             rows.append(row)
             print(f"{name} n={world} {s:16s} {net:32s} predicted {row['predicted_ms']:7.1f} measured "
-                  f"{row['measured_ms']:7.1f}  error {row['error_pct']:+6.1f}% (all after backward: "
-                  f"{row['upper_bound_error_pct']:+6.1f}%)", flush=True)
+                  f"{row['measured_ms']:7.1f}  error {row['error_pct']:+6.1f}% (uncalibrated "
+                  f"{row['uncalibrated_error_pct']:+6.1f}%, all after backward: {row['upper_bound_error_pct']:+6.1f}%)",
+                  flush=True)
     return rows
 
 

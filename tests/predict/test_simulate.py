@@ -139,16 +139,21 @@ def test_topology_keeps_ranks_per_node():
 def test_a_measured_profile_is_calibrated_against_its_own_run():
     from gradwire.predict import calibrated
 
-    # sync, one bucket at the end of backward, no floors: on loopback the replay is F + B + O = 20 ms; the run took 30
+    # sync, one bucket at the end of backward, no floors: on loopback the replay is F + B + O = 20 ms; the run took
+    # 30: backward stretched from 10 to 20 ms
     prof = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.010),), world=2, strategy="sync",
                        source="measured", loop_seconds=0.030)
     cal = calibrated(prof)
-    assert cal.stretch == pytest.approx(1.5, rel=1e-3)
-    assert (cal.forward, cal.backward, cal.optimizer) == pytest.approx((0.0075, 0.015, 0.0075), rel=1e-3)
-    assert cal.buckets[0].ready == pytest.approx(0.015, rel=1e-3)
+    assert cal.stretch == pytest.approx(2.0, rel=1e-3)
+    assert (cal.forward, cal.backward, cal.optimizer) == pytest.approx((0.005, 0.020, 0.005), rel=1e-3)
+    assert cal.buckets[0].ready == pytest.approx(0.020, rel=1e-3)
     assert predict(cal, "sync", "loopback", 2).step_seconds == pytest.approx(0.030, rel=1e-3)
-    # on a network the stretched backward is compute the network does not hide here: 30 ms + the all_reduce
-    assert predict(cal, "sync", NET, 2).step_seconds == pytest.approx(0.030 + _comm("all_reduce", 2, 4_000_000),
-                                                                       rel=1e-3)
+    # a network slower than backward hides the stretch: an early bucket's all_reduce of 4 MB is the bound
+    early = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.001),), world=2, strategy="sync",
+                        source="measured", loop_seconds=0.030)
+    comm = _comm("all_reduce", 2, 4_000_000)
+    assert comm > 0.030
+    assert predict(calibrated(early), "sync", NET, 2).step_seconds == pytest.approx(0.005 + 0.002 + comm + 0.005,
+                                                                                     rel=1e-3)
     described = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.010),))
     assert calibrated(described) is described

@@ -108,27 +108,28 @@ _STRETCH = (0.25, 8.0)
 
 
 def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0) -> SimResult:
-    """The step of ``plan`` with every compute time of ``profile`` multiplied by ``stretch``."""
-    return simulate(profile.forward * stretch, profile.backward * stretch, profile.optimizer * stretch,
+    """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``."""
+    return simulate(profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer)
 
 
 def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfile:
-    """``profile`` with its compute stretched so that the model replays its own run's median step.
+    """``profile`` with its backward stretched so that the model replays its own run's median step.
 
     A measured profile knows what its run took per step (``loop_seconds``,
     on ``loopback``, at ``profile.world`` ranks, with ``profile.strategy``).
     The model replays that run; when the run took longer than the replay
-    (CPU the model does not see: the real collectives' threads competing with
-    compute, a busy machine's scheduling, the median of a sum exceeding the
-    sum of the medians), every compute time (forward, backward and its ready
-    times, optimizer) is multiplied by the factor that makes the replay take
-    the run's median step; a faster run shrinks them. Stretching rather than
-    adding after backward: compute that a slow network hides stays hidden.
-    The factor (found by bisection: the replay only grows with it) is a
-    property of the job as it ran and applies to every strategy and world
-    size predicted from the profile. Described profiles, and profiles whose
-    strategy predict does not know, are returned as they are.
+    (CPU the model does not see, above all the real collectives' threads
+    competing with backward, which is when they run; a busy machine's
+    scheduling; the median of a sum exceeding the sum of the medians), the
+    backward time and its buckets' ready times are multiplied by the factor
+    that makes the replay take the run's median step; a faster run shrinks
+    them. Stretching backward rather than adding time after it: compute
+    that a slow network hides stays hidden, as it did in the run. The factor
+    (found by bisection: the replay only grows with it) is a property of the
+    job as it ran and applies to every strategy and world size predicted from
+    the profile. Described profiles, and profiles whose strategy predict does
+    not know, are returned as they are.
     """
     from gradwire.predict.plans import plan_for
 
@@ -152,11 +153,10 @@ def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfi
             else:
                 hi = mid
         stretch = (lo + hi) / 2
-    return replace(profile, forward=profile.forward * stretch, backward=profile.backward * stretch,
-                   optimizer=profile.optimizer * stretch,
+    return replace(profile, backward=profile.backward * stretch,
                    buckets=tuple(replace(b, ready=b.ready * stretch) for b in profile.buckets),
                    stretch=profile.stretch * stretch,
-                   notes=(*profile.notes, f"compute x{stretch:.2f}: the replay of its own loopback run takes that "
+                   notes=(*profile.notes, f"backward x{stretch:.2f}: the replay of its own loopback run takes that "
                                           f"run's median step ({profile.loop_seconds * 1e3:.1f} ms)"))
 
 

@@ -112,7 +112,7 @@ class StepProfile:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """how the profile was made (the spread of compute, the bucket rule), for reports"""
     stretch: float = 1.0
-    """the factor its compute times were multiplied by (:func:`gradwire.predict.model.calibrated`)"""
+    """the factor its backward was multiplied by (:func:`gradwire.predict.model.calibrated`)"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
