@@ -27,6 +27,7 @@ the same in every process that builds the same model (see
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -151,20 +152,27 @@ class SegmentStore:
     """Per-element state by :class:`StateKey`: one flat buffer per key, assembled from segments.
 
     Keys with a ``chunk`` are kept as they are (no segment follows them).
+
+    Thread-safe: the server step of a two-phase exchange runs in a completion
+    callback while the training thread starts the next bucket's exchange, and
+    both reach the same store.
     """
 
     def __init__(self) -> None:
+        self._lock = threading.RLock()
         self._buffers: dict[StateKey, Tensor] = {}
         #: segment name -> the key whose buffer holds its latest state
         self._home: dict[str, StateKey] = {}
 
     def get(self, key: StateKey) -> Tensor | None:
         """The buffer of ``key``, if it has one."""
-        return self._buffers.get(key)
+        with self._lock:
+            return self._buffers.get(key)
 
     def knows(self, key: StateKey) -> bool:
         """Whether any state exists for ``key`` (itself, or one of its segments elsewhere)."""
-        return key in self._buffers or (key.chunk is None and any(n in self._home for n in key.names()))
+        with self._lock:
+            return key in self._buffers or (key.chunk is None and any(n in self._home for n in key.names()))
 
     def buffer(self, key: StateKey, like: Tensor) -> Tensor:
         """The buffer of ``key`` (dtype and device of ``like``), assembled or zero-filled when new.
@@ -174,38 +182,52 @@ class SegmentStore:
                 stored size differs from the key's.
         """
         key.check(like)
-        buf = self._buffers.get(key)
-        if buf is not None and buf.dtype == like.dtype and buf.device == like.device:
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is not None and buf.dtype == like.dtype and buf.device == like.device:
+                return buf
+            buf = torch.zeros(key.numel, dtype=like.dtype, device=like.device)
+            if key.chunk is None:
+                self._assemble(key, buf)
+            self._buffers[key] = buf
             return buf
-        buf = torch.zeros(key.numel, dtype=like.dtype, device=like.device)
-        if key.chunk is None:
-            self._assemble(key, buf)
-        self._buffers[key] = buf
-        return buf
 
     def set(self, key: StateKey, value: Tensor) -> None:
         """Install ``value`` (flat, the key's size) as the state of ``key``."""
         key.check(value)
-        if key.chunk is None:
-            self._claim(key)
-        self._buffers[key] = value.reshape(-1)
+        with self._lock:
+            if key.chunk is None:
+                self._claim(key)
+            self._buffers[key] = value.reshape(-1)
 
     def drop(self, key: StateKey) -> None:
         """Forget the state of ``key`` (its segments' latest state with it)."""
-        self._buffers.pop(key, None)
-        for name in key.names() if key.chunk is None else ():
-            if self._home.get(name) == key:
-                del self._home[name]
+        with self._lock:
+            self._buffers.pop(key, None)
+            for name in key.names() if key.chunk is None else ():
+                if self._home.get(name) == key:
+                    del self._home[name]
 
     def clear(self) -> None:
-        self._buffers.clear()
-        self._home.clear()
+        with self._lock:
+            self._buffers.clear()
+            self._home.clear()
 
     def keys(self) -> Iterator[StateKey]:
-        return iter(list(self._buffers))
+        with self._lock:
+            return iter(list(self._buffers))
 
     def __len__(self) -> int:
-        return len(self._buffers)
+        with self._lock:
+            return len(self._buffers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"_buffers": dict(self._buffers), "_home": dict(self._home)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.RLock()
+        self._buffers, self._home = state["_buffers"], state["_home"]
 
     def _assemble(self, key: StateKey, buf: Tensor) -> None:
         homes: dict[StateKey, None] = {}
@@ -218,7 +240,7 @@ class SegmentStore:
         self._claim(key)
 
     def _claim(self, key: StateKey) -> None:
-        """Make ``key`` the home of its segments; drop buffers that hold no segment's latest state."""
+        """Make ``key`` the home of its segments; drop buffers that hold no segment's latest state (lock held)."""
         for name in key.names():
             self._home[name] = key
         live = set(self._home.values())
@@ -231,15 +253,17 @@ class SegmentStore:
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of every buffer with its key, in plain types (``torch.load(weights_only=True)`` reads them)."""
-        return {"buffers": [{**key.as_plain(), "value": v.clone()} for key, v in self._buffers.items()]}
+        with self._lock:
+            return {"buffers": [{**key.as_plain(), "value": v.clone()} for key, v in self._buffers.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         entries = [(StateKey.from_plain(e), e["value"]) for e in state["buffers"]]
-        self.clear()
-        for key, value in sorted(entries, key=lambda kv: kv[0].chunk is not None):
-            key.check(value)
-            if key.chunk is None:
-                for name in key.names():
-                    self._home[name] = key
-            self._buffers[key] = value.clone()
+        with self._lock:
+            self.clear()
+            for key, value in sorted(entries, key=lambda kv: kv[0].chunk is not None):
+                key.check(value)
+                if key.chunk is None:
+                    for name in key.names():
+                        self._home[name] = key
+                self._buffers[key] = value.clone()
