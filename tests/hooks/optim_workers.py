@@ -26,13 +26,18 @@ def _model() -> nn.Module:
 
 
 def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(100 + rank)
+    g = torch.Generator().manual_seed(100 + rank % 100)
     return [(torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randn(8, 4, generator=g, dtype=torch.float64))
             for _ in range(STEPS)]
 
 
+#: the frozen-variance step alone: no refreshes, floor or clipping (what torch's step with v held does)
+FROZEN = {"refresh": False, "variance_floor": 0.0, "max_update_rms": None, "precondition": False}
+
+
 def _train(rank: int, make_opt: Callable[[Any], torch.optim.Optimizer], schemed: bool,
-           adam_warmup: int = 3, freeze_reference_at: int | None = None) -> dict[str, Any]:
+           adam_warmup: int = 3, freeze_reference_at: int | None = None, adam: dict | None = None,
+           data_rank: int | None = None) -> dict[str, Any]:
     from gradwire.hooks import CompressionState
     from gradwire.hooks.optim import scheme_for, scheme_hook
 
@@ -43,10 +48,10 @@ def _train(rank: int, make_opt: Callable[[Any], torch.optim.Optimizer], schemed:
     scheme = None
     if schemed:
         state = CompressionState("none")
-        scheme = scheme_for(opt, state, adam_warmup=adam_warmup)
+        scheme = scheme_for(opt, state, adam_warmup=adam_warmup, **(FROZEN if adam is None else adam))
         ddp.register_comm_hook(scheme, scheme_hook)
     frozen: dict[nn.Parameter, torch.Tensor] = {}
-    for step, (x, y) in enumerate(_batches(rank), start=1):
+    for step, (x, y) in enumerate(_batches(rank if data_rank is None else data_rank), start=1):
         opt.zero_grad()
         nn.functional.mse_loss(ddp(x), y).backward()
         if scheme is not None:
@@ -70,7 +75,11 @@ def _train(rank: int, make_opt: Callable[[Any], torch.optim.Optimizer], schemed:
                      for p in model.parameters()]}
     if scheme is not None:
         out["scheme"] = {"steps": scheme.steps, "exchange_momentum": scheme.state.momentum,
-                         "describe": scheme.describe(), "frozen": getattr(scheme, "frozen", None)}
+                         "describe": scheme.describe(), "frozen": getattr(scheme, "frozen", None),
+                         "refreshes": getattr(scheme, "refreshes", None)}
+        if getattr(scheme, "frozen", False):
+            out["denominators"] = [scheme.denominators[p].clone() for p in model.parameters()]
+            out["local_v"] = [scheme.local_v[p].clone() for p in model.parameters() if p in scheme.local_v]
     return out
 
 
@@ -87,6 +96,14 @@ def schemes_vs_plain(rank: int, world: int) -> dict[str, Any]:
         out[name] = (_train(rank, make, False), _train(rank, make, True))
     for name, make in (("adamw", adamw), ("adam", adam)):
         out[name] = (_train(rank, make, False, freeze_reference_at=3), _train(rank, make, True, adam_warmup=3))
+    # the exchange in the preconditioner's units: with an exact exchange, the same steps to rounding
+    out["adamw_units"] = (out["adamw"][0], _train(rank, adamw, True, adam_warmup=3,
+                                                  adam={**FROZEN, "precondition": True}))
+    # refreshes after steps 4 and 8 (2 and 4 times the warm-up of 2), levels followed every step;
+    # once with every rank on the same data (no noise between the ranks), once on its own
+    refreshed = {"refresh": True, "track_every": 1}
+    out["refresh_same"] = _train(rank, adamw, True, adam_warmup=2, adam=refreshed, data_rank=0)
+    out["refresh_own"] = _train(rank, adamw, True, adam_warmup=2, adam=refreshed)
     # the warm-up alone: with the freeze past the last step the scheme is torch's Adam, bit for bit
     out["adamw_warmup_only"] = (_train(rank, adamw, False), _train(rank, adamw, True, adam_warmup=STEPS + 1))
     return out

@@ -40,7 +40,10 @@ def test_sgd_momentum_in_the_exchange_is_momentum_sgd(trained, name):
 
 @pytest.mark.parametrize("name", ["adamw", "adam"])
 def test_frozen_variance_adam_is_torchs_step_with_the_variance_held(trained, name):
-    """Three plain steps, then five with v frozen: torch's own (Adam|AdamW).step with exp_avg_sq held at v_hat."""
+    """Three plain steps, then five with v frozen: torch's own (Adam|AdamW).step with exp_avg_sq held at v_hat.
+
+    (The scheme's refreshes, floor and clipping off: the frozen step alone, as 1-bit Adam runs it.)
+    """
     for rank in trained:
         plain, schemed = rank[name]
         assert schemed["scheme"]["frozen"] and schemed["scheme"]["steps"] == optim_workers.STEPS
@@ -51,6 +54,58 @@ def test_frozen_variance_adam_is_torchs_step_with_the_variance_held(trained, nam
             assert float(ss["step"]) == float(ps["step"]) == optim_workers.STEPS
             assert torch.allclose(ss["exp_avg"], ps["exp_avg"], rtol=1e-10, atol=1e-12)
             assert torch.allclose(ss["exp_avg_sq"], ps["exp_avg_sq"], rtol=1e-8, atol=1e-14)
+
+
+def test_the_preconditioned_exchange_takes_the_same_steps(trained):
+    """The exchange carries P g instead of g; with an exact exchange the steps are the same to rounding."""
+    for rank in trained:
+        plain, units = rank["adamw_units"]
+        assert _close(plain["params"], units["params"], 1e-10)
+
+
+def test_refreshed_variance_is_the_ranks_mean_and_the_same_everywhere(trained):
+    same = [rank["refresh_same"] for rank in trained]
+    own = [rank["refresh_own"] for rank in trained]
+    for run in same + own:
+        assert run["scheme"]["refreshes"] == 2  # after steps 4 and 8: 2 and 4 times the warm-up of 2
+    for runs in (same, own):  # one preconditioner on every rank
+        assert all(torch.equal(a, b) for a, b in zip(runs[0]["denominators"], runs[1]["denominators"]))
+    b2, t, eps = 0.99, optim_workers.STEPS, 1e-8
+    # the same data on every rank: no noise between them, v_hat is the local variance (bf16, floored)
+    for denom, local in zip(same[0]["denominators"], same[0]["local_v"]):
+        v = local / (1 - b2 ** t)
+        expected = v.clamp(min=0.01 * float(v.mean())).sqrt() + eps
+        assert torch.allclose(denom.reshape(-1), expected.to(denom.dtype), rtol=1e-2, atol=1e-6)
+    # each rank on its own data: the mean of the ranks' variances times a noise ratio in [1/2, 1]
+    for denom, v0, v1 in zip(own[0]["denominators"], own[0]["local_v"], own[1]["local_v"]):
+        mean_v = (v0 + v1) / 2 / (1 - b2 ** t)
+        ratio = float(((denom.reshape(-1) - eps) ** 2).mean()) / float(mean_v.mean())
+        assert 0.45 <= ratio <= 1.1, ratio
+
+
+def test_refresh_schedule():
+    scheme = FrozenVarianceAdam(torch.optim.AdamW(_params()), CompressionState("onebit"), warmup_steps=8,
+                                refresh_cap=64)
+    assert [t for t in range(1, 300) if scheme.refresh_due(t)] == [16, 32, 64, 128, 192, 256]
+
+
+def test_update_clipping_and_variance_floor_by_hand():
+    p = nn.Parameter(torch.zeros(4, dtype=torch.float64))
+    opt = torch.optim.AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=0.0, weight_decay=0.0)
+    v = torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    opt.state[p] = {"step": torch.tensor(100.0), "exp_avg": torch.zeros(4, dtype=torch.float64),
+                    "exp_avg_sq": v * (1 - 0.99 ** 100)}
+    # the unseen coordinate (v = 0) is raised to 1% of the mean (0.75): its denominator is sqrt(0.0075)
+    denom = frozen_denominator(opt.state[p]["exp_avg_sq"], 100, 0.99, 0.0, floor=0.01)
+    assert torch.allclose(denom, torch.tensor([1.0, 1.0, 1.0, 0.0075 ** 0.5], dtype=torch.float64))
+    # u = 30 everywhere: exp_avg = 3, update m_hat / denom = 3 / (1 - 0.9^101) per coordinate, RMS well
+    # above 1: scaled to RMS 1, then times lr
+    p.grad = torch.full((4,), 30.0, dtype=torch.float64)
+    frozen_adam_step(opt, {p: denom}, max_update_rms=1.0)
+    update = 3.0 / denom
+    expected = -0.1 * update / (update.norm() / 2.0)
+    assert torch.allclose(p.detach(), expected, rtol=1e-12)
+    assert abs(float(p.detach().norm()) / 2.0 - 0.1) < 1e-12  # the step's RMS is lr
 
 
 def test_adam_warmup_is_torchs_adam_bit_for_bit(trained):

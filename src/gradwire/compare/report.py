@@ -231,16 +231,17 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
 
 def print_table(rows: list[Row], target: float | None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=max(Console().width, 150))
     columns = _columns(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
-        table = Table(title=_title(net, rows, target))
+        table = Table(title=escape(_title(net, rows, target)))
         for c in columns:
-            table.add_column(c, justify="left" if c in ("strategy", "optimizer / note") else "right")
+            table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net or r.strategy == COMPUTE_ONLY:
-                table.add_row(*_cells(r))
+                table.add_row(*(escape(c) for c in _cells(r)))
         console.print(table)
 

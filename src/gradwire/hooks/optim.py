@@ -23,44 +23,68 @@ optimizer, so a script keeps its own ``torch.optim`` optimizer:
 1. Warm-up, ``warmup_steps`` optimizer steps: the exchange averages gradients
    uncompressed (``state.momentum = 0``, no compression) and the optimizer's
    own step runs: exactly Adam/AdamW.
-2. At the end of the warm-up the variance freezes. With ``v`` frozen, Adam's
-   update is momentum SGD with a fixed diagonal preconditioner
-   ``P = 1 / (sqrt(v_hat) + eps)``, and Adam's EMA momentum
-   ``m = beta1 m + (1 - beta1) g`` is ``(1 - beta1)`` times the sum-form
-   momentum ``u = beta1 u + g`` the exchange keeps. So the exchange takes the
-   momentum (``state.momentum = beta1``), seeded with ``exp_avg / (1 - beta1)``
+2. The switch. With ``v`` held, Adam's update is momentum SGD with a fixed
+   diagonal preconditioner ``P = 1 / (sqrt(v_hat) + eps)``, and Adam's EMA
+   momentum ``m = beta1 m + (1 - beta1) g`` is ``(1 - beta1)`` times the
+   sum-form momentum ``u = beta1 u + g`` the exchange keeps. So the exchange
+   takes the momentum (``state.momentum = beta1``), seeded from ``exp_avg``
    so that nothing jumps, and compression starts.
-3. Each later step applies, per parameter (``u`` arrives in ``.grad``)::
+3. Each later step applies, per parameter::
 
        p *= 1 - lr * wd                                  (AdamW's decoupled decay)
        exp_avg = (1 - beta1) * u
-       p -= lr / (1 - beta1**t) * exp_avg / (sqrt(v_t0) / sqrt(1 - beta2**t0) + eps)
+       p -= lr / (1 - beta1**t) * exp_avg / (sqrt(v_hat) + eps)
 
-   which is torch's AdamW step with the variance held at its bias-corrected
-   value at the freeze (step ``t0``). ``lr`` is read from ``param_groups``
-   every step, so learning-rate schedulers keep working.
+   torch's AdamW step with the variance held at ``v_hat``. ``lr`` is read
+   from ``param_groups`` every step (learning-rate schedulers keep working).
+
+Where this does better than 1-bit Adam (each measured on the GPT example,
+benchmarks/README.md):
+
+- The exchange carries ``P g`` instead of ``g`` (``prepare`` divides the
+  bucket by the denominators), so the momentum it compresses is Adam's update
+  itself, ``P u``. Its elements have nearly one magnitude, which a sign with
+  one scale per block of 512 represents well; the raw momentum mixes
+  coordinates whose ``v`` differ by orders of magnitude in one block. ``P``
+  being identical on every rank, the average of ``P m_i`` is ``P`` times the
+  average of ``m_i``: nothing else changes.
+- The variance is not frozen for good. 1-bit Adam needs a warm-up of 15-25%
+  of training for ``v`` to settle, and that warm-up moves full-precision
+  bytes: with compression at 1/30, a 15% warm-up alone caps the saving near
+  6x. Here every rank keeps its own ``v_i`` from its local gradients (free,
+  in ``prepare``). At 2, 4, 8, ... times the warm-up and then every
+  ``refresh_cap`` steps, one bf16 all_reduce averages the ``v_i`` and the
+  step's local gradients; each tensor's ``v_hat`` is the averaged ``v_i`` times
+  ``|mean_i g_i|^2 / mean_i |g_i|^2`` of that step (a rank's own gradient is
+  noisier than the average Adam sees, by up to the world size). Between
+  refreshes, every ``track_every`` steps, one all_reduce of a float per tensor
+  follows each tensor's level (``v_hat`` scaled by the change of its mean
+  ``v_i``). The momentum and residuals of the exchange are rescaled with
+  ``P`` so that they stay in its units. The warm-up then only has to give a
+  first ``v``: :data:`DEFAULT_ADAM_WARMUP` steps.
+- Robustness of a held ``v``: a floor at ``variance_floor`` times the
+  tensor's mean (a coordinate the warm-up never saw, ``v = 0``, would take
+  ``1/eps`` steps), and Adafactor's update clipping (Shazeer and Stern, 2018):
+  a tensor's update is scaled down to RMS ``max_update_rms`` when a lagging
+  ``v`` makes it larger.
+- Local correction (the DDP hook's default) of the compression error.
 
 Bias correction (a choice, and why). DeepSpeed's 1-bit Adam applies none: it
-freezes after thousands of steps, where ``1 - beta2**t0`` is 1. Here the
-freeze may come after a hundred steps, where ``1 - 0.999**100 = 0.095``:
-without the correction the preconditioner would be ``1/sqrt(0.095) = 3.2``
-times too large. So ``v_hat = v_t0 / (1 - beta2**t0)`` is frozen, corrected
-once, and held (torch's formula, if ``v`` merely stopped changing, would let
-the correction decay towards the uncorrected value as ``t`` grows). The
+switches after thousands of steps, where ``1 - beta2**t0`` is 1. Here the
+switch comes after a few steps, where ``1 - 0.999**8 = 0.008``: without the
+correction the preconditioner would be 11 times too large. So ``v_hat`` is
+bias-corrected when it is made (``v / (1 - beta2**t)``, the local ``v_i``
+too) and then held (torch's formula, if ``v`` merely stopped changing, would
+let the correction decay towards the uncorrected value as ``t`` grows). The
 momentum's correction ``1 - beta1**t`` is torch's, with ``t`` the optimizer's
-own step count (it is 1 to within ``beta1**t0`` after any useful warm-up).
+own step count.
 
 The optimizer's state stays meaningful for checkpoints: ``exp_avg`` holds
 ``(1 - beta1) * u``, ``step`` counts every step, and ``exp_avg_sq`` is kept at
 ``v_hat * (1 - beta2**t)``, so ``exp_avg_sq / (1 - beta2**t)``, what torch's
-AdamW reads, is the frozen ``v_hat``: the checkpoint resumes in a plain AdamW
-with the same preconditioner. Save :meth:`OptimizerScheme.state_dict` too
-(the warm-up position and the exchange's momentum and residuals).
-
-Warm-up length: the variance is worth freezing once it is stable; 1-bit
-Adam spent 15-25% of training in warm-up. :data:`DEFAULT_ADAM_WARMUP` steps
-is where the variance of the small models measured here had settled
-(benchmarks/README.md); set it for your run.
+AdamW reads, is ``v_hat``: the checkpoint resumes in a plain AdamW with the
+same preconditioner. Save :meth:`OptimizerScheme.state_dict` too (the
+position, the local variances and the exchange's momentum and residuals).
 
 Traps:
 - Between ``backward()`` and the step, ``.grad`` holds the exchanged
@@ -77,12 +101,15 @@ Traps:
   replicas matter (:mod:`gradwire.hooks.state`).
 - Adam's step count ``t`` is per parameter in torch; all parameters of the
   DDP model step together here.
+- The refreshes need every rank's local gradients, which only a bucket hook
+  sees (:func:`scheme_hook`, ``delayed``); an exchange that never calls
+  ``prepare`` (the per-parameter ``handler``) holds the warm-up's ``v``.
 
 Example (a hand-written loop)::
 
     state = CompressionState("onebit")
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-4, weight_decay=0.1)
-    scheme = scheme_for(opt, state, adam_warmup=100)
+    scheme = scheme_for(opt, state, adam_warmup=8)
     ddp.register_comm_hook(scheme, scheme_hook)
     for x, y in batches:
         opt.zero_grad()
@@ -112,8 +139,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: optimizer steps of full-precision Adam before the variance freezes (see the module doc)
-DEFAULT_ADAM_WARMUP = 100
+#: optimizer steps of full-precision Adam before compression starts (see the module doc)
+DEFAULT_ADAM_WARMUP = 8
+
+#: the most optimizer steps between two refreshes of Adam's variance
+REFRESH_CAP = 256
+#: optimizer steps between two updates of each tensor's variance level (a few floats)
+TRACK_EVERY = 4
 
 #: warm-up of a state that waits for a scheme to switch compression on
 _NEVER = sys.maxsize
@@ -284,10 +316,23 @@ class MomentumSGD(OptimizerScheme):
 
 
 class FrozenVarianceAdam(OptimizerScheme):
-    """Adam/AdamW: full-precision warm-up, then frozen variance and the momentum in the exchange.
+    """Adam/AdamW: full-precision warm-up, then the preconditioned momentum compressed in the exchange.
 
     Args:
-        warmup_steps: optimizer steps of plain Adam before the freeze (>= 1).
+        warmup_steps: optimizer steps of plain Adam before the switch (>= 1).
+        variance_floor: ``v`` is kept at least this fraction of its tensor's
+            mean (coordinates the warm-up barely saw would get huge steps).
+        max_update_rms: the update of a tensor (``m_hat / sqrt(v_hat)``) is
+            scaled down to this RMS when larger (Adafactor's update clipping;
+            a variance that lags growing gradients cannot blow up); None: off.
+        refresh: refresh the variance (see the module doc); needs a process group.
+        refresh_cap: the most optimizer steps between two refreshes.
+        precondition: exchange the momentum divided by the denominator (the
+            module doc); False: the momentum itself, as 1-bit Adam.
+        group: the group the refreshes average on (None: the default group);
+            never one with the exchange's collectives in flight.
+        track_every: optimizer steps between two updates of each tensor's
+            level (0: none).
     """
 
     name = "FrozenVarianceAdam"
@@ -295,11 +340,14 @@ class FrozenVarianceAdam(OptimizerScheme):
     def __init__(self, optimizer: torch.optim.Optimizer, state: CompressionState,
                  warmup_steps: int = DEFAULT_ADAM_WARMUP, step_fn: Optional[Callable[..., Any]] = None,
                  variance_floor: float = 0.01, max_update_rms: Optional[float] = 1.0, refresh: bool = True,
-                 group: Optional[dist.ProcessGroup] = None) -> None:
+                 refresh_cap: int = REFRESH_CAP, precondition: bool = True,
+                 group: Optional[dist.ProcessGroup] = None, track_every: int = TRACK_EVERY) -> None:
         if check_optimizer(optimizer) != self.name:
             raise UnsupportedOptimizer(f"FrozenVarianceAdam runs torch.optim.Adam/AdamW, got {type(optimizer).__name__}")
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be >= 1 (Adam needs a variance to freeze), got {warmup_steps}")
+        if refresh_cap < 1:
+            raise ValueError(f"refresh_cap must be >= 1 step, got {refresh_cap}")
         if not state.compressor.averages:
             raise UnsupportedOptimizer(f"{state.compressor.name}'s exchange is a vote, not an average of the "
                                        "momentum, which the frozen-variance Adam step needs")
@@ -308,18 +356,24 @@ class FrozenVarianceAdam(OptimizerScheme):
         self.warmup_steps = int(warmup_steps)
         self.variance_floor = float(variance_floor)
         self.max_update_rms = max_update_rms
-        #: the frozen denominators ``sqrt(v_t0) / sqrt(1 - beta2**t0) + eps`` by parameter (after the freeze)
+        self.refresh = bool(refresh) and dist.is_available() and dist.is_initialized()
+        self.refresh_cap = int(refresh_cap)
+        self.precondition = bool(precondition)
+        self.group = group
+        #: the denominators ``sqrt(v_hat) + eps`` by parameter (after the switch)
         self.denominators: Dict[Tensor, Tensor] = {}
         self.frozen = False
-        self.refresh = bool(refresh) and dist.is_available() and dist.is_initialized()
-        #: the group the refreshes average on (None: the default group); never one with collectives in flight
-        self.group = group
-        #: this rank's own second moment (EMA with beta2 of its local gradients, from prepare())
+        #: this rank's own second moment: EMA (beta2) of its local gradients, fed by prepare()
         self.local_v: Dict[Tensor, Tensor] = {}
-        #: per parameter, mean exact v / mean local v at the freeze (local gradients carry more noise)
-        self.correction: Dict[Tensor, float] = {}
-        #: variance refreshes done after the freeze
+        #: this rank's local gradients of a refresh step
+        self._stash: Dict[Tensor, Tensor] = {}
+        #: variance refreshes done
         self.refreshes = 0
+        self.track_every = int(track_every)
+        #: per parameter: the v_hat of the last freeze or refresh, and the ranks' mean local level then
+        self._base: Dict[Tensor, Tensor] = {}
+        self._level: Dict[Tensor, float] = {}
+        self._eps = {p: float(g["eps"]) for g in optimizer.param_groups for p in g["params"]}
         # warm-up: plain averages of the gradients, no momentum in the exchange
         state.momentum = 0.0
         state.warmup_iters = _NEVER
@@ -328,21 +382,36 @@ class FrozenVarianceAdam(OptimizerScheme):
         if self.steps >= self.warmup_steps:
             self._freeze()
 
+    # -- the exchange's side -------------------------------------------------------
     def prepare(self, buffer: Tensor, params: Sequence[Tensor]) -> None:
-        """Keep this rank's own variance: ``v_i = beta2 v_i + (1 - beta2) g_i^2`` from the bucket's local gradients."""
-        if not self.refresh:
+        """Track this rank's own variance; after the switch, divide the gradients by the denominators.
+
+        ``v_i = beta2 v_i + (1 - beta2) g_i^2`` from the bucket's local
+        gradients (kept, on a refresh step, for the noise estimate), then
+        ``g_i /= denominator`` when the exchange carries the preconditioned momentum.
+        """
+        divide = self.frozen and self.precondition
+        if not self.refresh and not divide:
             return
+        keep = self.refresh and self.refresh_due(self.steps + 1)
         flat, offset = buffer.view(-1), 0
         with torch.no_grad():
             for p in params:
                 n = p.numel()
                 g = flat[offset:offset + n]
-                v = self.local_v.get(p)
-                if v is None:
-                    v = self.local_v[p] = torch.zeros(n, dtype=torch.float32, device=p.device)
-                v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
                 offset += n
+                if self.refresh:
+                    v = self.local_v.get(p)
+                    if v is None:
+                        v = self.local_v[p] = torch.zeros(n, dtype=torch.float32, device=p.device)
+                    v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+                    if keep:
+                        self._stash[p] = g.detach().clone()
+                denom = self.denominators.get(p) if divide else None
+                if denom is not None:
+                    g.div_(denom.view(-1))
 
+    # -- the optimizer's side ------------------------------------------------------
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         if not self.frozen:
             loss = self.step_fn(closure) if closure is not None else self.step_fn()
@@ -354,51 +423,59 @@ class FrozenVarianceAdam(OptimizerScheme):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        frozen_adam_step(self.optimizer, self.denominators, self.max_update_rms)
+        frozen_adam_step(self.optimizer, self.denominators, self.max_update_rms, self.precondition)
         self.steps += 1
-        if self.refresh and self._refresh_due():
+        if self.refresh and self.refresh_due(self.steps):
             self._refresh()
+        elif self.refresh and self.track_every and self.steps % self.track_every == 0:
+            self._track()
         return loss
 
-    def _refresh_due(self) -> bool:
-        """At 2, 4, 8, ... times the warm-up: the variance changes fast early and slowly later."""
-        ratio, rest = divmod(self.steps, self.warmup_steps)
-        return rest == 0 and ratio >= 2 and ratio & (ratio - 1) == 0
-
-    def _averaged_local_v(self) -> Dict[Tensor, Tensor]:
-        """The ranks' mean local variance, bias-corrected (one bf16 all_reduce on ``self.group``)."""
+    def _levels(self) -> Dict[Tensor, float]:
+        """Each tensor's mean local variance, averaged over the ranks (one small fp32 all_reduce)."""
         params = [p for p in self.denominators if p in self.local_v]
         if not params:
             return {}
-        flat = torch.cat([self.local_v[p] for p in params]).to(torch.bfloat16)
-        dist.all_reduce(flat, group=self.group)
-        world = dist.get_world_size(self.group)
-        flat = flat.float().div_(world * (1.0 - self.beta2 ** self.steps))
-        out, offset = {}, 0
-        for p in params:
-            out[p] = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
-            offset += p.numel()
-        return out
+        means = torch.stack([self.local_v[p].mean() for p in params])
+        dist.all_reduce(means, group=self.group)
+        return dict(zip(params, means.tolist()))
 
-    def _refresh(self) -> None:
-        """Replace the frozen variance by the ranks' averaged own variance, scaled by the freeze's correction."""
-        averaged = self._averaged_local_v()
+    def _track(self) -> None:
+        """Follow each tensor's variance level between refreshes: ``v_hat = base * level / level_then``."""
+        ratios: Dict[Tensor, Tensor] = {}
+        levels = self._levels()
+        if not self._level:  # resumed from a checkpoint: start following from here
+            self._level = levels
+            return
         with torch.no_grad():
-            for g in self.optimizer.param_groups:
-                for p in g["params"]:
-                    v = averaged.get(p)
-                    if v is None:
-                        continue
-                    v_hat = v * self.correction.get(p, 1.0)
-                    if self.variance_floor > 0 and v_hat.numel():
-                        v_hat = v_hat.clamp(min=self.variance_floor * float(v_hat.mean()))
-                    self.denominators[p] = v_hat.sqrt().add_(g["eps"])
-                    s = self.optimizer.state[p]
-                    s["exp_avg_sq"].copy_(v_hat * (1.0 - self.beta2 ** _step_of(s)))
-        self.refreshes += 1
+            for p, level in levels.items():
+                base, was = self._base.get(p), self._level.get(p)
+                if base is None or not was or not level:
+                    continue
+                old = self.denominators[p]
+                v_hat = base * (level / was)
+                self.denominators[p] = v_hat.sqrt().add_(self._eps[p])
+                ratios[p] = old / self.denominators[p]
+                s = self.optimizer.state[p]
+                s["exp_avg_sq"].copy_(v_hat * (1.0 - self.beta2 ** _step_of(s)))
+        if self.precondition and ratios:
+            self._rescale_exchange(ratios)
+
+    def refresh_due(self, step: int) -> bool:
+        """Whether the variance is refreshed after optimizer step ``step``.
+
+        At 2, 4, 8, ... times the warm-up (the variance moves fast early),
+        then every ``refresh_cap`` steps.
+        """
+        if step <= self.warmup_steps:
+            return False
+        if step >= self.refresh_cap:
+            return step % self.refresh_cap == 0
+        ratio, rest = divmod(step, self.warmup_steps)
+        return rest == 0 and ratio & (ratio - 1) == 0
 
     def _freeze(self) -> None:
-        """Freeze ``v_hat``, seed the exchange's momentum with ``exp_avg / (1 - beta1)``, start compressing."""
+        """Switch: denominators from Adam's own ``v``, the exchange's momentum seeded, compression on."""
         seeds = []
         with torch.no_grad():
             for g in self.optimizer.param_groups:
@@ -406,36 +483,98 @@ class FrozenVarianceAdam(OptimizerScheme):
                     s = self.optimizer.state.get(p)
                     if not s or "exp_avg_sq" not in s:
                         continue
-                    self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2, g["eps"],
-                                                              self.variance_floor)
-                    seeds.append((p, s["exp_avg"] / (1.0 - self.beta1)))
-            if self.refresh:
-                for p, local in self._averaged_local_v().items():
-                    exact = float(self.optimizer.state[p]["exp_avg_sq"].mean()) / (1.0 - self.beta2 ** self.steps)
-                    mean_local = float(local.mean())
-                    self.correction[p] = exact / mean_local if mean_local > 0 else 1.0
+                    denom = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2, g["eps"], self.variance_floor)
+                    self.denominators[p] = denom
+                    self._base[p] = (denom - g["eps"]).square()
+                    m = s["exp_avg"] / (1.0 - self.beta1)
+                    seeds.append((p, m / denom if self.precondition else m))
         self._seed(seeds)
+        if self.refresh:
+            self._level = self._levels()
         self.state.momentum = self.beta1
         self.state.warmup_iters = self.state.step  # the next exchange compresses
         self.frozen = True
-        log.info("variance frozen after %d steps; the exchange keeps the momentum (beta1=%g) and compresses",
+        log.info("Adam switched after %d steps: variance frozen, the exchange keeps the momentum (beta1=%g)",
                  self.steps, self.beta1)
 
+    def _refresh(self) -> None:
+        """``v_hat`` = the ranks' mean own variance times each tensor's noise ratio (module doc)."""
+        params = [p for p in self.denominators if p in self.local_v and p in self._stash]
+        if not params:
+            return
+        world = dist.get_world_size(self.group)
+        # one bf16 all_reduce: every rank's variance and this step's local gradients
+        flat = torch.cat([self.local_v[p] for p in params] + [self._stash[p].float() for p in params])
+        sums = torch.stack([self._stash[p].float().pow(2).sum() for p in params])
+        flat = flat.to(torch.bfloat16)
+        dist.all_reduce(flat, group=self.group)
+        dist.all_reduce(sums, group=self.group)
+        flat = flat.float().div_(world)
+        total = sum(p.numel() for p in params)
+        old = dict(self.denominators)
+        correction = 1.0 - self.beta2 ** self.steps
+        with torch.no_grad():
+            offset = 0
+            for i, p in enumerate(params):
+                n = p.numel()
+                v = flat[offset:offset + n] / correction
+                mean_g = flat[total + offset:total + offset + n]
+                offset += n
+                # E[mean_i g_i]^2 / E[g_i^2]: 1 when the ranks agree, 1/world when their gradients are noise
+                local = float(sums[i]) / world
+                ratio = min(1.0, max(1.0 / world, float(mean_g.pow(2).sum()) / local)) if local > 0 else 1.0
+                v_hat = (v * ratio).view_as(p).to(p.dtype)
+                if self.variance_floor > 0 and n:
+                    v_hat = v_hat.clamp(min=self.variance_floor * float(v_hat.mean()))
+                eps = next(g["eps"] for g in self.optimizer.param_groups if any(q is p for q in g["params"]))
+                self.denominators[p] = v_hat.sqrt().add_(eps)
+                self._base[p] = v_hat
+                s = self.optimizer.state[p]
+                s["exp_avg_sq"].copy_(v_hat * (1.0 - self.beta2 ** _step_of(s)))
+            if self.precondition:  # the exchange's momentum and residuals are in the old units
+                self._rescale_exchange({p: old[p] / self.denominators[p] for p in params})
+        self._stash.clear()
+        self._level = self._levels()
+        self.refreshes += 1
+
+    def _rescale_exchange(self, ratios: Dict[Tensor, Tensor]) -> None:
+        """Multiply the exchange's per-element state (momentum, worker and server residuals) by ``ratios``.
+
+        A state key whose segments are not all in ``ratios`` (tensors of
+        another optimizer) is left alone; a served chunk takes its slice.
+        """
+        by_name = {self.state.names.name(p): r.reshape(-1) for p, r in ratios.items()}
+        stores: List[tuple] = [(k, self.state.momentum_buffers.get(k)) for k in self.state.momentum_buffers.keys()]
+        if self.state.error_feedback is not None:
+            stores += [(k, self.state.error_feedback.residual(k)) for k in self.state.error_feedback.keys()]
+        for key, buf in stores:
+            parts = [by_name.get(name) for name, _ in key.segments]
+            if buf is None or any(r is None for r in parts):
+                continue
+            ratio = torch.cat(parts)
+            if key.chunk is not None:
+                ratio = ratio[key.chunk[0]:key.chunk[0] + key.chunk[1]]
+            buf.view(-1).mul_(ratio.to(buf.dtype))
+
     def describe(self) -> str:
-        return (f"{type(self.optimizer).__name__}: {self.warmup_steps} steps of full-precision warm-up, then "
-                f"variance frozen and momentum (beta1 {self.beta1:g}) compressed in the exchange")
+        return (f"{type(self.optimizer).__name__}: {self.warmup_steps} steps of full-precision warm-up, then the "
+                f"momentum (beta1 {self.beta1:g}) over a variance refreshed "
+                f"{'every ' + str(self.refresh_cap) + ' steps at most' if self.refresh else 'never'}, "
+                "compressed in the exchange")
 
     def short(self) -> str:
-        return f"{type(self.optimizer).__name__}: frozen variance after {self.warmup_steps} steps"
+        return f"{type(self.optimizer).__name__}: 1-bit Adam scheme, warm-up {self.warmup_steps}"
 
     def state_dict(self) -> Dict[str, Any]:
-        return {**super().state_dict(), "frozen": self.frozen}
+        return {**super().state_dict(), "frozen": self.frozen, "local_v": [v.clone() for v in self.local_v.values()]}
 
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore the position; the frozen denominators come back from the optimizer's own state."""
+        """Restore the position; the denominators come back from the optimizer's own state."""
         super().load_state_dict(saved)
         self.frozen = False
         self.denominators = {}
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.local_v = dict(zip(params, (v.clone() for v in saved.get("local_v", []))))
         if saved["frozen"]:
             with torch.no_grad():
                 for g in self.optimizer.param_groups:
@@ -444,7 +583,9 @@ class FrozenVarianceAdam(OptimizerScheme):
                         if s and "exp_avg_sq" in s:
                             # exp_avg_sq was kept at v_hat * (1 - beta2**t): dividing recovers v_hat
                             self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2,
-                                                                      g["eps"], self.variance_floor)
+                                                                      g["eps"])
+                            self._base[p] = (self.denominators[p] - g["eps"]).square()
+            self._level = {}
             self.frozen = True
 
 
@@ -465,7 +606,7 @@ def frozen_denominator(exp_avg_sq: Tensor, step: float, beta2: float, eps: float
 
 
 def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor, Tensor],
-                     max_update_rms: Optional[float] = None) -> None:
+                     max_update_rms: Optional[float] = None, preconditioned: bool = False) -> None:
     """One Adam/AdamW step with the variance frozen; ``.grad`` holds the sum-form momentum ``u``.
 
     Per parameter with a gradient (see the module doc for the formula)::
@@ -498,13 +639,18 @@ def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor
                     s["step"] = t
                 if wd:
                     p.mul_(1.0 - lr * wd)
-                torch.mul(p.grad, 1.0 - beta1, out=s["exp_avg"])
                 scale = 1.0 / (1.0 - beta1 ** t)
+                if preconditioned:  # .grad holds u / denominator: the update itself
+                    update = p.grad.mul(1.0 - beta1)
+                    torch.mul(update, denom, out=s["exp_avg"])
+                else:
+                    torch.mul(p.grad, 1.0 - beta1, out=s["exp_avg"])
+                    update = s["exp_avg"] / denom
                 if max_update_rms is not None and p.numel():
-                    rms = float((s["exp_avg"] / denom).norm()) * scale / math.sqrt(p.numel())
+                    rms = float(update.norm()) * scale / math.sqrt(p.numel())
                     if rms > max_update_rms:
                         scale *= max_update_rms / rms
-                p.addcdiv_(s["exp_avg"], denom, value=-lr * scale)
+                p.add_(update, alpha=-lr * scale)
                 s["exp_avg_sq"].mul_((1.0 - beta2 ** t) / (1.0 - beta2 ** (t - 1.0)))
 
 

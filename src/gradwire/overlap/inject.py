@@ -17,6 +17,9 @@ delayed, C+delayed             ``gradient_as_bucket_view``,     ``strategy.step`
                                delayed's hook                   the optimizer's (or scheme's) step
 localsgd:H, async-average:H    a no-op hook: gradients stay     the optimizer's step, then the
 (with or without C)            local                            strategy's parameter averaging
+handler, C+handler             DDP's reducer off; the           ``synchronize()``, then the
+                               handler's autograd hooks         optimizer's (or scheme's) step
+                               average
 =============================  ===============================  ==================================
 
 With a compressor on gradients (C, C+delayed) the exchange owns the momentum:
@@ -29,8 +32,9 @@ the momentum compressed). The other strategies leave the optimizer as it is.
 
 Refusals. A strategy that cannot be applied to the script is never run half
 way: :class:`StrategyRefused` is raised where the script reaches the point
-that cannot work (a second DDP, ``handler``, an optimizer no scheme runs,
-no optimizer at the first forward, a comm hook of the script's own), with the
+that cannot work (a second DDP, an optimizer no scheme runs, no optimizer at
+the first forward, a comm hook of the script's own, SGD's weight decay under
+a compressing ``handler``), with the
 reason. A script that steps an optimizer before it ever builds a DDP raises
 :class:`StrategyNotApplied` at that first step, so no run of the baseline is
 passed off as the strategy. ``sync`` never refuses: it is the script as
@@ -204,10 +208,6 @@ class Injection:
         # the exchange's momentum is set by the optimizer scheme at the first forward
         strategy = self.choice.build(momentum=0.0, group=group)
         self.strategy = strategy
-        if isinstance(strategy, HandlerStrategy):
-            raise self.refuse("handler replaces DDP (it averages gradients from autograd hooks, for loops "
-                              "without DDP); this script builds DDP, whose bucketed all_reduce overlaps "
-                              "backward the same way: use sync")
         if isinstance(strategy, TorchPowerSGDStrategy):
             on_cpu = any(p.device.type == "cpu" for p in ddp.module.parameters())
             if on_cpu and torch.cuda.is_available():
@@ -218,6 +218,12 @@ class Injection:
             strategy.adopt(ddp, register_hook=False)
             self._hook = _Hook(delayed_hook, strategy)
             what = "the local vector now, its average one step later"
+        elif isinstance(strategy, HandlerStrategy):
+            # DDP's reducer off (as inside ``no_sync()``, for good): it would copy its buckets back into
+            # the gradients that the handler's all_reduces are writing in place
+            ddp.require_backward_grad_sync = False
+            strategy.wrap(ddp.module)
+            what = "per-parameter averages launched from autograd hooks (DDP's own all_reduce off)"
         elif isinstance(strategy, _Averaging):
             from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
@@ -234,8 +240,8 @@ class Injection:
         else:  # a strategy this table does not know
             raise self.refuse(f"strategy {strategy.name} cannot be applied to a script's own DDP")
         self.description = f"{self.choice}: {what}"
-        real_register = ddp.register_comm_hook
-        real_register(self._hook, _injected_hook)
+        if self._hook is not None:
+            ddp.register_comm_hook(self._hook, _injected_hook)
 
         def register_comm_hook(state: object, hook: Callable[..., Any]) -> None:
             raise self.refuse("the script registers a DDP comm hook of its own; it would replace the strategy's")
@@ -253,11 +259,14 @@ class Injection:
 
     def _needs_scheme(self) -> bool:
         return (self.choice.compressor is not None and self.strategy is not None
-                and isinstance(self.strategy, (SyncStrategy, DelayedStrategy))
+                and isinstance(self.strategy, (SyncStrategy, DelayedStrategy, HandlerStrategy))
                 and not isinstance(self.strategy, (TorchFP16Strategy, TorchPowerSGDStrategy)))
 
+    def _steps_through_strategy(self) -> bool:
+        return isinstance(self.strategy, (DelayedStrategy, _Averaging, HandlerStrategy))
+
     def _needs_step(self) -> bool:
-        return isinstance(self.strategy, (DelayedStrategy, _Averaging)) or self._needs_scheme()
+        return self._steps_through_strategy() or self._needs_scheme()
 
     def _resolve(self, ddp: nn.Module) -> None:
         """Find the optimizer that owns the DDP's parameters; split it with the exchange when needed."""
@@ -278,12 +287,24 @@ class Injection:
         self._owner = weakref.ref(owner)
         real_step = _install_step(owner, self)
         if self._needs_scheme():
-            state = self._hook.state if isinstance(self.strategy, SyncStrategy) else self.strategy.exchange
+            if isinstance(self.strategy, SyncStrategy):
+                state = self._hook.state
+            elif isinstance(self.strategy, HandlerStrategy):
+                state = self.strategy.handler._exchange
+            else:
+                state = self.strategy.exchange
+            if (isinstance(self.strategy, HandlerStrategy) and isinstance(owner, torch.optim.SGD)
+                    and any(g["weight_decay"] for g in owner.param_groups)):
+                raise self.refuse("handler averages each gradient from an autograd hook, where SGD's weight decay "
+                                  "cannot join the momentum the exchange owns; use weight_decay=0 or a DDP "
+                                  "strategy (onebit, onebit+delayed)")
             try:
-                self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step)
+                self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step,
+                                         group=self.strategy.group)
             except UnsupportedOptimizer as exc:
                 raise self.refuse(str(exc)) from None
-            self._hook.scheme = self.scheme
+            if self._hook is not None:
+                self._hook.scheme = self.scheme
             self.description += f"; {self.scheme.describe()}"
             self._set(APPLIED)
         self._real_step = real_step
@@ -293,7 +314,7 @@ class Injection:
         """The owning optimizer's step under the strategy."""
         inner = self.scheme.step if self.scheme is not None else self._real_step
         try:
-            if isinstance(self.strategy, (DelayedStrategy, _Averaging)):
+            if self._steps_through_strategy():
                 proxy = _StepProxy(inner, args, kwargs)
                 self.strategy.step(proxy)  # type: ignore[arg-type]
                 return proxy.result
