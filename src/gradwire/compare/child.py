@@ -37,7 +37,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["ADAM_WARMUP_ENV", "SEED_ENV", "STRATEGY_ENV", "Child", "active", "start", "summary"]
+__all__ = ["ADAM_WARMUP_ENV", "RECORD_KEY", "SEED_ENV", "STRATEGY_ENV", "Child", "active", "start", "summary"]
+
+#: where the profile's bootstrap puts :func:`summary` in ``rank<N>.json``
+RECORD_KEY = "compare"
 
 STRATEGY_ENV = "GRADWIRE_STRATEGY"
 ADAM_WARMUP_ENV = "GRADWIRE_ADAM_WARMUP"

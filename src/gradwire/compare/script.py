@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gradwire._files import keep_previous
-from gradwire.compare.child import ADAM_WARMUP_ENV, SEED_ENV, STRATEGY_ENV
+from gradwire.compare import child
+from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET
 from gradwire.compare.results import (
     FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
@@ -306,7 +307,7 @@ def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str
         if said is not None:
             return kind, said["reason"], None, ""
     records = [r for r in _read(folder, "rank*.json")]
-    compared = [r["compare"] for r in records if "compare" in r]
+    compared = [r[RECORD_KEY] for r in records if RECORD_KEY in r]
     stderr = _tail(folder / "stderr.log")
     applied = compared[0]["injection"]["short"] if compared else ""
     world = compared[0]["world"] if compared else 0
@@ -366,7 +367,7 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
             folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
             folder.mkdir(parents=True, exist_ok=True)
             name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
-            env = child_env(spec, folder)
+            env = child_env(spec, folder, after_init=child.__name__)
             env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
             try:
                 launched = _launch(cfg, _command(cfg, seed), env, folder)

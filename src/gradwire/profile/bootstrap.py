@@ -16,28 +16,33 @@ here, which:
    calls ``destroy_process_group`` or exits — before teardown, because gloo
    teardown occasionally aborts the process.
 
-``gradwire compare -- CMD`` starts the job the same way, with the strategy
-in ``GRADWIRE_STRATEGY``: then :mod:`gradwire.compare.child` also starts
-right after init (it applies the strategy where the script builds its DDP
-model and times the steps), its summary goes into ``rank<N>.json`` under
-``"compare"`` with how the script ended (``destroy_process_group`` or
-``exit``), and no trace is written (a comparison runs many trainings).
+A launcher that needs more in every rank names a module in
+``GRADWIRE_AFTER_INIT`` (``child_env(..., after_init=...)``). The module
+provides ``start(out: Path)``, called right after init, and
+``summary(how: str) -> dict | None``, called before the rank's record is
+written; a summary goes into ``rank<N>.json`` under the module's
+``RECORD_KEY`` with how the script ended (``destroy_process_group`` or
+``exit``), and then no trace is written. ``gradwire compare -- CMD`` names
+:mod:`gradwire.compare.child` this way (it applies the strategy where the
+script builds its DDP model and times the steps). The module is named, not
+imported here, so that the profile does not depend on its users.
 """
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["DIR_ENV", "NET_ENV", "SITE_DIR", "STRATEGY_ENV", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
+__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
 NET_ENV = "GRADWIRE_NET"
 TORCH_PROFILER_ENV = "GRADWIRE_PROFILE_TORCH"
-#: the strategy of a ``gradwire compare -- CMD`` run (see gradwire.compare.child)
-STRATEGY_ENV = "GRADWIRE_STRATEGY"
+#: a module to start in every rank right after init (see the module doc)
+AFTER_INIT_ENV = "GRADWIRE_AFTER_INIT"
 #: the folder ``gradwire profile`` puts first on the job's PYTHONPATH
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 _session = None
@@ -45,8 +50,11 @@ _installed = False
 
 
 def child_env(net: str, out: Path, torch_profiler: bool = False,
-              base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a job run under the profile: ``base`` (default ``os.environ``) plus ours."""
+              base: Mapping[str, str] | None = None, after_init: str | None = None) -> dict[str, str]:
+    """The environment of a job run under the profile: ``base`` (default ``os.environ``) plus ours.
+
+    ``after_init`` names a module to start in every rank after init (see the module doc).
+    """
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env[NET_ENV] = net
@@ -55,7 +63,17 @@ def child_env(net: str, out: Path, torch_profiler: bool = False,
         env[TORCH_PROFILER_ENV] = "1"
     else:
         env.pop(TORCH_PROFILER_ENV, None)
+    if after_init:
+        env[AFTER_INIT_ENV] = after_init
+    else:
+        env.pop(AFTER_INIT_ENV, None)
     return env
+
+
+def _after_init() -> Any:
+    """The module named in ``GRADWIRE_AFTER_INIT``, or None."""
+    name = os.environ.get(AFTER_INIT_ENV)
+    return importlib.import_module(name) if name else None
 
 
 def _dump(how: str = "exit") -> None:
@@ -66,16 +84,15 @@ def _dump(how: str = "exit") -> None:
     out = Path(os.environ[DIR_ENV])
     import torch.distributed as dist
 
-    from gradwire.compare import child
-
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
-    compared = child.summary(how)  # first: it waits for the strategy's averages still in flight
-    session.trace = None if compared is not None else out / f"trace.rank{rank}.json"
+    extra = _after_init()
+    summary = None if extra is None else extra.summary(how)  # first: it may wait for work still in flight
+    session.trace = None if summary is not None else out / f"trace.rank{rank}.json"
     result = session.stop()
     result.rank = rank
     record = result.as_dict()
-    if compared is not None:
-        record["compare"] = compared
+    if summary is not None:
+        record[extra.RECORD_KEY] = summary
     (out / f"rank{rank}.json").write_text(json.dumps(record))
 
 
@@ -93,10 +110,9 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
     kwargs.pop("device_id", None)
     real_init("gradwire", *args, **kwargs)
     _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
-    if os.environ.get(STRATEGY_ENV):
-        from gradwire.compare import child
-
-        child.start(Path(os.environ[DIR_ENV]))
+    extra = _after_init()
+    if extra is not None:
+        extra.start(Path(os.environ[DIR_ENV]))
 
 
 def _install() -> None:

@@ -1,0 +1,46 @@
+"""A small DDP training script for the compare tests (RANK, WORLD_SIZE, MASTER_* from the environment).
+
+``--optimizer sgd|nesterov|adamw`` picks what gradwire has to work with,
+``--no-ddp`` trains without DDP, ``--report`` calls ``gradwire.report``.
+"""
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--optimizer", choices=("sgd", "nesterov", "adamw"), default="sgd")
+    p.add_argument("--no-ddp", action="store_true")
+    p.add_argument("--report", action="store_true")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(args.seed)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))  # 2372 parameters: compressed
+    module = model if args.no_ddp else DDP(model)
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(module.parameters(), lr=1e-2)
+    else:
+        opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9, nesterov=args.optimizer == "nesterov")
+    data = torch.Generator().manual_seed(100 * args.seed + rank)
+    for step in range(1, args.steps + 1):
+        x = torch.randn(16, 32, generator=data)
+        loss = nn.functional.mse_loss(module(x), x[:, :4])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if args.report and rank == 0 and step % 2 == 0:
+            import gradwire
+
+            gradwire.report(step=step, score=float(step) + args.seed)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
