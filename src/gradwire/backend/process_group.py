@@ -98,7 +98,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         group_id: str,
         model: NetworkModel,
     ) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lacks the (rank, size) constructor
         from torch.distributed.distributed_c10d import ProcessGroupGloo
 
         self._store = store
@@ -193,7 +193,9 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if name == "nccl":
                 from torch.distributed.distributed_c10d import ProcessGroupNCCL
 
-                nccl = ProcessGroupNCCL(dist.PrefixStore("gradwire/nccl/", self._store), self.rank(), self.size())
+                # torch's stub lacks the (store, rank, size, timeout=default) constructor
+                nccl = ProcessGroupNCCL(  # type: ignore[call-arg]
+                    dist.PrefixStore("gradwire/nccl/", self._store), self.rank(), self.size())
                 self._nccl = _inner_group(nccl, "cuda", self._store, self.rank(), self.size(), self._timeout)
             elif self.rank() == 0:
                 _LOG.info("gradwire group %s: CUDA tensors run on gloo (%s)", self._group_id, why)
@@ -267,7 +269,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return result
 
     # ---- collectives ----------------------------------------------------
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+    # Each op takes the (tensors, opts) form that distributed_c10d and the C++
+    # dispatcher call. torch's stub also lists the binding's convenience
+    # overloads (one tensor, op=..., timeout=...), which this group does not
+    # accept: hence the ``override`` ignores. The aliases give an op torch's
+    # other name; the stub names their parameters differently.
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.AllreduceOptions()
         post = None
         if opts.reduceOp == _AVG:
@@ -283,11 +290,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts),
                             post=post, opts=opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.BroadcastOptions()
         return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.ReduceOptions()
         post = None
         if opts.reduceOp == _AVG:
@@ -297,7 +304,9 @@ class GradwireProcessGroup(dist.ProcessGroup):
             opts.rootRank = root
         return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts)
 
-    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+    def allgather(  # type: ignore[override]
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
+    ) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
                             lambda b: b.allgather(output_lists, inputs, opts), opts=opts)
@@ -325,9 +334,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("all_gather", _nbytes(outputs), inputs,
                             lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts)
 
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
+    def reduce_scatter(  # type: ignore[override]
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
+    ) -> GradwireWork:
         opts = opts or c10d.ReduceScatterOptions()
         post = None
         if opts.reduceOp == _AVG:
@@ -343,7 +354,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("reduce_scatter", _nbytes([input]), [input],
                             lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> GradwireWork:
@@ -355,7 +366,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("reduce_scatter", _nbytes(inputs), inputs,
                             lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts)
 
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
 
     def all_to_all_single(
         self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -365,18 +376,22 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._launch("all_to_all", _nbytes([input]), [input],
                             lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts)
 
-    alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
         return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts)
 
-    def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
+    def gather(  # type: ignore[override]
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
+    ) -> GradwireWork:
         opts = opts or c10d.GatherOptions()
         return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
                             lambda b: b.gather(output_lists, inputs, opts), opts=opts)
 
-    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> GradwireWork:
+    def scatter(  # type: ignore[override]
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
+    ) -> GradwireWork:
         opts = opts or c10d.ScatterOptions()
         return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
                             lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
@@ -436,7 +451,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
             b.monitored_barrier(limit, wait_all_ranks)
             done: Future = Future()
             done.set_result([])
-            return c10d._create_work_from_future(done)
+            return c10d._create_work_from_future(done)  # type: ignore[attr-defined]  # missing from torch's stub
 
         opts = c10d.BarrierOptions()
         opts.asyncOp = False
