@@ -549,9 +549,10 @@ class FrozenVarianceAdam(OptimizerScheme):
             stores += [(k, self.state.error_feedback.residual(k)) for k in self.state.error_feedback.keys()]
         for key, buf in stores:
             parts = [by_name.get(name) for name, _ in key.segments]
-            if buf is None or any(r is None for r in parts):
+            found = [r for r in parts if r is not None]
+            if buf is None or len(found) < len(parts):
                 continue
-            ratio = torch.cat(parts)
+            ratio = torch.cat(found)
             if key.chunk is not None:
                 ratio = ratio[key.chunk[0]:key.chunk[0] + key.chunk[1]]
             buf.view(-1).mul_(ratio.to(buf.dtype))

@@ -62,13 +62,15 @@ import inspect
 import logging
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.hooks import RemovableHandle
 
+from gradwire.hooks import CompressionState
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
 
 from .averaging import _Averaging
@@ -286,21 +288,27 @@ class Injection:
         self.optimizer_name = type(owner).__name__
         self._owner = weakref.ref(owner)
         real_step = _install_step(owner, self)
+        strategy = self.strategy
         if self._needs_scheme():
-            if isinstance(self.strategy, SyncStrategy):
+            # adopt() made what each branch reads: the hook, the handler, delayed's exchange
+            state: CompressionState
+            if isinstance(strategy, SyncStrategy):
+                assert self._hook is not None
                 state = self._hook.state
-            elif isinstance(self.strategy, HandlerStrategy):
-                state = self.strategy.handler._exchange
+            elif isinstance(strategy, HandlerStrategy):
+                assert strategy.handler is not None
+                state = strategy.handler._exchange
             else:
-                state = self.strategy.exchange
-            if (isinstance(self.strategy, HandlerStrategy) and isinstance(owner, torch.optim.SGD)
+                assert isinstance(strategy, DelayedStrategy) and strategy.exchange is not None
+                state = strategy.exchange
+            if (isinstance(strategy, HandlerStrategy) and isinstance(owner, torch.optim.SGD)
                     and any(g["weight_decay"] for g in owner.param_groups)):
                 raise self.refuse("handler averages each gradient from an autograd hook, where SGD's weight decay "
                                   "cannot join the momentum the exchange owns; use weight_decay=0 or a DDP "
                                   "strategy (onebit, onebit+delayed)")
             try:
                 self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step,
-                                         group=self.strategy.group)
+                                         group=strategy.group)
             except UnsupportedOptimizer as exc:
                 raise self.refuse(str(exc)) from None
             if self._hook is not None:
@@ -313,10 +321,12 @@ class Injection:
     def optimizer_step(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
         """The owning optimizer's step under the strategy."""
         inner = self.scheme.step if self.scheme is not None else self._real_step
+        strategy = self.strategy
         try:
             if self._steps_through_strategy():
+                assert strategy is not None
                 proxy = _StepProxy(inner, args, kwargs)
-                self.strategy.step(proxy)  # type: ignore[arg-type]
+                strategy.step(proxy)  # type: ignore[arg-type]  # a strategy only calls its optimizer's step()
                 return proxy.result
             return inner(*args, **kwargs)
         finally:
@@ -337,8 +347,10 @@ class Injection:
         if isinstance(strategy, DelayedStrategy):
             for launch in (strategy._previous or []) + strategy._launches:
                 pending.append(launch.future)
-        elif strategy is not None and getattr(strategy, "_pending", None) is not None:
-            pending.append(strategy._pending[1])
+        else:
+            in_flight = getattr(strategy, "_pending", None)  # async-average's (snapshot, future)
+            if in_flight is not None:
+                pending.append(in_flight[1])
         for fut in pending:
             try:
                 fut.wait()
@@ -350,7 +362,8 @@ class Injection:
 #: optimizers made since install(), held weakly
 _registry: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
 _current: Optional[Injection] = None
-_saved: List[tuple] = []
+#: what install() replaced, as (owner, attribute, original), and the hook it registered
+_saved: List[Union[Tuple[Any, str, Any], RemovableHandle]] = []
 
 
 def _optimizers() -> List[torch.optim.Optimizer]:
@@ -368,7 +381,7 @@ def _install_step(optimizer: torch.optim.Optimizer, injection: Injection) -> Cal
 
     def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         if scheduled:
-            self._opt_called = True  # what the LR scheduler's own wrapper would have marked
+            self._opt_called = True  # type: ignore[attr-defined]  # what the LR scheduler's own wrapper would have marked
         return injection.optimizer_step(args, kwargs)
 
     if scheduled:
