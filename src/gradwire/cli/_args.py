@@ -13,9 +13,12 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 from gradwire._files import OutputPathError, check_output_dir, check_output_file
+
+if TYPE_CHECKING:
+    from gradwire.net import NetSpec
 
 __all__ = ["Parser", "check_net_fits", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
 
@@ -96,7 +99,7 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], ob
     return _typed("int", check)
 
 
-def check_net_fits(net: str, world: int) -> None:
+def check_net_fits(net: str | NetSpec, world: int) -> None:
     """Refuse a network that cannot hold ``world`` ranks: a topology of another size, a straggler past the last rank.
 
     The network model's own check, run before any rank starts (a spec whose
