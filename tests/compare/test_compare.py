@@ -22,19 +22,30 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     runs = {r["strategy"]: r for r in res["runs"]}
     epoch = {s: statistics.fmean(statistics.fmean(x["epoch_seconds"]) for x in r["seeds"]) for s, r in runs.items()}
     wire = {s: statistics.fmean(x["wire_bytes"] for x in r["seeds"]) for s, r in runs.items()}
+    close = {"rel": 1e-5}  # results.json keeps 6 significant digits
     for s in ("sync", "fp16", "localsgd:2"):
-        assert rows[s]["epoch_seconds"] == pytest.approx(epoch[s])
-        assert rows[s]["speedup"] == pytest.approx(epoch["sync"] / epoch[s])
-        assert rows[s]["reduction"] == pytest.approx(wire["sync"] / wire[s])
-    assert rows["fp16"]["ideal_speedup"] == pytest.approx(epoch["sync"] / epoch["compute-only"])
+        assert rows[s]["epoch_seconds"] == pytest.approx(epoch[s], **close)
+        assert rows[s]["speedup"] == pytest.approx(epoch["sync"] / epoch[s], **close)
+        assert rows[s]["reduction"] == pytest.approx(wire["sync"] / wire[s], **close)
+        assert rows[s]["of_ideal"] == pytest.approx(epoch["compute-only"] / epoch[s], **close)
+    assert rows["fp16"]["ideal_speedup"] == pytest.approx(epoch["sync"] / epoch["compute-only"], **close)
     # half the bytes per step; the exact fp32 average that makes replicas identical at the end
     # (local correction, see gradwire.hooks.state) adds one full all_reduce to the short run
-    assert 1.6 < rows["fp16"]["reduction"] <= 2.0
+    assert 1.5 < rows["fp16"]["reduction"] <= 2.0  # 11 steps of half the bytes, plus one full average
     assert rows["localsgd:2"]["reduction"] > 1.5  # a parameter average every 2 steps
     assert rows["compute-only"]["ideal_speedup"] > 1.0  # the 1 ms network costs something
     assert len(res["runs"][1]["seeds"]) == 2
-    for name in ("table.md", "accuracy.png", "breakdown.png"):
+    for name in ("table.md", "accuracy.png", "breakdown.png", "bandwidth.png"):
         assert (out / name).stat().st_size > 0
+    # the predicted speedup against bandwidth, on the compute-only run's measured step
+    predicted = res["predicted"]
+    assert predicted["world"] == 2 and predicted["baseline"] == "sync"
+    assert predicted["compute_ms"] == pytest.approx(rows["compute-only"]["compute_ms"], **close)
+    assert set(predicted["speedups"]) == {"fp16", "localsgd:2"}
+    fp16 = predicted["speedups"]["fp16"]
+    assert fp16[0] > 1.5 and fp16[-1] < 1.0  # halves a slow network's time; costs a cast on a free one
+    assert predicted["bandwidths"][0] < predicted["crossovers"]["fp16"] < predicted["bandwidths"][-1]
+    assert "pays fp16 below" in (out / "table.md").read_text()
     assert "speedup" in capsys.readouterr().out
 
 
@@ -53,7 +64,7 @@ def test_bad_config_names_the_valid_choices(kwargs, match):
 def test_schedule_interleaves_seeds_and_rotates_the_order():
     from gradwire.compare import COMPUTE_ONLY, schedule
 
-    cfg = CompareConfig(strategies=("sync", "fp16", "onebit"), workers=2, seeds=(0, 1))
+    cfg = CompareConfig(nets=("1gbe",), strategies=("sync", "fp16", "onebit"), workers=2, seeds=(0, 1))
     (turns,) = schedule(cfg)
     assert [(t.strategy, t.config.seed) for t in turns] == [
         (COMPUTE_ONLY, 0), ("sync", 0), ("fp16", 0), ("onebit", 0),
@@ -61,7 +72,8 @@ def test_schedule_interleaves_seeds_and_rotates_the_order():
     assert [t.index for t in turns] == list(range(8))
     co = turns[0].config
     assert (str(co.strategy), co.net.to_string()) == ("sync", "loopback") and turns[0].net == cfg.net_names[0]
-    apart = schedule(CompareConfig(strategies=("sync", "fp16"), workers=2, seeds=(0, 1), interleave=False))
+    apart = schedule(CompareConfig(nets=("1gbe",), strategies=("sync", "fp16"), workers=2, seeds=(0, 1),
+                                   interleave=False))
     assert [[(t.strategy, t.config.seed) for t in g] for g in apart] == [
         [(COMPUTE_ONLY, 0), (COMPUTE_ONLY, 1)], [("sync", 0), ("sync", 1)], [("fp16", 0), ("fp16", 1)]]
 
@@ -80,7 +92,8 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
         return t
 
     monkeypatch.setattr(runner, "_training", broken)
-    cfg = CompareConfig(strategies=("sync", "fp16"), workers=2, model="tiny", epochs=1, seeds=(0, 1), out=tmp_path)
+    cfg = CompareConfig(nets=("1gbe",), strategies=("sync", "fp16"), workers=2, model="tiny", epochs=1, seeds=(0, 1),
+                        out=tmp_path)
     events = []
     res = runner.run_compare(cfg, on_training=events.append)
     # round 1 runs sync, fp16 (fails), then compute-only in fresh processes
@@ -94,8 +107,8 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     assert saved["runs"][2]["status"] == "failed" and saved["runs"][2]["finished"] and not saved["runs"][2]["ok"]
     # a second comparison in the same folder (each strategy in processes of its own this time)
     # keeps the first one's results
-    again = runner.run_compare(CompareConfig(strategies=("sync",), workers=2, model="tiny", epochs=1, seeds=(0, 1),
-                                             out=tmp_path, interleave=False), on_training=events.append)
+    again = runner.run_compare(CompareConfig(nets=("1gbe",), strategies=("sync",), workers=2, model="tiny", epochs=1,
+                                             seeds=(0, 1), out=tmp_path, interleave=False), on_training=events.append)
     assert [(e.strategy, e.seed) for e in events[6:]] == [
         ("compute-only", 0), ("compute-only", 1), ("sync", 0), ("sync", 1)]
     assert all(r.ok and r.ranks_agree and len(r.seeds) == 2 for r in again.runs)

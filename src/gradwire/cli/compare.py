@@ -1,8 +1,11 @@
 """`gradwire compare`: train a real model under every strategy and network; table, JSON, plots.
 
-With no command it runs the default experiment: the digits CNN (wide) on 4
-workers on the default network, baseline vs onebit, delayed, onebit+delayed and
-PyTorch's fp16 and PowerSGD hooks, 3 seeds each, plus a compute-only run.
+With no command it runs the default experiment: the digits CNN (wide), one
+worker per core (at least 2), on two networks, one where communication
+dominates and one where it does not; baseline vs onebit, delayed,
+onebit+delayed and PyTorch's fp16 and PowerSGD hooks, 3 seeds each, plus a
+compute-only run. One table per network, and a plot of the predicted speedup
+against bandwidth with each strategy's crossover.
 The strategies take turns in one set of worker processes (round k: every
 strategy on seed k), so a machine that drifts shifts them all alike.
 
@@ -35,7 +38,7 @@ _CMD_ONLY = ("adam_warmup", "metric")
 
 
 def add_parser(sub: Any) -> None:
-    from gradwire.compare.config import DEFAULT_NET, DEFAULT_STRATEGIES, CompareConfig
+    from gradwire.compare.config import DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, CompareConfig
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES
     from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 
@@ -43,12 +46,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("compare", help="measure every strategy on real training: ours, or your own script (the main job)",
                        description=__doc__.splitlines()[0])
     p.add_argument("--net", action="append", default=None,
-                   help=f"network spec or preset; repeat for a sweep (default: {DEFAULT_NET})")
+                   help=f"network spec or preset; repeat for several (default: {' and '.join(DEFAULT_NETS)}; "
+                        f"with a command: {DEFAULT_NET})")
     p.add_argument("--strategies", default=None,
                    help="comma-separated composed names; the first is the baseline (default: "
                         f"{','.join(DEFAULT_STRATEGIES)}; with a command: {','.join(DEFAULT_SCRIPT_STRATEGIES)})")
     p.add_argument("--workers", type=positive_int(1, 64), default=None,
-                   help=f"ranks per run (default: {d['workers'].default}); with a command: start this many copies "
+                   help="ranks per run (default: one per core, at least 2); with a command: start this many copies "
                         "of it (default: the command starts its ranks, e.g. torchrun)")
     p.add_argument("--seeds", type=positive_int(1), default=None,
                    help="number of seeds, 0..N-1 (default: 3; with a command: 3 if it contains {seed}, else 1)")
@@ -93,10 +97,8 @@ def run(args: argparse.Namespace) -> int:
     return _run_models(args)
 
 
-def _nets(args: argparse.Namespace) -> tuple[str, ...]:
-    from gradwire.compare.config import DEFAULT_NET
-
-    return tuple(args.net or [DEFAULT_NET])
+def _nets(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(args.net or default)
 
 
 def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -107,13 +109,13 @@ def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str
 
 def _run_models(args: argparse.Namespace) -> int:
     from gradwire.compare import CompareConfig, run_compare
-    from gradwire.compare.config import DEFAULT_STRATEGIES
+    from gradwire.compare.config import DEFAULT_NETS, DEFAULT_STRATEGIES, default_workers, usable_cores
 
     given = _given(args, _CMD_ONLY)
     if given:
         raise ValueError(f"{', '.join(given)}: only for a command of your own (after --)")
     d = CompareConfig.__dataclass_fields__
-    workers = d["workers"].default if args.workers is None else args.workers
+    workers = default_workers() if args.workers is None else args.workers
     if not 2 <= workers <= 16:
         raise ValueError(f"argument --workers: must be an integer from 2 to 16 for the bundled models, got {workers}")
 
@@ -121,7 +123,7 @@ def _run_models(args: argparse.Namespace) -> int:
         return d[name].default if value is None else value
 
     cfg = CompareConfig(
-        nets=_nets(args), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
+        nets=_nets(args, DEFAULT_NETS), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
         model=pick(args.model, "model"), epochs=pick(args.epochs, "epochs"),
         seeds=tuple(range(3 if args.seeds is None else args.seeds)), batch_size=pick(args.batch_size, "batch_size"),
         lr=pick(args.lr, "lr"), target_accuracy=pick(args.target, "target_accuracy"), out=Path(args.out),
@@ -129,9 +131,12 @@ def _run_models(args: argparse.Namespace) -> int:
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
+    if workers > usable_cores():
+        print(f"gradwire compare: warning: {workers} workers on {usable_cores()} cores: ranks will wait for peers "
+              "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
-                           "accuracy.png")
+                           "accuracy.png", predict_for=cfg)
 
 
 def _world_of(cmd: list[str]) -> int | None:
@@ -146,6 +151,7 @@ def _world_of(cmd: list[str]) -> int | None:
 
 def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     from gradwire.cli.profile import _check_command
+    from gradwire.compare.config import DEFAULT_NET
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
     from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 
@@ -155,7 +161,7 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                          "its model and training")
     _check_command(cmd[0])
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
-    cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
+    cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
                        timeout=900.0 if args.timeout is None else args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
@@ -168,7 +174,20 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, None, "metric.png")
 
 
-def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str) -> int:
+def _predicted(cfg: Any, rows: list[Any]) -> Any:
+    """Speedup against bandwidth on the measured step (None without a compute-only run to measure it by)."""
+    from gradwire.compare.config import COMPUTE_ONLY
+    from gradwire.compare.crossover import speedup_curves
+
+    ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
+    if ideal is None or not ideal.compute_ms > 0 or len(cfg.strategies) < 2:
+        return None
+    return speedup_curves(cfg.model, ideal.compute_ms, cfg.strategy_names, cfg.nets[0], cfg.workers,
+                          batch_size=cfg.batch_size)
+
+
+def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
+                    predict_for: Any = None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -205,11 +224,26 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     rows = rows_of(results)
     print_table(rows, target)
     results.rows = rows
+    plots = [out / plot_name, out / "breakdown.png"]
+    curves = _predicted(predict_for, rows) if predict_for is not None else None
+    markdown = to_markdown(rows, target)
+    if curves is not None:
+        from gradwire.compare.plots import plot_bandwidth
+        from gradwire.compare.crossover import rate
+
+        results.predicted = curves.as_dict()
+        said = ", ".join(f"{name} below {rate(at)}" if at is not None else
+                         f"{name} {'everywhere' if min(curves.speedups[name]) >= 1 else 'nowhere'} in 50 Mbit/s-400 Gbit/s"
+                         for name, at in curves.crossovers.items())
+        line = f"predicted on the measured step, {curves.world} ranks: pays {said}"
+        console.print(escape(line))
+        markdown += f"\n{line} (bandwidth.png).\n"
+        plots.append(plot_bandwidth(results.predicted, rows, out / "bandwidth.png"))
     results.save(out / "results.json")
-    (out / "table.md").write_text(to_markdown(rows, target))
-    plot_metric(results, out / plot_name)
-    plot_breakdown(rows, out / "breakdown.png")
-    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, {out / plot_name}, {out / 'breakdown.png'}")
+    (out / "table.md").write_text(markdown)
+    plot_metric(results, plots[0])
+    plot_breakdown(rows, plots[1])
+    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
     failed = [r for r in results.runs if r.status == FAILED]
     for r in failed:
         console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} failed:[/]\n{escape(r.error)}")

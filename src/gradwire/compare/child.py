@@ -127,6 +127,7 @@ class Child:
     def summary(self, how: str) -> dict[str, Any]:
         """Everything the parent needs from this rank; ``how`` the script ended (destroy_process_group / exit)."""
         import gradwire
+        from gradwire.overlap import network_wait
         from gradwire.profile.session import communication
 
         if self.ended == "running":
@@ -143,9 +144,12 @@ class Child:
             end = ends[-1]
             events = gradwire.events()
             comm, exposed = communication(start, end, events, self.waits.windows)
+            network = sum(network_wait(max(a, start), min(b, end), events)
+                          for a, b in self.waits.windows if b > start and a < end)
             bounds = [start] + ends
             out.update({
                 "start": start, "train_seconds": end - start, "comm_seconds": comm, "exposed_seconds": exposed,
+                "exposed_network_seconds": min(network, exposed),
                 "step_seconds": [b - a for a, b in zip(bounds, bounds[1:])],
                 "wire_bytes": sum(e.wire_bytes for e in events if start <= e.issued <= end),
                 "payload_bytes": sum(e.payload_bytes for e in events if start <= e.issued <= end),

@@ -1,13 +1,14 @@
 """Plots of a comparison: the metric over training time, and where each step's time goes."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.report import Row, metric_name
 from gradwire.compare.results import Results
 
-__all__ = ["plot_accuracy", "plot_breakdown", "plot_metric"]
+__all__ = ["plot_accuracy", "plot_bandwidth", "plot_breakdown", "plot_metric"]
 
 
 def _plt():  # type: ignore[no-untyped-def]
@@ -57,23 +58,70 @@ plot_accuracy = plot_metric
 
 
 def plot_breakdown(rows: list[Row], path: Path) -> Path:
-    """Stacked bars per strategy: compute / strategy overhead / exposed communication (ms per step)."""
+    """Stacked bars per strategy: compute / strategy overhead / exposed communication / other waits (ms per step)."""
     plt = _plt()
     nets = list(dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY))
     fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4.2), squeeze=False)
     for ax, net in zip(axes[0], nets):
-        sel = [r for r in rows if r.ok and (r.net == net or r.strategy == COMPUTE_ONLY)]
+        sel = [r for r in rows if r.ok and r.net == net]
         names = [r.strategy for r in sel]
         comp = [r.compute_ms for r in sel]
         over = [r.overhead_ms for r in sel]
         expo = [r.exposed_ms for r in sel]
+        peer = [0.0 if math.isnan(r.peer_wait_ms) else r.peer_wait_ms for r in sel]
         ax.bar(names, comp, label="compute")
         ax.bar(names, over, bottom=comp, label="strategy overhead (compression, copies, shared cores)")
-        ax.bar(names, expo, bottom=[c + o for c, o in zip(comp, over)], label="exposed communication")
+        below = [c + o for c, o in zip(comp, over)]
+        ax.bar(names, expo, bottom=below, label="exposed communication (the network)")
+        ax.bar(names, peer, bottom=[b + e for b, e in zip(below, expo)], label="other waits (a late peer, the real collective, callbacks)")
         ax.set_ylabel("ms per step")
         ax.set_title(net, fontsize=9)
         ax.tick_params(axis="x", rotation=30, labelsize=8)
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _bits(spec: str) -> float:
+    from gradwire.net import parse_spec
+
+    return parse_spec(spec).bandwidth
+
+
+def plot_bandwidth(predicted: dict, rows: list[Row], path: Path) -> Path:
+    """Predicted speedup over the baseline against bandwidth, one line per strategy, crossovers marked.
+
+    ``predicted`` is :meth:`gradwire.compare.crossover.SpeedupCurves.as_dict`;
+    the measured speedups of ``rows`` are drawn as points of the same colour.
+    """
+    from gradwire.compare.crossover import rate
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    gbit = [b / 1e9 for b in predicted["bandwidths"]]
+    for name, speedups in predicted["speedups"].items():
+        (line,) = ax.plot(gbit, speedups, label=name)
+        at = predicted["crossovers"].get(name)
+        if at is not None:
+            ax.axvline(at / 1e9, color=line.get_color(), ls=":", lw=1)
+            ax.annotate(f"{rate(at)}", (at / 1e9, 1.0), textcoords="offset points", xytext=(3, 6),
+                        fontsize=7, color=line.get_color(), rotation=90)
+        measured = [(_bits(r.net) / 1e9, r.speedup) for r in rows
+                    if r.strategy == name and r.ok and not math.isnan(r.speedup) and math.isfinite(_bits(r.net))]
+        if measured:
+            ax.plot(*zip(*measured), "o", color=line.get_color(), ms=6, mec="black")
+    ax.axhline(1.0, color="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda y, _: f"{y:g}x"))
+    ax.set_xlabel("bandwidth (Gbit/s)")
+    ax.set_ylabel(f"speedup over {predicted['baseline']}")
+    ax.set_title(f"predicted on {predicted['world']} ranks, the measured step ({predicted['compute_ms']:.1f} ms "
+                 f"compute); dots: measured; dotted: crossover, below which a strategy pays", fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -14,12 +14,21 @@ gradwire does not know):
   step) during training (the backend's counters, protocol framing included);
   reduction: baseline / strategy;
 - step breakdown: compute (the compute-only run's step compute), strategy
-  overhead (this strategy's time outside communication waits beyond that) and
-  exposed communication (the rest of the step time). The overhead is the
-  strategy's own CPU work (compression, copies) and, when ranks share cores,
-  compute slowed by peers that run instead of waiting: ``delayed`` compresses
-  nothing, yet on 4 ranks over 2 cores its ranks never block in a collective,
-  so the others' compute lands inside its step windows;
+  overhead (this strategy's time outside communication waits beyond that),
+  exposed communication (the training thread waiting while the modelled
+  network still carried what it waits for) and other waits (waiting past
+  that: a peer that reached the collective late because it was computing on
+  a shared core, the real collective on this machine taking longer than the
+  model, which on ``loopback`` is all of it, or work in completion
+  callbacks). The four add up to the step. The overhead is the strategy's own CPU work (compression, copies)
+  and, when ranks share cores, compute slowed by peers that run instead of
+  waiting;
+- share of ideal: compute-only time / strategy time, how much of the speed
+  with a free network the strategy reaches;
+- the verdict under each table: the regime (communication-bound when the
+  baseline waits on the network for at least half its step, compute-bound
+  at 15% or less) and the strategies that are slower than the baseline
+  there, said as such;
 - the metric: the bundled models' test accuracy; for a script, the last
   value of a metric it reported with ``gradwire.report`` (the comparison's
   ``metric``, else the first one reported), else ``train_loss``: the mean of
@@ -33,13 +42,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.results import OK, Results, Run
 
-__all__ = ["Row", "metric_name", "print_table", "rows_of", "to_markdown"]
+__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -69,7 +78,13 @@ class Row:
     compute_ms: float = float("nan")
     overhead_ms: float = float("nan")
     exposed_ms: float = float("nan")
+    """waiting for the modelled network, per step"""
     exposed_share: float = float("nan")
+    peer_wait_ms: float = float("nan")
+    """waiting past the network (a late peer, callbacks), per step"""
+    peer_wait_share: float = float("nan")
+    of_ideal: float = float("nan")
+    """compute-only time / this strategy's time"""
     error: str = ""
     applied: str = ""
 
@@ -141,7 +156,8 @@ def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
               metric_mean=_mean(values), metric_min=min(values, default=float("nan")),
               metric_max=max(values, default=float("nan")),
               time_to_target=_mean(reach) if reach else None, reached=len(reach), seeds=len(seeds),
-              compute_ms=_mean(s.compute_ms for s in seeds), applied=run.applied,
+              compute_ms=_mean(s.compute_ms for s in seeds), exposed_ms=_mean(s.network_ms for s in seeds),
+              peer_wait_ms=_mean(s.peer_wait_ms for s in seeds), applied=run.applied,
               wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20)
     if unit == "epoch":
         row.epoch_seconds = _mean(_mean(s.epoch_seconds) for s in seeds)
@@ -156,24 +172,33 @@ def rows_of(results: Results) -> list[Row]:
     unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
     metric = metric_name(results)
     target = cfg.get("target_accuracy") if unit == "epoch" else None
-    rows = [_base_row(run, unit, metric, target) for run in results.runs]
-    ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
+    measured = [_base_row(run, unit, metric, target) for run in results.runs]
+    ideal = next((r for r in measured if r.strategy == COMPUTE_ONLY and r.ok), None)
     strategies = cfg["strategies"]
-    for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
+    # one compute-only row per network, each measured against that network's baseline
+    rows: list[Row] = []
+    for net in dict.fromkeys(r.net for r in measured if r.strategy != COMPUTE_ONLY):
+        rows += [replace(r, net=net) for r in measured if r.strategy == COMPUTE_ONLY]
+        rows += [r for r in measured if r.net == net and r.strategy != COMPUTE_ONLY]
+    for net in dict.fromkeys(r.net for r in rows):
         base = next((r for r in rows if r.net == net and r.strategy == strategies[0] and r.ok), None)
         for r in rows:
-            if not r.ok or (r.net != net and r.strategy != COMPUTE_ONLY):
+            if not r.ok or r.net != net:
                 continue
             if base is not None:
                 r.speedup = base.time_per_unit / r.time_per_unit
                 r.reduction = base.wire_per_unit / r.wire_per_unit if r.wire_per_unit else float("inf")
                 if ideal is not None:
                     r.ideal_speedup = base.time_per_unit / ideal.time_per_unit
+                if ideal is not None:
+                    r.of_ideal = ideal.time_per_unit / r.time_per_unit
             base_compute = ideal.compute_ms if ideal is not None else r.compute_ms
             r.overhead_ms = max(0.0, r.compute_ms - base_compute)
-            r.exposed_ms = max(0.0, r.step_ms - base_compute - r.overhead_ms)
+            if math.isnan(r.peer_wait_ms):  # no split recorded: all waiting counts as the network's
+                r.exposed_ms, r.peer_wait_ms = max(0.0, r.step_ms - base_compute - r.overhead_ms), 0.0
             r.compute_ms = base_compute
             r.exposed_share = r.exposed_ms / r.step_ms if r.step_ms else float("nan")
+            r.peer_wait_share = r.peer_wait_ms / r.step_ms if r.step_ms else float("nan")
     return rows
 
 
@@ -182,26 +207,62 @@ def _columns(rows: list[Row]) -> list[str]:
     metric = next((r.metric for r in rows), "test_accuracy")
     name = "accuracy" if metric == "test_accuracy" else metric
     if unit == "epoch":
-        return ["strategy", "time/epoch (s)", "speedup", "wire MiB/epoch", "reduction", f"{name} (mean [min, max])",
-                "time to target (s)", "exposed comm"]
-    return ["strategy", "time/step (ms)", "speedup", "wire KiB/step", "reduction", f"{name} (mean [min, max])",
-            "exposed comm", "optimizer / note"]
+        return ["strategy", "time/epoch (s)", "speedup", "of ideal", "wire MiB/epoch", "reduction",
+                f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
+    return ["strategy", "time/step (ms)", "speedup", "of ideal", "wire KiB/step", "reduction",
+            f"{name} (mean [min, max])", "exposed comm", "other waits", "optimizer / note"]
 
 
 def _cells(r: Row) -> list[str]:
     if not r.ok:
         status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
         if r.unit == "step":  # the reason goes in the wide last column
-            return [r.strategy, status, "", "", "", "", "", r.error]
-        return [r.strategy, status, "", "", "", r.error, "", ""]
+            return [r.strategy, status, "", "", "", "", "", "", "", r.error]
+        return [r.strategy, status, "", "", "", "", r.error, "", "", ""]
     metric = f"{r.metric_mean:.4f} [{r.metric_min:.3f}, {r.metric_max:.3f}]" if not math.isnan(r.metric_mean) else "—"
     if r.unit == "epoch":
         ttt = (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
                else f"not reached (0/{r.seeds})")
-        return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_epoch:.2f}",
-                f"{r.reduction:.1f}x", metric, ttt, f"{r.exposed_share:.0%}"]
-    return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", f"{r.wire_mb_per_step * 1024:.1f}",
-            f"{r.reduction:.1f}x", metric, f"{r.exposed_share:.0%}", r.applied]
+        return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", _share(r.of_ideal),
+                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, ttt, _share(r.exposed_share),
+                _share(r.peer_wait_share)]
+    return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", _share(r.of_ideal), f"{r.wire_mb_per_step * 1024:.1f}",
+            f"{r.reduction:.1f}x", metric, _share(r.exposed_share), _share(r.peer_wait_share), r.applied]
+
+
+def _share(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.0%}"
+
+
+#: the baseline's network share of the step at or above which a network is communication-bound
+COMM_BOUND = 0.5
+#: at or below which it is compute-bound
+COMPUTE_BOUND = 0.15
+#: a speedup below this is "slower"; between it and 1, a tie at the noise of repeated runs
+TIE = 0.97
+
+
+def verdict(rows: list[Row], net: str) -> str:
+    """One or two sentences under a network's table: the regime, and the strategies that do not pay there."""
+    mine = [r for r in rows if r.net == net and r.strategy != COMPUTE_ONLY and r.ok]
+    if not mine:
+        return ""
+    base = mine[0]
+    share = base.exposed_share
+    if math.isnan(share):
+        return ""
+    regime = ("communication-bound" if share >= COMM_BOUND else "compute-bound" if share <= COMPUTE_BOUND
+              else "between the two regimes")
+    out = f"{base.strategy} waits on the network for {share:.0%} of its step: {regime}."
+    slower = [r for r in mine[1:] if r.speedup < TIE]
+    best = max(mine[1:], key=lambda r: r.speedup, default=None)
+    if slower:
+        out += (" Slower than " + base.strategy + " here (their CPU work costs more than the network time they "
+                "save): " + ", ".join(f"{r.strategy} {r.speedup:.2f}x" for r in slower) + ".")
+    if best is not None and best.speedup >= 1.0:
+        out += f" Fastest: {best.strategy} {best.speedup:.2f}x"
+        out += f" ({best.of_ideal:.0%} of ideal)." if not math.isnan(best.of_ideal) else "."
+    return out
 
 
 def _title(net: str, rows: list[Row], target: float | None) -> str:
@@ -223,9 +284,12 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("| " + " | ".join(columns) + " |")
         out.append("|" + "---|" * len(columns))
         for r in rows:
-            if r.net == net or r.strategy == COMPUTE_ONLY:
+            if r.net == net:
                 out.append("| " + " | ".join(_cells(r)) + " |")
         out.append("")
+        said = verdict(rows, net)
+        if said:
+            out += [said, ""]
     return "\n".join(out)
 
 
@@ -241,7 +305,10 @@ def print_table(rows: list[Row], target: float | None) -> None:
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
-            if r.net == net or r.strategy == COMPUTE_ONLY:
+            if r.net == net:
                 table.add_row(*(escape(c) for c in _cells(r)))
         console.print(table)
+        said = verdict(rows, net)
+        if said:
+            console.print(escape(said))
 

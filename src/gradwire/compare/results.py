@@ -21,6 +21,8 @@ A run's ``status``:
 """
 from __future__ import annotations
 
+import math
+
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -69,6 +71,10 @@ class SeedResult:
     """per step, the step less its waits (bundled models); empty for scripts (see :attr:`compute_ms`)"""
     exposed_seconds: float = 0.0
     """the training thread blocked on communication in flight, over the whole training"""
+    exposed_network_seconds: float | None = None
+    """the part of ``exposed_seconds`` spent waiting for the modelled network; the rest is waiting for a
+    peer to reach the collective (compute on a shared core, a straggler) or CPU work in completion
+    callbacks (:func:`gradwire.overlap.split_exposed`). None in results that did not record it."""
     epoch_seconds: list[float] = field(default_factory=list)
     epoch_accuracy: list[float] = field(default_factory=list)
     wire_bytes: float = 0.0
@@ -92,6 +98,21 @@ class SeedResult:
         if not self.step_seconds:
             return float("nan")
         return (sum(self.step_seconds) - self.exposed_seconds) / len(self.step_seconds) * 1e3
+
+    @property
+    def network_ms(self) -> float:
+        """Mean time per step waiting for the modelled network (ms)."""
+        if not self.step_seconds:
+            return float("nan")
+        network = self.exposed_seconds if self.exposed_network_seconds is None else self.exposed_network_seconds
+        return network / len(self.step_seconds) * 1e3
+
+    @property
+    def peer_wait_ms(self) -> float:
+        """Mean time per step waiting for peers or callbacks rather than the network (ms)."""
+        if not self.step_seconds or self.exposed_network_seconds is None:
+            return float("nan")
+        return max(0.0, self.exposed_seconds - self.exposed_network_seconds) / len(self.step_seconds) * 1e3
 
     @property
     def wire_bytes_per_step(self) -> float:
@@ -172,6 +193,8 @@ class Results:
     interrupted: bool = False
     rows: list[Any] = field(default_factory=list)
     """:class:`gradwire.compare.report.Row` objects, filled by the CLI after the runs"""
+    predicted: dict[str, Any] | None = None
+    """the predicted speedup against bandwidth (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
 
     def run(self, net: str, strategy: str) -> Run:
         return next(r for r in self.runs if r.net == net and r.strategy == strategy)
@@ -182,12 +205,12 @@ class Results:
             d["interrupted"] = True
         if self.rows:
             d["rows"] = [r.as_dict() for r in self.rows]
+        if self.predicted is not None:
+            d["predicted"] = self.predicted
         return d
 
     def save(self, path: Path) -> None:
-        import json
-
-        path.write_text(json.dumps(self.to_json(), indent=1))
+        path.write_text(compact_json(self.to_json()) + "\n")
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Results:
@@ -195,4 +218,35 @@ class Results:
 
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
-                   bool(d.get("interrupted", False)), rows)
+                   bool(d.get("interrupted", False)), rows, d.get("predicted"))
+
+
+def _scalar(x: Any) -> bool:
+    return x is None or isinstance(x, (bool, int, float, str))
+
+
+def compact_json(obj: Any, indent: int = 0, digits: int = 6) -> str:
+    """JSON for people to read and diff: one line per list of numbers, floats to ``digits`` significant digits.
+
+    A comparison holds a few thousand per-step times; one value per line made
+    its file ~12,000 lines. Six digits keep microseconds of a 100 s training.
+    """
+    import json
+
+    pad, inner = " " * indent, " " * (indent + 1)
+    if isinstance(obj, float) and math.isfinite(obj):
+        return json.dumps(float(f"{obj:.{digits}g}"))
+    if _scalar(obj):
+        return json.dumps(obj)
+    if isinstance(obj, (list, tuple)):
+        if all(_scalar(x) for x in obj):
+            return "[" + ", ".join(compact_json(x, 0, digits) for x in obj) + "]"
+        return "[\n" + ",\n".join(inner + compact_json(x, indent + 1, digits) for x in obj) + "\n" + pad + "]"
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        items = [f"{json.dumps(str(k))}: {compact_json(v, indent + 1, digits)}" for k, v in obj.items()]
+        if all(_scalar(v) for v in obj.values()) and sum(map(len, items)) < 100:
+            return "{" + ", ".join(items) + "}"
+        return "{\n" + ",\n".join(inner + item for item in items) + "\n" + pad + "}"
+    raise TypeError(f"not JSON: {type(obj).__name__}")

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["Training", "rotation", "run_compare", "schedule"]
 
 #: what a comparison writes into its folder
-OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png")
+OUTPUTS = ("results.json", "table.md", "accuracy.png", "breakdown.png", "bandwidth.png")
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ def _summarise(r: Any) -> SeedResult:
     return SeedResult(
         seed=r.config["seed"], train_seconds=sum(r.epoch_seconds), steps=len(r.step_seconds),
         step_seconds=r.step_seconds, step_compute=r.step_compute, exposed_seconds=sum(r.step_exposed),
+        exposed_network_seconds=sum(r.step_exposed_network),
         epoch_seconds=r.epoch_seconds, epoch_accuracy=r.epoch_accuracy,
         wire_bytes=total.get("wire_bytes", 0), payload_bytes=total.get("payload_bytes", 0),
         metrics={"test_accuracy": r.test_accuracy},

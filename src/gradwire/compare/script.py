@@ -275,6 +275,7 @@ def _seed_result(seed: int, seconds: float, ranks: list[dict[str, Any]], code: i
     first = ranks[0]
     result = SeedResult(seed, seconds=seconds, train_seconds=first.get("train_seconds", 0.0), steps=first["steps"],
                         step_seconds=first.get("step_seconds", []), exposed_seconds=first.get("exposed_seconds", 0.0),
+                        exposed_network_seconds=first.get("exposed_network_seconds"),
                         wire_bytes=first.get("wire_bytes", 0), payload_bytes=first.get("payload_bytes", 0))
     losses = [r["loss"]["value"] for r in ranks if r.get("loss", {}).get("value")]
     if losses:
