@@ -28,9 +28,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradwire.cli._args import check_net_fits, output_dir, positive_int, seconds
+
+if TYPE_CHECKING:
+    from gradwire.net import NetSpec
+    from gradwire.overlap import StrategyChoice
 
 #: options of the bundled models only, and of a command only (for the refusals)
 _MODEL_ONLY = ("model", "epochs", "batch_size", "lr", "target")
@@ -97,14 +101,19 @@ def run(args: argparse.Namespace) -> int:
     return _run_models(args)
 
 
-def _nets(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(args.net or default)
+def _nets(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[NetSpec, ...]:
+    """``--net`` (or ``default``), parsed: the configs take what they keep."""
+    from gradwire.net import parse_spec
+
+    return tuple(parse_spec(net) for net in args.net or default)
 
 
-def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
-    if args.strategies is None:
-        return default
-    return tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[StrategyChoice, ...]:
+    """``--strategies`` (or ``default``), parsed."""
+    from gradwire.overlap import parse_strategy
+
+    names = default if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    return tuple(parse_strategy(name) for name in names)
 
 
 def _run_models(args: argparse.Namespace) -> int:

@@ -111,8 +111,9 @@ class Row:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Row:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: (float("nan") if v is None and k != "time_to_target" else v)
-                      for k, v in d.items() if k in known})
+        values: dict[str, Any] = {k: (float("nan") if v is None and k != "time_to_target" else v)
+                                  for k, v in d.items() if k in known}
+        return cls(**values)
 
 
 def _mean(xs: Iterable[float]) -> float:
