@@ -3,10 +3,12 @@
 Both groups live in the same processes: the default group is ``gradwire``
 (loopback: the model adds nothing) and a second group is plain gloo. Blocks of
 all_reduces alternate between them so both see the same machine state; the
-medians of the per-call times are compared. Writes
+medians of the per-call times are compared. ``--runs N`` repeats the whole
+measurement in fresh processes N times (default 5) and reports each run and
+the median over runs, with the spread. Writes
 benchmarks/results/backend_overhead.json.
 
-    python benchmarks/backend_overhead.py
+    python benchmarks/backend_overhead.py [--runs 5]
 """
 from __future__ import annotations
 
@@ -48,14 +50,31 @@ def _rank(rank: int, world: int) -> list[dict]:
 
 
 def main() -> None:
+    import argparse
+
     from gradwire.launch import spawn
 
-    rows = spawn(_rank, 2, timeout=600)[0]
-    for r in rows:
-        print(f"{r['bytes']:>10d} B  gloo {r['gloo_us']:10.1f} us  gradwire {r['gradwire_us']:10.1f} us  "
-              f"overhead {r['overhead_us']:+8.1f} us ({r['overhead_pct']:+.2f}%)  [{r['calls']} calls each]")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=5, help="measurements in fresh processes (default: %(default)s)")
+    args = p.parse_args()
+    runs = []
+    for i in range(args.runs):
+        rows = spawn(_rank, 2, timeout=600)[0]
+        runs.append(rows)
+        for r in rows:
+            print(f"run {i + 1}: {r['bytes']:>10d} B  gloo {r['gloo_us']:10.1f} us  gradwire {r['gradwire_us']:10.1f} us"
+                  f"  overhead {r['overhead_us']:+8.1f} us ({r['overhead_pct']:+.2f}%)  [{r['calls']} calls each]")
+    summary = []
+    for j, (nbytes, _, _) in enumerate(SIZES):
+        us = [run[j]["overhead_us"] for run in runs]
+        pct = [run[j]["overhead_pct"] for run in runs]
+        summary.append({"bytes": nbytes, "runs": len(runs), "median_overhead_us": statistics.median(us),
+                        "median_overhead_pct": statistics.median(pct), "min_pct": min(pct), "max_pct": max(pct),
+                        "min_us": min(us), "max_us": max(us)})
+        print(f"median of {len(runs)} runs: {nbytes:>10d} B  overhead {statistics.median(us):+8.1f} us "
+              f"({statistics.median(pct):+.2f}%), runs from {min(pct):+.2f}% to {max(pct):+.2f}%")
     out = Path(__file__).parent / "results" / "backend_overhead.json"
-    out.write_text(json.dumps(rows, indent=2))
+    out.write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
     print(f"wrote {out}")
 
 
