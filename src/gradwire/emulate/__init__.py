@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from gradwire.emulate.host import EmulationUnavailable
 from gradwire.emulate.layout import PREFIX, Layout, RunId
-from gradwire.emulate.plan import Capabilities, Plan, Unsupported, plan_network
+from gradwire.emulate.plan import Capabilities, EmulationPlan, Unsupported, plan_network
 from gradwire.emulate.runner import Emulation, clean, prepare, run
 
 __all__ = [
-    "Capabilities", "Emulation", "EmulationUnavailable", "Layout", "PREFIX", "Plan", "RunId", "Unsupported",
-    "clean", "plan_network", "prepare", "run",
+    "Capabilities", "Emulation", "EmulationPlan", "EmulationUnavailable", "Layout", "PREFIX", "RunId",
+    "Unsupported", "clean", "plan_network", "prepare", "run",
 ]

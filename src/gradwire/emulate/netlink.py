@@ -1,4 +1,4 @@
-"""The netlink adapter (pyroute2): probe the kernel, build a :class:`~gradwire.emulate.plan.Plan`, take it down.
+"""The netlink adapter (pyroute2): probe the kernel, build a :class:`~gradwire.emulate.plan.EmulationPlan`, take it down.
 
 Build order, all inside namespaces this run creates (nothing touches the
 host's own namespace):
@@ -31,7 +31,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from gradwire.emulate.host import NETNS_DIR, EmulationUnavailable, alive, kill_inside
 from gradwire.emulate.layout import BRIDGE, NODE_IF, PREFIX, Layout, RunId, port_if
-from gradwire.emulate.plan import Capabilities, Plan, Port
+from gradwire.emulate.plan import Capabilities, EmulationPlan, Port
 
 __all__ = ["build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown"]
 
@@ -115,7 +115,7 @@ def _probe_args(kind: str) -> dict:
     return {"delay": 1000}
 
 
-def build(plan: Plan) -> None:
+def build(plan: EmulationPlan) -> None:
     """Create the namespaces, links, addresses and qdiscs of ``plan``.
 
     On an error it raises with what was built left in place: the caller

@@ -11,7 +11,7 @@ A message from node A to node B passes A's upload and B's download, so it
 meets the one-way latency once, the loss once and the rate at both ends (the
 slower end paces it, as a real switch would). Ranks of one node talk over the
 namespace's loopback, which is not shaped: the model of an emulated run has an
-unlimited intra-node link (``intra=loopback``), see :attr:`Plan.model_spec`.
+unlimited intra-node link (``intra=loopback``), see :attr:`EmulationPlan.model_spec`.
 
 Rate limiter parameters and their traps:
 
@@ -55,8 +55,8 @@ from gradwire.net.spec import PRESETS, NetSpec
 from gradwire.net.units import format_fraction, format_time
 
 __all__ = [
-    "BURST_SECONDS", "Capabilities", "Impairment", "MIN_BURST", "Plan", "Port", "QUEUE_SECONDS", "RATE_LIMITERS",
-    "RateLimit", "Unsupported", "default_burst", "model_spec", "plan_network",
+    "BURST_SECONDS", "Capabilities", "EmulationPlan", "Impairment", "MIN_BURST", "Port", "QUEUE_SECONDS",
+    "RATE_LIMITERS", "RateLimit", "Unsupported", "default_burst", "model_spec", "plan_network",
 ]
 
 #: a token bucket holds this much line time by default
@@ -142,7 +142,7 @@ class Port:
 
 
 @dataclass(frozen=True)
-class Plan:
+class EmulationPlan:
     """Everything a run builds: the layout, the spec, each shaped direction, and the equivalent model."""
 
     layout: Layout
@@ -187,7 +187,7 @@ def plan_network(
     caps: Capabilities,
     limiter: str = "auto",
     burst: int | None = None,
-) -> Plan:
+) -> EmulationPlan:
     """Plan the qdiscs of ``layout`` for ``spec`` on a kernel with ``caps``.
 
     Args:
@@ -241,7 +241,7 @@ def plan_network(
         impairment = Impairment(spec.latency + spec.jitter / 2, spec.jitter / 2, spec.loss) if impaired else None
         ports.append(Port(layout.node_ns(node), NODE_IF, node, "upload", rate, impairment))
         ports.append(Port(layout.switch_ns, port_if(node), node, "download", rate, None))
-    return Plan(layout, spec, tuple(ports), model_spec(spec, layout))
+    return EmulationPlan(layout, spec, tuple(ports), model_spec(spec, layout))
 
 
 def model_spec(spec: NetSpec, layout: Layout) -> NetSpec:

@@ -28,7 +28,7 @@ from gradwire.emulate import netlink
 from gradwire.emulate.agents import agent_env, start_agent, torchrun_argv
 from gradwire.emulate.host import EmulationUnavailable, check_host, this_run
 from gradwire.emulate.layout import DEFAULT_PORT, DEFAULT_SUBNET, Layout
-from gradwire.emulate.plan import Plan, plan_network
+from gradwire.emulate.plan import EmulationPlan, plan_network
 from gradwire.net.spec import NetSpec
 
 __all__ = ["Emulation", "GRACE_SECONDS", "Stopped", "clean", "prepare", "run"]
@@ -95,7 +95,7 @@ def prepare(
     port: int = DEFAULT_PORT,
     shaper: str = "auto",
     burst: int | None = None,
-) -> tuple[Plan, list[str]]:
+) -> tuple[EmulationPlan, list[str]]:
     """Check the host, remove stale sets, probe the kernel and plan; returns ``(plan, stale names removed)``.
 
     Raises:
@@ -119,7 +119,7 @@ class Emulation:
             ...  # processes entered into plan.layout.node_ns(i) see a shaped network
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: EmulationPlan) -> None:
         self.plan = plan
 
     def __enter__(self) -> "Emulation":
@@ -142,7 +142,7 @@ class Emulation:
 
 
 def run(
-    plan: Plan,
+    plan: EmulationPlan,
     cmd: Sequence[str],
     *,
     timeout: float | None = None,
