@@ -10,7 +10,7 @@ from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
 __all__ = ["COMPUTE_ONLY", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS", "DEFAULT_STRATEGIES", "FAST_NET",
-           "default_workers", "usable_cores"]
+           "Named", "default_workers", "usable_cores"]
 
 #: The communication-bound default network: slow enough that the baseline
 #: waits on the network for more than half of each step of the default model
@@ -49,8 +49,25 @@ def default_workers() -> int:
     return max(2, min(16, usable_cores()))
 
 
+class Named:
+    """The names of a comparison's parsed networks and strategies (for configs that hold both)."""
+
+    nets: tuple[NetSpec, ...]
+    strategies: tuple[StrategyChoice, ...]
+
+    @property
+    def net_names(self) -> tuple[str, ...]:
+        """The networks as spec strings, in order."""
+        return tuple(net.to_string() for net in self.nets)
+
+    @property
+    def strategy_names(self) -> tuple[str, ...]:
+        """The strategies as composed names, in order (the first is the baseline)."""
+        return tuple(str(s) for s in self.strategies)
+
+
 @dataclass(frozen=True)
-class CompareConfig:
+class CompareConfig(Named):
     """One comparison: every strategy x every network x every seed.
 
     Networks and strategies may be given as strings; they are parsed once,
@@ -103,16 +120,6 @@ class CompareConfig:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"--target must be in (0, 1], got {self.target_accuracy}")
-
-    @property
-    def net_names(self) -> tuple[str, ...]:
-        """The networks as spec strings, in order."""
-        return tuple(net.to_string() for net in self.nets)
-
-    @property
-    def strategy_names(self) -> tuple[str, ...]:
-        """The strategies as composed names, in order (the first is the baseline)."""
-        return tuple(str(s) for s in self.strategies)
 
     def as_dict(self) -> dict[str, Any]:
         """The config in plain types, for results files."""

@@ -59,7 +59,7 @@ from typing import Any, Callable
 from gradwire._files import keep_previous
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
-from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET
+from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named
 from gradwire.compare.results import (
     FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
 )
@@ -84,7 +84,7 @@ TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 @dataclass(frozen=True)
-class ScriptConfig:
+class ScriptConfig(Named):
     """A comparison of one script: its command x every network x every strategy x every seed."""
 
     cmd: tuple[str, ...]
@@ -129,14 +129,6 @@ class ScriptConfig:
             raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
         if self.adam_warmup < 1:
             raise ValueError(f"--adam-warmup must be >= 1 step (Adam needs a variance to freeze), got {self.adam_warmup}")
-
-    @property
-    def net_names(self) -> tuple[str, ...]:
-        return tuple(net.to_string() for net in self.nets)
-
-    @property
-    def strategy_names(self) -> tuple[str, ...]:
-        return tuple(str(s) for s in self.strategies)
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
