@@ -138,3 +138,11 @@ def test_delayed_resumes_exactly_in_new_processes(tmp_path, name: str) -> None:
     resumed = spawn(workers.strategy_resume, 2, (name, 7, None, 3, path), timeout=90)
     for r in range(2):
         assert torch.equal(straight[r], resumed[r]), f"rank {r}"
+
+
+def test_torch_powersgd_over_many_buckets_pairs_the_same_collectives_on_every_rank() -> None:
+    # PyTorch's hook issues its Q all_reduce from the P all_reduce's completion callback; on a slow
+    # simulated network that raced the next bucket's P on the backward thread, and gloo paired different
+    # collectives across the ranks (a size-mismatch abort). torch-powersgd runs the buckets in turn.
+    sums = spawn(workers.powersgd_many_buckets, 2, ("bandwidth=200mbit,latency=200us", 6), timeout=120)
+    assert sums[0] == sums[1]

@@ -230,3 +230,31 @@ def strategy_resume(rank: int, world: int, name: str, steps: int, save_at: int |
         return torch.empty(0)
     strategy.finish(opt)
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def powersgd_many_buckets(rank: int, world: int, net: str, steps: int) -> float:
+    """PyTorch's PowerSGD hook over many small DDP buckets on a slow simulated network; the parameters' sum."""
+    import torch.distributed as dist
+
+    import gradwire
+    from gradwire.overlap import build_strategy
+    from gradwire.train.models import build_model
+
+    torch.set_num_threads(1)
+    gradwire.configure(net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world)
+    strategy = build_strategy("torch-powersgd:1:start=2")
+    strategy.bucket_cap_mb = 0.25  # mlp-deep's 2 M parameters in about 35 buckets
+    model = build_model("mlp-deep", seed=0)
+    module = strategy.wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    strategy.attach(opt)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        module(torch.randn(16, 64, generator=gen)).square().mean().backward()
+        strategy.step(opt)
+    strategy.finish(opt)
+    total = float(sum(p.double().sum() for p in model.parameters()))
+    dist.destroy_process_group()
+    return total

@@ -21,11 +21,12 @@ issued its last collective, or failed. A turn is released in one place,
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, TypeVar
 
 from torch.futures import Future
 
-__all__ = ["Sequencer", "Turn", "completed", "then", "then_async"]
+__all__ = ["Sequencer", "Turn", "completed", "one_bucket_at_a_time", "then", "then_async"]
 
 T = TypeVar("T")
 
@@ -119,3 +120,29 @@ class Sequencer:
         gate, token = self._tail, Future()  # type: Future, Future
         self._tail = token
         return Turn(gate, token)
+
+
+def one_bucket_at_a_time(hook: Callable[[Any, Any], Future]) -> Callable[[Any, Any], Future]:
+    """A DDP comm hook that runs ``hook`` on bucket ``k`` only once bucket ``k-1``'s future is done.
+
+    For a hook of someone else's that issues a collective from a completion
+    callback (PyTorch's ``powerSGD_hook`` issues its Q all_reduce when the P
+    all_reduce completes): that collective races the next bucket's, which DDP
+    issues from the backward thread, and the ranks pair different
+    collectives (gloo: "Received data size doesn't match expected size").
+    On NCCL the race does not happen because a NCCL future completes when
+    its kernels are queued, in the issuing thread; on a simulated network
+    the completion comes later, from another thread. Running the buckets in
+    turn gives every rank the same order, at the price of no overlap
+    between buckets of that hook. A failed bucket fails the ones after it.
+    """
+    lock = threading.Lock()
+    tail = [completed(None)]
+
+    def run(state: Any, bucket: Any) -> Future:
+        with lock:
+            out = then_async(tail[0], lambda _: hook(state, bucket))
+            tail[0] = out
+        return out
+
+    return run

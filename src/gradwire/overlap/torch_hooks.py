@@ -9,6 +9,12 @@ They are the compression, so they compose with no gradwire compressor, and the
 optimizer keeps its momentum (PyTorch's hooks feed back the error of the
 gradient, not of the momentum).
 
+Trap: PyTorch's ``powerSGD_hook`` issues its second all_reduce from the
+first one's completion callback; on a simulated network that callback runs
+late, on another thread, and races the next bucket's all_reduce, so the ranks
+could pair different collectives. ``torch-powersgd`` therefore runs the
+hook one bucket at a time (:func:`gradwire.hooks.futures.one_bucket_at_a_time`).
+
 Trap: PyTorch's ``powerSGD_hook`` calls ``torch.cuda.synchronize(device)`` with
 the bucket's device whenever CUDA is available, so a CPU model on a machine
 with a GPU fails inside the hook's callback ("Expected a cuda device, but got:
@@ -24,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from gradwire.hooks import Compressor
+from gradwire.hooks.futures import one_bucket_at_a_time
 
 from .sync import SyncStrategy
 
@@ -66,4 +73,4 @@ class TorchPowerSGDStrategy(SyncStrategy):
 
         state = ps.PowerSGDState(process_group=self.group, matrix_approximation_rank=self.rank,
                                  start_powerSGD_iter=self.start)
-        return ps.powerSGD_hook, state
+        return one_bucket_at_a_time(ps.powerSGD_hook), state
