@@ -80,3 +80,19 @@ def test_compact_json_keeps_numbers_on_one_line_and_round_trips():
     assert len(text.splitlines()) == 15
     with pytest.raises(TypeError, match="not JSON"):
         compact_json({"x": object()})
+
+
+def test_a_failed_run_shows_the_line_that_says_why(tmp_path):
+    from gradwire.compare.report import _error_line
+    from gradwire.compare.results import Run
+    from gradwire.compare.script import _tail
+
+    log = tmp_path / "stderr.log"
+    log.write_text("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+                   "  what():  [enforce fail at pair.cc:456] Received data size doesn't match expected size.\n"
+                   + "[rank1]: noise\n" * 40
+                   + "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 50 + "\n")
+    assert _error_line(Run("s", "n", "failed", _tail(log))).startswith("what():  [enforce fail")
+    traceback = "Traceback (most recent call last):\n  File \"x.py\"\nValueError: bad input\n" + "=" * 50
+    assert _error_line(Run("s", "n", "failed", traceback)) == "ValueError: bad input"
+    assert _error_line(Run("s", "n", "failed", "")) == ""

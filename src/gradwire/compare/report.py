@@ -41,6 +41,7 @@ gradwire does not know):
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterable
@@ -136,8 +137,19 @@ def metric_name(results: Results) -> str:
 
 
 def _error_line(run: Run) -> str:
-    lines = run.error.strip().splitlines()
-    return lines[-1][:200] if lines else ""
+    """The line of a run's error that says what went wrong.
+
+    A C++ abort's ``what():`` line first; else the last ``...Error:`` or
+    ``...Exception:`` line that is not the launcher's own summary (torchrun
+    ends with ``ChildFailedError`` and a ruler of ``=``); else the last line
+    with a word in it.
+    """
+    lines = [line.strip() for line in run.error.splitlines() if re.search(r"\w", line)]
+    what = next((line for line in lines if "what():" in line), None)
+    if what is not None:
+        return what[:200]
+    errors = [line for line in lines if re.search(r"\w(Error|Exception)\b:?", line) and "ChildFailedError" not in line]
+    return ((errors or lines or [""])[-1])[:200]
 
 
 def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:

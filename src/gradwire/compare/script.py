@@ -223,11 +223,18 @@ def _wait(launched: _Launched, timeout: float, grace: float = 10.0) -> tuple[int
 
 
 def _tail(path: Path, lines: int = ERROR_LINES) -> str:
+    """The last ``lines`` of a log, after the first C++ abort's ``what():`` line if that came earlier.
+
+    A rank that aborts in C++ (gloo's enforce) prints its reason once, and the
+    launcher then prints tracebacks of the others and its own summary.
+    """
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    every = text.rstrip().splitlines()
+    cause = next((line.strip() for line in every[:-lines] if "what():" in line), None)
+    return "\n".join(([cause] if cause else []) + every[-lines:])
 
 
 def _read(folder: Path, pattern: str) -> list[dict[str, Any]]:
