@@ -96,3 +96,13 @@ def test_a_failed_run_shows_the_line_that_says_why(tmp_path):
     traceback = "Traceback (most recent call last):\n  File \"x.py\"\nValueError: bad input\n" + "=" * 50
     assert _error_line(Run("s", "n", "failed", traceback)) == "ValueError: bad input"
     assert _error_line(Run("s", "n", "failed", "")) == ""
+
+
+def test_the_crossover_line_names_each_strategy_once():
+    from gradwire.compare.crossover import SpeedupCurves
+
+    curves = SpeedupCurves("sync", "1gbe", 2, 10.0, [1e8, 1e9, 1e10],
+                           {"fp16": [1.9, 1.2, 0.9], "delayed": [1.5, 1.1, 1.0], "powersgd:4": [0.8, 0.7, 0.7]},
+                           {"fp16": 5e9, "delayed": None, "powersgd:4": None})
+    assert curves.verdict() == ("predicted on the measured step, 2 ranks: pays fp16 below 5 Gbit/s, "
+                                "delayed everywhere in 100 Mbit/s-10 Gbit/s, powersgd:4 nowhere in 100 Mbit/s-10 Gbit/s")

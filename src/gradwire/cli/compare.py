@@ -202,6 +202,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.report import why
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TrainingEvent
 
@@ -218,7 +219,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
                 if t.ok:
                     status = "ok"
                 else:
-                    reason = (t.error.strip().splitlines() or [""])[-1][:120]
+                    reason = why(t.error)[:120]
                     dropped = f"; its {t.dropped} other seeds dropped" if t.dropped else ""
                     status = f"{t.status.upper()}{dropped}: {reason}"
                 line = f"  {t.strategy:<22} {t.net:<36} seed {t.seed}  {status} ({t.seconds:.0f} s)"
@@ -238,13 +239,9 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     markdown = to_markdown(rows, target)
     if curves is not None:
         from gradwire.compare.plots import plot_bandwidth
-        from gradwire.compare.crossover import rate
 
         results.predicted = curves.as_dict()
-        said = ", ".join(f"{name} below {rate(at)}" if at is not None else
-                         f"{name} {'everywhere' if min(curves.speedups[name]) >= 1 else 'nowhere'} in 50 Mbit/s-400 Gbit/s"
-                         for name, at in curves.crossovers.items())
-        line = f"predicted on the measured step, {curves.world} ranks: pays {said}"
+        line = curves.verdict()
         console.print(escape(line))
         markdown += f"\n{line} (bandwidth.png).\n"
         plots.append(plot_bandwidth(results.predicted, rows, out / "bandwidth.png"))

@@ -51,6 +51,18 @@ class SpeedupCurves:
     crossovers: dict[str, float | None] = field(default_factory=dict)
     """bits/s below which the strategy pays; None where its curve does not cross 1"""
 
+    def verdict(self) -> str:
+        """One line: below which bandwidth each strategy pays (or that it pays everywhere / nowhere swept)."""
+        swept = f"{rate(self.bandwidths[0])}-{rate(self.bandwidths[-1])}" if self.bandwidths else "no bandwidth"
+        said = []
+        for name, at in self.crossovers.items():
+            if at is not None:
+                said.append(f"{name} below {rate(at)}")
+            else:
+                said.append(f"{name} {'everywhere' if min(self.speedups[name], default=0.0) >= 1 else 'nowhere'} "
+                            f"in {swept}")
+        return f"predicted on the measured step, {self.world} ranks: pays " + ", ".join(said)
+
     def as_dict(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "net": self.net, "world": self.world, "compute_ms": self.compute_ms,
                 "bandwidths": self.bandwidths, "speedups": self.speedups, "crossovers": self.crossovers}

@@ -49,7 +49,7 @@ from typing import Any, Iterable
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.results import OK, Results, Run
 
-__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict"]
+__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -137,14 +137,18 @@ def metric_name(results: Results) -> str:
 
 
 def _error_line(run: Run) -> str:
-    """The line of a run's error that says what went wrong.
+    return why(run.error)
+
+
+def why(error: str) -> str:
+    """The line of an error text that says what went wrong.
 
     A C++ abort's ``what():`` line first; else the last ``...Error:`` or
     ``...Exception:`` line that is not the launcher's own summary (torchrun
     ends with ``ChildFailedError`` and a ruler of ``=``); else the last line
     with a word in it.
     """
-    lines = [line.strip() for line in run.error.splitlines() if re.search(r"\w", line)]
+    lines = [line.strip() for line in error.splitlines() if re.search(r"\w", line)]
     what = next((line for line in lines if "what():" in line), None)
     if what is not None:
         return what[:200]
