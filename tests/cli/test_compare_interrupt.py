@@ -12,9 +12,9 @@ import pytest
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_runs_and_marks_the_rest(tmp_path):
     out = tmp_path / "cmp"
-    # compute-only (loopback) trains first and fast; sync on a 10 ms network takes seconds (360 steps)
+    # compute-only (loopback) trains first and fast; sync on a 10 ms network takes many seconds (1800 steps)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "8",
+        [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "40",
          "--batch-size", "16", "--seeds", "1", "--strategies", "sync", "--net", "bandwidth=100mbit,latency=10ms", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen = []

@@ -27,6 +27,8 @@ Traps:
 """
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 from datetime import timedelta
@@ -39,7 +41,9 @@ from torch.futures import Future
 from gradwire.backend.accounting import LEDGER, Event
 from gradwire.backend.completer import CLOCK, COMPLETER
 
-__all__ = ["CoalescedWork", "GradwireWork", "Pending", "seconds_of", "translate"]
+__all__ = ["CoalescedWork", "DELIVERIES", "GradwireWork", "Pending", "seconds_of", "translate"]
+
+_LOG = logging.getLogger("gradwire")
 
 #: ops whose virtual-clock completion is deferred until observed (see completer.py)
 _POINT_TO_POINT = ("send", "recv")
@@ -176,7 +180,7 @@ class Pending:
             if self.virtual or at <= time.perf_counter():
                 self._time_out()
             else:
-                COMPLETER.at(at, self._time_out)
+                COMPLETER.at(at, lambda: DELIVERIES.submit(self._time_out))
             return
         done = e.modelled_done
         if self.virtual:
@@ -188,7 +192,10 @@ class Pending:
         elif done <= time.perf_counter():
             self._finish(value)
         else:
-            COMPLETER.at(done, lambda: self._finish(value))
+            # the completer thread only hands over: user callbacks that wait on another op
+            # (PyTorch's PowerSGD hook does) run on a delivery thread, never on the thread
+            # that must complete that op
+            COMPLETER.at(done, lambda: DELIVERIES.submit(self._finish, value))
 
     def _finish(self, value: Any) -> None:
         self._record()
@@ -407,6 +414,48 @@ def translate(exc: BaseException, op: str, backend: str) -> BaseException:
 
 
 _WAIT_POOL: Any = None
+
+
+class _Deliveries:
+    """Daemon threads that complete ops handed over by the completer; one more whenever none is idle.
+
+    A completion runs the op's future callbacks, which are user code: a
+    callback may wait on another gradwire op (PyTorch's ``powerSGD_hook``
+    waits on its second all_reduce inside the first one's callback). Were it
+    run on the completer thread, that wait would block the one thread that
+    completes the awaited op. Here a blocked delivery only holds its own
+    thread; the next delivery finds another (started if none is idle), so
+    nested waits always make progress. Threads are daemons: a callback
+    blocked forever (a dead peer and no timeout) does not hold up the
+    interpreter's exit.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # an idle thread will take it
+        self._queue.put((fn, args))
+        if start:
+            threading.Thread(target=self._work, name="gradwire-delivery", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            fn, args = self._queue.get()
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - an op's outcome is delivered through its future
+                _LOG.exception("gradwire: a completion callback raised")
+            with self._lock:
+                self._idle += 1
+
+
+DELIVERIES = _Deliveries()
 
 
 def _pool() -> Any:
