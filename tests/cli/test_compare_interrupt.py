@@ -16,7 +16,10 @@ def test_ctrl_c_keeps_finished_runs_and_marks_the_rest(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "40",
          "--batch-size", "16", "--seeds", "1", "--strategies", "sync", "--net", "bandwidth=100mbit,latency=10ms", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # a shell without job control starts background jobs with SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: give the child a terminal's default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     saved_path = out / "results.json"
 
     def compute_only_done() -> bool:  # results.json is rewritten after every training
