@@ -18,9 +18,12 @@ profile over its own measurement (the median step over every rank's steps
 after the first three); the figure is the median of the pairs' errors:
 pairing is what cancels the drift of a shared machine (see the README).
 Also reported: the prediction from the profile as recorded, before
-:func:`gradwire.predict.calibrated` stretches its backward to its own run,
-and the step with every bucket sent after backward (the old model's upper
-bound), to show what each part changes.
+:func:`gradwire.predict.calibrated` fits it to its own run (a stretch of
+backward when each rank had a core; at 4 ranks on 2 cores, its CPU times
+halved, the run itself staying the floor of its strategy at its world size:
+``predict`` applies that floor in both columns), and the step with every
+bucket sent after backward (the old model's upper bound), to show what each
+part changes.
 
 Writes benchmarks/results/predict_validate.json, with the load average
 before and after (``os.getloadavg``); the measured runs themselves are kept
@@ -140,6 +143,7 @@ def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
                    "bucket_cap_mb": suite["bucket_cap_mb"], "batch_size": suite["batch_size"],
                    "buckets": len(t["profiles"][0]["buckets"]),
                    "measured_exchanges": t["profiles"][0]["exchanges"] is not None,
+                   "shared": t["profiles"][0]["shared"],
                    "predicted_ms": statistics.median(t["predicted"]) * 1e3,
                    "measured_ms": statistics.median(t["measured"]) * 1e3,
                    "error_pct": err * 100, "within_10pct": abs(err) <= 0.10,

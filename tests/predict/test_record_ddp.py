@@ -1,4 +1,7 @@
 """A real DDP job recorded by a ProfileSession (as ``gradwire profile`` runs it) and read back by predict."""
+import json
+import os
+
 import pytest
 import torch
 
@@ -39,6 +42,24 @@ def test_recorded_buckets_are_ddp_buckets(recorded, hook, label):
     assert [m.ops for m in prof.exchanges] == expected
     # the profile prices its own strategy with its own measured costs, any other with the model's
     assert predict(prof, label, "1gbe", 2).step_seconds > prof.compute_seconds
+    # where the ranks computed: 2 CPU ranks on this host's cores
+    assert prof.shared == max(1.0, 2 / len(os.sched_getaffinity(0)))
+    assert prof.net is None  # rank files alone do not say which network the job ran on (profile.json does)
+
+
+def test_profile_json_says_the_network_and_calibrates_on_it(recorded, tmp_path):
+    from gradwire.predict import calibrated
+
+    ranks = [json.loads((recorded / "none" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(set(r["host"]) == {"hostname", "cores", "cuda"} and r["host"]["cuda"] is False for r in ranks)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "profile.json").write_text(json.dumps({"net": "loopback", "ranks": ranks}))
+    prof = load_profile_dir(str(folder), skip=2)
+    assert prof.net == "loopback" and prof.loop_seconds is not None
+    cal = calibrated(prof)
+    assert cal.stretch != 1.0 and predict(cal, "sync", "loopback", 2).step_seconds == pytest.approx(
+        prof.loop_seconds, rel=1e-2)
 
 
 def test_cli_predicts_from_a_profile_folder(recorded, tmp_path, capsys):
@@ -47,8 +68,6 @@ def test_cli_predicts_from_a_profile_folder(recorded, tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["predict", "--profile", str(recorded / "none"), "--net", "1gbe", "--worlds", "2,16",
                  "--strategies", "sync,delayed", "--codec", "free", "--json", str(out)]) == 0
-    import json
-
     res = json.loads(out.read_text())
     assert res["profiles"]["*"]["strategy"] == "sync" and len(res["predictions"]) == 4
     assert "1gbe" in capsys.readouterr().out

@@ -1,4 +1,6 @@
 """The step replay: overlap, the link queue, floors, callbacks, the wait kinds. Expected times by hand."""
+from dataclasses import replace
+
 import pytest
 
 from gradwire.net import NetworkModel, parse_spec
@@ -142,7 +144,7 @@ def test_a_measured_profile_is_calibrated_against_its_own_run():
     # sync, one bucket at the end of backward, no floors: on loopback the replay is F + B + O = 20 ms; the run took
     # 30: backward stretched from 10 to 20 ms
     prof = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.010),), world=2, strategy="sync",
-                       source="measured", loop_seconds=0.030)
+                       source="measured", loop_seconds=0.030, net="loopback")
     cal = calibrated(prof)
     assert cal.stretch == pytest.approx(2.0, rel=1e-3)
     assert (cal.forward, cal.backward, cal.optimizer) == pytest.approx((0.005, 0.020, 0.005), rel=1e-3)
@@ -150,10 +152,71 @@ def test_a_measured_profile_is_calibrated_against_its_own_run():
     assert predict(cal, "sync", "loopback", 2).step_seconds == pytest.approx(0.030, rel=1e-3)
     # a network slower than backward hides the stretch: an early bucket's all_reduce of 4 MB is the bound
     early = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.001),), world=2, strategy="sync",
-                        source="measured", loop_seconds=0.030)
+                        source="measured", loop_seconds=0.030, net="loopback")
     comm = _comm("all_reduce", 2, 4_000_000)
     assert comm > 0.030
     assert predict(calibrated(early), "sync", NET, 2).step_seconds == pytest.approx(0.005 + 0.002 + comm + 0.005,
                                                                                      rel=1e-3)
     described = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.010),))
     assert calibrated(described) is described
+
+
+def test_calibration_replays_the_run_on_the_network_it_ran_on():
+    from gradwire.predict import calibrated
+
+    # a run on NET whose step is exactly the replay on NET: nothing to stretch (on loopback it would be stretched)
+    prof = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.001),), world=2, strategy="sync",
+                       source="profile", net=NET)
+    prof.loop_seconds = predict(prof, "sync", NET, 2).step_seconds
+    assert calibrated(prof).stretch == pytest.approx(1.0, abs=1e-3)
+    unknown = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.001),), world=2, strategy="sync",
+                          source="profile", loop_seconds=0.5)
+    cal = calibrated(unknown)
+    assert cal.stretch == 1.0 and "network its run used is unknown" in cal.notes[-1]
+    auto = StepProfile("m", 0.005, 0.010, 0.005, (Bucket(4_000_000, 0.001),), world=2, strategy="sync",
+                       source="profile", loop_seconds=0.5, net="1gbe,topology=auto")
+    assert calibrated(auto).stretch == 1.0 and "topology=auto" in calibrated(auto).notes[-1]
+
+
+def test_ranks_that_shared_cores_get_a_core_each_and_their_run_stays_a_floor():
+    from gradwire.predict import calibrated
+    from gradwire.predict.timeline import MeasuredExchange
+
+    ex = (MeasuredExchange(("all_reduce",), 0.002, (0.001,), (), 0.0004),)
+    # 4 ranks on 2 cores: every CPU time measured at half a core
+    prof = StepProfile("m", 0.010, 0.020, 0.004, (Bucket(4_000_000, 0.016),), world=4, strategy="sync",
+                       exchanges=ex, source="measured", loop_seconds=0.070, net="loopback", shared=2.0)
+    cal = calibrated(prof)
+    assert (cal.forward, cal.backward, cal.optimizer, cal.buckets[0].ready) == pytest.approx(
+        (0.005, 0.010, 0.002, 0.008))
+    assert cal.exchanges is not None and cal.exchanges[0].hook == pytest.approx(0.001)
+    assert cal.exchanges[0].tail == pytest.approx(0.0002) and cal.exchanges[0].inner == (0.001,)
+    assert cal.stretch == 0.5 and "a core per rank" in cal.notes[-1]
+    # the same strategy at the same world size: never below the run itself (loopback adds nothing)
+    fast = "bandwidth=400gbit,latency=1us"
+    assert predict(cal, "sync", fast, 4).step_seconds == pytest.approx(0.070)
+    assert predict(cal, "sync", "loopback", 4).step_seconds == pytest.approx(0.070)
+    # elsewhere the rank has its core: another world size, another strategy
+    assert predict(cal, "sync", fast, 8).step_seconds < 0.030
+    assert predict(cal, "fp16", fast, 4).step_seconds < 0.030
+    # a slow network is above the floor: the model's own price
+    slow = predict(cal, "sync", "bandwidth=100mbit", 4).step_seconds
+    assert slow > 0.5 and slow == pytest.approx(predict(replace(cal, loop_seconds=None), "sync",
+                                                        "bandwidth=100mbit", 4).step_seconds)
+    # a run on a network is no floor for faster ones
+    on_net = replace(cal, net="bandwidth=100mbit", loop_seconds=2.0)
+    assert predict(on_net, "sync", fast, 4).step_seconds < 0.030
+    with pytest.raises(ValueError, match="shared"):
+        replace(prof, shared=0.5)
+
+
+def test_shared_cores_counts_cpu_ranks_per_host():
+    from gradwire.predict.recorded import shared_cores
+
+    cpu = {"hostname": "a", "cores": 2, "cuda": False}
+    assert shared_cores([cpu, cpu]) == 1.0
+    assert shared_cores([cpu] * 4) == 2.0
+    assert shared_cores([cpu] * 3 + [dict(cpu, hostname="b")] * 3) == 1.5
+    assert shared_cores([dict(cpu, cuda=True)] * 8) == 1.0  # a device each
+    assert shared_cores([cpu] * 4 + [None]) == 1.0  # a rank that did not say: nothing assumed
+    assert shared_cores([]) == 1.0

@@ -80,7 +80,8 @@ def _run_one(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
         strategy.finish(opt)
     assert session.result is not None
-    return {"steps": session.result.steps, "hooks": session.result.hooks, "step_seconds": times}
+    return {"steps": session.result.steps, "hooks": session.result.hooks, "step_seconds": times,
+            "host": session.result.host}
 
 
 def _in_turns(rank: int, world: int, configs: list[MeasureConfig]) -> list[dict[str, Any]]:
@@ -117,7 +118,7 @@ def profile_of(config: MeasureConfig, ranks: list[dict[str, Any]], skip: int = 3
     """The step profile of one measured run (every rank's steps pooled)."""
     label = ranks[0]["hooks"][0] if ranks[0]["hooks"] else config.strategy
     return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
-                              source="measured")
+                              source="measured", hosts=[r.get("host") for r in ranks], net=config.net)
 
 
 def measure_profiles(strategies: list[str], model: str, world: int, steps: int = 60,

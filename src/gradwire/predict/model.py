@@ -26,11 +26,12 @@ bisection on ``log r`` finds it.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from gradwire.net import NetSpec, parse_spec
+from gradwire.net import NetSpec, NetworkModel, parse_spec
 from gradwire.overlap import parse_strategy
 from gradwire.predict.codec import FREE, CodecCost
 from gradwire.predict.plans import Ratio, plan_for, strategy_compressor
@@ -114,32 +115,55 @@ def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1
 
 
 def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfile:
-    """``profile`` with its backward stretched so that the model replays its own run's median step.
+    """``profile`` fitted to its own run: what the model should replay for it on every network.
 
     A measured profile knows what its run took per step (``loop_seconds``,
-    on ``loopback``, at ``profile.world`` ranks, with ``profile.strategy``).
-    The model replays that run; when the run took longer than the replay
-    (CPU the model does not see, above all the real collectives' threads
-    competing with backward, which is when they run; a busy machine's
-    scheduling; the median of a sum exceeding the sum of the medians), the
-    backward time and its buckets' ready times are multiplied by the factor
-    that makes the replay take the run's median step; a faster run shrinks
-    them. Stretching backward rather than adding time after it: compute
-    that a slow network hides stays hidden, as it did in the run. The factor
-    (found by bisection: the replay only grows with it) is a property of the
-    job as it ran and applies to every strategy and world size predicted from
-    the profile. Described profiles, and profiles whose strategy predict does
-    not know, are returned as they are.
+    on ``profile.net`` at ``profile.world`` ranks, with ``profile.strategy``).
+
+    Ranks with a core each (``shared == 1``): the model replays that run on
+    its own network; when the run took longer than the replay (CPU the model
+    does not see, above all the real collectives' threads competing with
+    backward, which is when they run; a busy machine's scheduling; the
+    median of a sum exceeding the sum of the medians), the backward time and
+    its buckets' ready times are multiplied by the factor that makes the
+    replay take the run's median step; a faster run shrinks them. Stretching
+    backward rather than adding time after it: compute that a slow network
+    hides stays hidden, as it did in the run. The factor (found by
+    bisection: the replay only grows with it) is a property of the job as
+    it ran and applies to every strategy and world size predicted from the
+    profile.
+
+    Ranks that shared cores (``shared > 1``: a CPU job with more ranks than
+    cores): on loopback no rank ever sleeps, so each computed on
+    ``1 / shared`` of a core, and the replay cannot be fitted to that run (a
+    slow network lets ranks take turns: in the runs it predicts they compute
+    at nearly a core's speed while others wait for the link). Every
+    CPU time of the step (forward, backward, ready times, optimizer, the
+    hooks' and callbacks' times) is divided by ``shared`` instead: the step
+    of a rank with a core of its own, which is what larger clusters give each
+    rank. The run itself stays a floor: :func:`predict` never prices the
+    same strategy at the same world size below ``loop_seconds`` when the run
+    was on loopback (the network only adds to that job).
+
+    Described profiles, profiles whose run or network is unknown, and
+    profiles whose strategy predict does not know, are returned as they are.
     """
     from gradwire.predict.plans import plan_for
 
     if profile.loop_seconds is None or profile.source == "described" or profile.strategy is None:
         return profile
+    if profile.shared > 1:
+        return _own_cores(profile)
+    if profile.net is None:
+        return replace(profile, notes=(*profile.notes, "not calibrated: the network its run used is unknown"))
     try:
         plan = plan_for(profile.strategy, profile, profile.world, cost)
     except ValueError:  # a hook predict does not know: nothing to replay
         return profile
-    pricer = Pricer("loopback", profile.world)
+    try:
+        pricer = Pricer(profile.net, profile.world)
+    except ValueError as exc:  # topology=auto: the layout of the run is not in the spec
+        return replace(profile, notes=(*profile.notes, f"not calibrated: {exc}"))
     lo, hi = _STRETCH
     if _replay(profile, plan, pricer, lo).step_seconds >= profile.loop_seconds:
         stretch = lo
@@ -156,8 +180,45 @@ def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfi
     return replace(profile, backward=profile.backward * stretch,
                    buckets=tuple(replace(b, ready=b.ready * stretch) for b in profile.buckets),
                    stretch=profile.stretch * stretch,
-                   notes=(*profile.notes, f"backward x{stretch:.2f}: the replay of its own loopback run takes that "
+                   notes=(*profile.notes, f"backward x{stretch:.2f}: the replay of its own run takes that "
                                           f"run's median step ({profile.loop_seconds * 1e3:.1f} ms)"))
+
+
+def _own_cores(profile: StepProfile) -> StepProfile:
+    """``profile``'s CPU times divided by its ``shared`` (:func:`calibrated`, ranks that shared cores)."""
+    c = profile.shared
+    exchanges = None if profile.exchanges is None else tuple(
+        replace(e, hook=e.hook / c, gaps=tuple(g / c for g in e.gaps), tail=None if e.tail is None else e.tail / c)
+        for e in profile.exchanges)
+    floor = f"; its own step ({profile.loop_seconds or 0:.4g} s) stays the floor at {profile.world} ranks"
+    return replace(profile, forward=profile.forward / c, backward=profile.backward / c,
+                   optimizer=profile.optimizer / c, exchanges=exchanges,
+                   buckets=tuple(replace(b, ready=b.ready / c) for b in profile.buckets),
+                   stretch=profile.stretch / c,
+                   notes=(*profile.notes, f"compute / {c:.3g}: a core per rank{floor if _on_loopback(profile) else ''}"))
+
+
+def _on_loopback(profile: StepProfile) -> bool:
+    """Whether ``profile``'s run ran where the network adds nothing (its step is then a floor)."""
+    return profile.net is not None and _zero_net(profile.net)
+
+
+@functools.lru_cache(maxsize=64)
+def _zero_net(net: str) -> bool:
+    try:
+        return NetworkModel(parse_spec(net), 2).is_zero
+    except ValueError:
+        return False
+
+
+def _floor(profile: StepProfile, choice: str, world: int) -> float:
+    """The measured run's own step when predicting that very run on another network (:func:`calibrated`)."""
+    from gradwire.predict.plans import same_strategy
+
+    if (profile.loop_seconds is None or profile.source == "described" or world != profile.world
+            or not same_strategy(profile.strategy, parse_strategy(choice)) or not _on_loopback(profile)):
+        return 0.0
+    return profile.loop_seconds
 
 
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
@@ -172,7 +233,8 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     pricer = (pricers or Pricers()).get(net, world)
     plan = plan_for(strategy, profile, world, cost)
     sim = _replay(profile, plan, pricer)
-    return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, sim.step_seconds,
+    step = max(sim.step_seconds, _floor(profile, strategy, world))
+    return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
                       profile.batch_size)
 

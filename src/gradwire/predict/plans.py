@@ -36,7 +36,7 @@ from gradwire.predict.codec import FREE, CodecCost
 from gradwire.predict.simulate import Exchange, Kind, Phase, Plan
 from gradwire.predict.timeline import MeasuredExchange, StepProfile
 
-__all__ = ["PLANNED", "Ratio", "bucket_exchange", "plan_for", "strategy_compressor"]
+__all__ = ["PLANNED", "Ratio", "bucket_exchange", "plan_for", "same_strategy", "strategy_compressor"]
 
 #: strategies the step model prices
 PLANNED = ("sync", "delayed", "localsgd", "async-average", "torch-fp16", "torch-powersgd")
@@ -115,7 +115,7 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     return Exchange(m.hook, phases, decode)
 
 
-def _same(label: str | None, choice: StrategyChoice) -> bool:
+def same_strategy(label: str | None, choice: StrategyChoice) -> bool:
     """Whether a profile's strategy label names ``choice`` (a hook predict does not know names nothing)."""
     if label is None:
         return False
@@ -138,7 +138,7 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
     kind = _kind(choice)
     compressor: str | Ratio | None = ratio if ratio is not None else strategy_compressor(choice)
     cost = cost or FREE
-    measured = profile.exchanges is not None and ratio is None and _same(profile.strategy, choice)
+    measured = profile.exchanges is not None and ratio is None and same_strategy(profile.strategy, choice)
     if kind is Kind.AVERAGE:
         total = sum(b.numel for b in profile.buckets)
         ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost)

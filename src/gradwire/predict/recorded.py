@@ -24,6 +24,12 @@ iteration on one bucket and rebuilds them after it) and takes medians:
    are kept for predictions of the strategy that ran. A real collective's
    duration is its own share: gloo runs a group's collectives one at a time,
    so the time one spent queued behind the previous one is not its own.
+5. Shared cores: when the ranks of a CPU job outnumbered the cores of their
+   host (``host`` of each rank's record: hostname, cores, CUDA), every time
+   above is that of a rank computing on a share of a core. The profile keeps
+   the times as measured and says by how much (``shared``: ranks per core on
+   the most crowded host); :func:`gradwire.predict.calibrated` gives each
+   rank its core back.
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from typing import Any, Sequence
 
 from gradwire.predict.timeline import Bucket, MeasuredExchange, StepProfile
 
-__all__ = ["exchanges_of", "load_profile_dir", "profile_from_steps"]
+__all__ = ["exchanges_of", "load_profile_dir", "profile_from_steps", "shared_cores"]
 
 #: the collectives a gradient exchange is made of
 _EXCHANGE_OPS = frozenset({"all_reduce", "all_to_all", "all_gather"})
@@ -119,8 +125,26 @@ def _layout(step: dict[str, Any]) -> tuple[int, ...]:
     return tuple(b["nbytes"] for b in step["buckets"])
 
 
+def shared_cores(hosts: Sequence[dict[str, Any] | None]) -> float:
+    """Ranks per core on the most crowded host, counting the ranks that computed on the CPU (module doc, 5).
+
+    1.0 when every rank had a core (or a CUDA device), or when a rank's host is unknown.
+    """
+    if not hosts or any(not h for h in hosts):
+        return 1.0
+    per_host: dict[str, list[int]] = {}
+    for h in hosts:
+        assert h is not None
+        if not h.get("cuda"):
+            per_host.setdefault(str(h.get("hostname")), []).append(int(h.get("cores") or 1))
+    crowd = [len(cores) / min(cores) for cores in per_host.values()]
+    return max([1.0, *crowd])
+
+
 def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, strategy: str | None = None,
-                       skip: int = 3, batch_size: int | None = None, source: str = "profile") -> StepProfile:
+                       skip: int = 3, batch_size: int | None = None, source: str = "profile",
+                       hosts: Sequence[dict[str, Any] | None] | None = None,
+                       net: str | None = None) -> StepProfile:
     """The step as its slowest rank sets it, medians over steps ``skip`` ... last but one (module doc).
 
     Every rank runs the same steps, and a step's collectives start when the
@@ -128,7 +152,8 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     rank that computed longest; bucket ``i`` is ready (and backward ends)
     when the last rank reaches it, counted from each rank's own step start.
     The real collectives' floors are the shortest any rank saw (the last
-    rank to join waited for nobody).
+    rank to join waited for nobody). ``hosts``: each rank's ``host`` record
+    (:func:`shared_cores`); ``net``: the network spec the run ran on.
 
     Raises:
         ValueError: no step after ``skip``, or no step with DDP buckets.
@@ -160,7 +185,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         ready.append([min(b, max(0.0, max(k[r]["forward"] + neutral[r][1][i] for r in range(world)) - f))
                       for i in range(len(layout))])
         after.append(neutral[slowest][2])
-        loop.append(max(s["step"] for s in k))
+        loop += [s["step"] for s in k]  # every rank's: a step's slowest rank is its noisiest
         exchanges = [_exchange_row(s, layout) for s in k]
         mine = exchanges[slowest]
         if mine is not None and all(e is not None and [m.ops for m in e] == [m.ops for m in mine]
@@ -176,8 +201,11 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         notes.append(f"{len(aligned) - len(steps)} steps of another bucket layout left out")
     # measured exchanges only when most steps paired (else the pairing itself is in doubt)
     measured = _medians(rows) if 2 * len(rows) > len(steps) else None
+    shared = shared_cores(hosts or [])
+    if shared > 1:
+        notes.append(f"{shared:.3g} ranks per CPU core: measured on shared cores")
     return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy, measured, batch_size,
-                       source, _median(loop), tuple(notes))
+                       source, _median(loop), tuple(notes), net=net, shared=shared)
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:
@@ -194,9 +222,11 @@ def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) ->
     if not folder.is_dir():
         raise ValueError(f"--profile {str(folder)!r} is not a folder; {hint}")
     merged = folder / "profile.json"
+    net = None
     try:
         if merged.exists():
-            ranks = json.loads(merged.read_text())["ranks"]
+            whole = json.loads(merged.read_text())
+            ranks, net = whole["ranks"], whole.get("net")
         else:
             ranks = [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
     except (ValueError, KeyError, UnicodeDecodeError) as exc:
@@ -209,4 +239,5 @@ def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) ->
     ranks = sorted(ranks, key=lambda r: r.get("rank", 0))
     hooks = ranks[0].get("hooks") or []
     strategy = hooks[0] if hooks else "sync"
-    return profile_from_steps([r["steps"] for r in ranks], folder.name or str(folder), strategy, skip, batch_size)
+    return profile_from_steps([r["steps"] for r in ranks], folder.name or str(folder), strategy, skip, batch_size,
+                              hosts=[r.get("host") for r in ranks], net=net)

@@ -113,6 +113,11 @@ class StepProfile:
     """how the profile was made (the spread of compute, the bucket rule), for reports"""
     stretch: float = 1.0
     """the factor its backward was multiplied by (:func:`gradwire.predict.model.calibrated`)"""
+    net: str | None = None
+    """the network spec the measured run ran on (None: described, or not recorded)"""
+    shared: float = 1.0
+    """ranks per CPU core in the measured run, when more than one rank computed on each core of a host
+    (CPU training, more ranks than cores): their compute ran that much slower than with a core each"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
@@ -135,6 +140,8 @@ class StepProfile:
         if self.loop_seconds is not None:
             _finite(self.loop_seconds, "loop_seconds")
         self.notes = tuple(self.notes)
+        if _finite(self.shared, "shared (ranks per core)") < 1:
+            raise ValueError(f"shared (ranks per core) must be >= 1, got {self.shared!r}")
         last = max(b.ready for b in self.buckets)
         if last > self.backward * (1 + 1e-9) + 1e-12:
             raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "

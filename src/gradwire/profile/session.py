@@ -18,7 +18,11 @@ waited:
 - optionally torch.profiler's events, merged with the simulated network's
   events into one Chrome/Perfetto trace (one timeline, Unix-time based);
 - per training step: forward, backward, each DDP bucket's size and ready
-  time, the optimizer (:mod:`gradwire.profile.steps`), for ``gradwire predict``.
+  time, the optimizer (:mod:`gradwire.profile.steps`), for ``gradwire predict``;
+- where the rank computed (:func:`host`): its host, the CPU cores it may
+  use, and whether it used CUDA, so that ``gradwire predict`` knows when the
+  ranks of a CPU job shared cores (their compute then ran slower than it
+  would with a core, or a device, each).
 
 Times are on gradwire's clock (:func:`gradwire.clock`): wall time on the
 realtime clock; on the virtual clock they include the simulated waiting.
@@ -58,6 +62,8 @@ class ProfileResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     #: the strategy of each DDP comm hook registered in the region (:func:`gradwire.profile.steps.strategy_label`)
     hooks: list[str] = field(default_factory=list)
+    #: where the rank computed (:func:`host`)
+    host: dict[str, Any] = field(default_factory=dict)
 
     @property
     def hidden_seconds(self) -> float:
@@ -134,7 +140,7 @@ class ProfileSession:
                 ops[op]["exposed_seconds"] = seconds
         if "total" in ops:
             ops["total"]["exposed_seconds"] = exposed
-        self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, ops)
+        self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, ops, host=host())
         if hooks is not None:
             self.result.steps = steps(self._waits.backwards, hooks.optimizer, hooks.buckets, gradwire.events(),
                                       self._waits.windows)
@@ -146,6 +152,21 @@ class ProfileSession:
 
 
 profile = ProfileSession
+
+
+def host() -> dict[str, Any]:
+    """Where this process computes: ``{"hostname", "cores", "cuda"}``.
+
+    ``cores``: the CPU cores its affinity mask allows (what the ranks of one
+    host share); ``cuda``: whether it initialised CUDA (then its compute ran
+    on a device, not on those cores).
+    """
+    import socket
+
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"hostname": socket.gethostname(), "cores": cores, "cuda": bool(torch.cuda.is_initialized())}
 
 
 def communication(start: float, end: float, events: list[Any], waits: list[tuple[float, float]]) -> tuple[float, float]:
