@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         return 0
     try:
-        return run_emulation(plan, cmd, timeout=args.timeout)
+        return run_emulation(plan, cmd, timeout=args.timeout, report=lambda traffic: say(traffic.describe()))
     except EmulationUnavailable as exc:  # teardown could not remove something: say what and how to retry
         say(f"error: {exc}")
         return 1

@@ -15,6 +15,12 @@ host's own namespace):
    128 bytes, i.e. pure ACKs) and 1:20 at priority 1 for everything else
    (see :mod:`gradwire.emulate.plan` for why ACKs go first).
 
+Before teardown, :func:`traffic` reads what the packets met: each node's TCP
+retransmissions and retransmission timeouts (its namespace's own counters in
+``/proc/net/snmp`` and ``netstat``), and the packets each shaper and each veth
+dropped. The model of a spec without ``loss`` drops nothing; a run whose real
+packets were dropped and resent took time the model does not price, and says so.
+
 Teardown deletes the switch ports (each takes its veth pair and both ends'
 qdiscs with it) and then the namespaces, so nothing is left for the kernel to
 reap later. Every namespace is opened with ``flags=0``: pyroute2 would
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
 from typing import Iterable
 
 from pyroute2 import IPRoute, netns
@@ -33,7 +40,7 @@ from gradwire.emulate.host import NETNS_DIR, EmulationUnavailable, alive, kill_i
 from gradwire.emulate.layout import BRIDGE, NODE_IF, PREFIX, Layout, RunId, port_if
 from gradwire.emulate.plan import Capabilities, EmulationPlan, Port
 
-__all__ = ["build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown"]
+__all__ = ["Traffic", "build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown", "traffic"]
 
 TC_H_ROOT = 0xFFFFFFFF
 _ROOT_HANDLE = 0x10000  # 1:
@@ -225,3 +232,64 @@ def remove(names: Iterable[str]) -> list[str]:
             if exc.errno != errno.ENOENT:
                 left.append(f"{name} ({exc.strerror})")
     return left
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the real packets of a run met (:func:`traffic`): counts over every node and port."""
+
+    segments: int
+    """TCP segments the nodes sent"""
+    retransmitted: int
+    """TCP segments sent again"""
+    timeouts: int
+    """retransmission timeouts (a sender waited at least 200 ms before sending again)"""
+    shaper_drops: int
+    """packets the rate limiters (and netem under them) dropped"""
+    link_drops: int
+    """packets the veths dropped (a receiver's backlog full)"""
+
+    def describe(self) -> str:
+        line = (f"real packets: {self.segments} TCP segments sent, {self.retransmitted} resent "
+                f"({self.timeouts} after a timeout); dropped: {self.shaper_drops} by the shapers, "
+                f"{self.link_drops} by the links")
+        if self.timeouts or self.shaper_drops or self.link_drops:
+            line += " (time the model of a spec without loss does not price)"
+        return line
+
+
+def _tcp_counters(namespace: str) -> dict[str, int]:
+    """``/proc/net/snmp`` Tcp and ``/proc/net/netstat`` TcpExt counters of ``namespace``."""
+    netns.pushns(namespace)
+    try:
+        texts = [open(f"/proc/self/net/{name}").read() for name in ("snmp", "netstat")]
+    finally:
+        netns.popns()
+    out: dict[str, int] = {}
+    for text in texts:
+        lines = text.splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            if names.split()[0] in ("Tcp:", "TcpExt:"):
+                out.update(zip(names.split()[1:], (int(v) for v in values.split()[1:])))
+    return out
+
+
+def _drops(namespace: str, device: str) -> tuple[int, int]:
+    """(packets the root qdisc of ``device`` dropped, packets the device itself dropped)."""
+    with _ipr(namespace) as ipr:
+        index = _index(ipr, device)
+        qdisc = sum((q.get_attr("TCA_STATS") or {}).get("drop", 0) for q in ipr.get_qdiscs(index=index)
+                    if q["parent"] == TC_H_ROOT)
+        stats = ipr.get_links(index)[0].get_attr("IFLA_STATS64") or {}
+        return qdisc, stats.get("tx_dropped", 0) + stats.get("rx_dropped", 0)
+
+
+def traffic(plan: EmulationPlan) -> Traffic:
+    """Read what the run's packets met, from the namespaces of ``plan`` (before teardown; module doc)."""
+    tcp = [_tcp_counters(plan.layout.node_ns(node)) for node in range(plan.layout.nodes)]
+    shaper = link = 0
+    for port in plan.ports:
+        q, d = _drops(port.namespace, port.device)
+        shaper, link = shaper + q, link + d
+    return Traffic(sum(t.get("OutSegs", 0) for t in tcp), sum(t.get("RetransSegs", 0) for t in tcp),
+                   sum(t.get("TCPTimeouts", 0) for t in tcp), shaper, link)

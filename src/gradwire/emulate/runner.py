@@ -22,7 +22,9 @@ import subprocess
 import time
 from ipaddress import IPv4Network
 from types import FrameType
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
+
+from pyroute2.netlink.exceptions import NetlinkError
 
 from gradwire.emulate import netlink
 from gradwire.emulate.agents import agent_env, start_agent, torchrun_argv
@@ -147,12 +149,15 @@ def run(
     *,
     timeout: float | None = None,
     grace: float = GRACE_SECONDS,
+    report: Callable[[netlink.Traffic], None] | None = None,
 ) -> int:
     """Build the network, run ``cmd`` under one torchrun agent per node, tear down; return the exit code.
 
     Exit code: 0 when every agent succeeded; the first failing agent's code
     (the others are stopped then); ``128 + signal`` after SIGINT/SIGTERM/SIGHUP;
-    124 when ``timeout`` seconds passed.
+    124 when ``timeout`` seconds passed. ``report`` receives what the packets
+    met (:func:`~gradwire.emulate.netlink.traffic`) once the agents are gone,
+    before teardown.
     """
     lay = plan.layout
     argvs = [torchrun_argv(lay, node, cmd) for node in range(lay.nodes)]  # a bad command fails before building
@@ -170,6 +175,13 @@ def run(
                     return 128 + stop.signum
                 finally:
                     _stop(agents, signal.SIGTERM, grace)
+                    if report is not None:
+                        try:
+                            counts = netlink.traffic(plan)
+                        except (OSError, RuntimeError, NetlinkError):
+                            pass  # the counters are a diagnosis; reading them never fails the run
+                        else:
+                            report(counts)
         except Stopped as stop:  # a signal while building or tearing down: the network is gone already
             return 128 + stop.signum
 
