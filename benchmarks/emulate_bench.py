@@ -27,8 +27,14 @@ then runs a few percent slow (a different row each time; no packet lost:
 on the median rows, as ``bench --fit`` makes it (ring, TCP framing, the faster
 placement per size); every sweep's own rows and fit stay in the raw files.
 
-Checks, over the link-dominated rows: model within 5 % of measured, fit
-within 3 %. Writes benchmarks/results/emulate_bench.json (and the raw
+Checks, over the link-dominated in-place rows: model within 5 % of measured,
+fit within 3 %. The in-place row is the all_reduce as torch.distributed runs
+it; the out-of-place row adds the copy of the input into the output buffer
+that user code writes (gradwire bench times it, as it says), which the model
+of the network does not price and which ``bench --fit`` leaves out for the
+same reason (it fits the faster placement). Both are in the table and the
+JSON; the out-of-place errors are reported beside the check. ``--rescore``
+analyses the raw sweeps of the last run again without running anything. Writes benchmarks/results/emulate_bench.json (and the raw
 sweeps under benchmarks/results/emulate_bench/); exits 1 if a check fails.
 
     sudo python benchmarks/emulate_bench.py [--iters-slow 3] [--iters-fast 10] [--repeats-fast 3]   # ~20 min
@@ -57,8 +63,14 @@ def load() -> dict:
     return {"loadavg": list(os.getloadavg()), "uptime": uptime, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+#: set by --rescore: read the raw sweeps of the last run instead of running them
+RESCORE = False
+
+
 def sweep(net: str, layout: str, iters: int, model_net: str | None, out: Path) -> dict:
     """One emulated `gradwire bench` sweep; returns its JSON (rank 0 writes it before teardown)."""
+    if RESCORE:
+        return json.loads(out.read_text())
     nodes, per_node = LAYOUTS[layout]
     out.unlink(missing_ok=True)
     bench = [*GRADWIRE, "bench", "-b", "1M", "-e", "64M", "-f", "2", "-n", str(iters), "-w", "1",
@@ -134,7 +146,8 @@ def analyse(shaped: dict, baseline: dict, cross_fit: dict) -> dict:
             "model_error_pct": 100 * (model / measured - 1), "fit_error_pct": 100 * (fit / measured - 1),
             "cross_fit_error_pct": 100 * (cross / measured - 1), "sweeps_us": r.get("repeats_us", [measured]),
         })
-    dom = [r for r in rows if r["link_dominated"]]
+    dom = [r for r in rows if r["link_dominated"] and r["placement"] == "in-place"]
+    dom_out = [r for r in rows if r["link_dominated"] and r["placement"] != "in-place"]
 
     def worst(key: str, among: list) -> float | None:
         return max((abs(r[key]) for r in among), default=None)
@@ -145,6 +158,8 @@ def analyse(shaped: dict, baseline: dict, cross_fit: dict) -> dict:
         "max_model_error_pct_dominated": worst("model_error_pct", dom),
         "max_fit_error_pct_dominated": worst("fit_error_pct", dom),
         "max_cross_fit_error_pct_dominated": worst("cross_fit_error_pct", dom),
+        "max_model_error_pct_dominated_out_of_place": worst("model_error_pct", dom_out),
+        "max_fit_error_pct_dominated_out_of_place": worst("fit_error_pct", dom_out),
         "max_model_error_pct_all": worst("model_error_pct", rows),
         "wrong": sum(r["wrong"] or 0 for r in rows),
     }
@@ -159,10 +174,14 @@ def main() -> int:
     ap.add_argument("--rates", nargs="+", choices=list(RATES), default=list(RATES),
                     help="link rates to sweep (default: all)")
     ap.add_argument("--out", type=Path, default=RESULTS / "emulate_bench.json", help="results file")
+    ap.add_argument("--rescore", action="store_true", help="analyse the raw sweeps of the last run again")
     args = ap.parse_args()
+    global RESCORE
+    RESCORE = args.rescore
     raw = args.out.with_suffix("")
     raw.mkdir(parents=True, exist_ok=True)
-    started = load()
+    previous = json.loads(args.out.read_text()) if RESCORE and args.out.exists() else {}
+    started = previous.get("load_at_start") or load()
     print(f"load at start: {started['uptime']}", flush=True)
     baselines = {lay: sweep("custom", lay, args.iters_unshaped, None, raw / f"unshaped_{lay}.json") for lay in LAYOUTS}
     shaped = {}
@@ -199,15 +218,17 @@ def main() -> int:
                   f"{'' if r['link_dominated'] else '  (host-bound)'}"
                   f"{'  sweeps: ' + ' / '.join(f'{t / 1e3:.1f}' for t in r['sweeps_us']) if len(r['sweeps_us']) > 1 else ''}")
         if a["link_dominated_sizes"]:
-            print(f"  {'PASS' if good else 'FAIL'}: link-dominated rows: model within "
+            print(f"  {'PASS' if good else 'FAIL'}: link-dominated in-place rows: model within "
                   f"{a['max_model_error_pct_dominated']:.1f}% (<= 5), fit within "
-                  f"{a['max_fit_error_pct_dominated']:.1f}% (<= 3)")
+                  f"{a['max_fit_error_pct_dominated']:.1f}% (<= 3); out-of-place (with the copy): model "
+                  f"{a['max_model_error_pct_dominated_out_of_place']:.1f}%, fit "
+                  f"{a['max_fit_error_pct_dominated_out_of_place']:.1f}%")
         else:
             print("  FAIL: no row is link-dominated on this machine")
     out = args.out
     out.write_text(json.dumps({
         "description": __doc__.splitlines()[0], "dominance_threshold": DOMINANCE, "load_at_start": started,
-        "load_at_end": load(), "unshaped": {lay: b["run"]["command"] for lay, b in baselines.items()},
+        "load_at_end": previous.get("load_at_end") or load(), "rescored": RESCORE, "unshaped": {lay: b["run"]["command"] for lay, b in baselines.items()},
         "all_checks_pass": ok, "results": results,
     }, indent=2) + "\n")
     print(f"\n{'PASS' if ok else 'FAIL'}; wrote {out}")

@@ -67,7 +67,7 @@ def _worker_argv(out: Path, backend: str, args: argparse.Namespace) -> list[str]
 
 def emulated(rate: str, out: Path, args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "gradwire.cli.main", "emulate", "--net", f"bandwidth={rate}", "--nodes", "2",
-           "--nproc-per-node", "2", "--timeout", "900", "--", *_worker_argv(out, "gloo", args)]
+           "--nproc-per-node", str(args.per_node), "--timeout", "900", "--", *_worker_argv(out, "gloo", args)]
     return subprocess.run(cmd, capture_output=True, text=True).returncode
 
 
@@ -78,17 +78,18 @@ def simulated(rate: str, out: Path, args: argparse.Namespace) -> int:
                GRADWIRE_NET=f"bandwidth={rate},topology=auto,intra=loopback,algorithm=ring")
     port = free_port()
     agents = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=2",
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
+         f"--nproc-per-node={args.per_node}",
          "--rdzv-backend=static", f"--rdzv-endpoint=127.0.0.1:{port}", "--no-python", sys.executable,
          *_worker_argv(out, "gradwire", args)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for node in (0, 1)]
     return max(a.wait(timeout=900) for a in agents)
 
 
-def step_time(out: Path, skip: int) -> dict:
+def step_time(out: Path, skip: int, world: int) -> dict:
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-    if len(ranks) != 4:
-        raise RuntimeError(f"{out}: {len(ranks)} of 4 ranks wrote a result")
+    if len(ranks) != world:
+        raise RuntimeError(f"{out}: {len(ranks)} of {world} ranks wrote a result")
     medians = [statistics.median(r["step_seconds"][skip:]) for r in ranks]
     return {"step_seconds": statistics.mean(medians), "per_rank_median": medians,
             "exposed_median": statistics.mean(statistics.median(r["step_exposed"][skip:]) for r in ranks),
@@ -126,6 +127,8 @@ def main() -> int:
     ap.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the median (default 5)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--model", default="cnn-wide")
+    ap.add_argument("--per-node", type=int, default=2, help="ranks per node, 2 nodes (default 2: 2 x 2)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "emulate_train.json", help="results file")
     ap.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -146,7 +149,7 @@ def main() -> int:
                     code = (emulated if mode == "emulated" else simulated)(rate, out, args)
                     run = {"round": rnd, "rate": rate, "mode": mode, "exit_code": code,
                            "seconds": time.monotonic() - t0, "load_before": before, "load_after": load(),
-                           **step_time(out, args.skip)}
+                           **step_time(out, args.skip, 2 * args.per_node)}
                     runs.append(run)
                     print(f"  round {rnd} {rate:>7} {mode:>9}: {run['step_seconds'] * 1e3:7.1f} ms/step "
                           f"(exit {code}, {run['seconds']:.0f} s, load {before['loadavg'][0]:.1f})", flush=True)
@@ -156,11 +159,11 @@ def main() -> int:
         print(f"{rate}: emulated {s['emulated_step_ms']:.1f} ms/step, simulated {s['simulated_step_ms']:.1f} ms/step "
               f"(medians); per-round errors {', '.join(f'{e:+.1f}%' for e in s['round_errors_pct'])}, "
               f"median {s['error_pct']:+.1f}%")
-    out = RESULTS / "emulate_train.json"
+    out = args.out
     out.write_text(json.dumps({
         "description": __doc__.splitlines()[0],
         "command": f"python benchmarks/emulate_train.py --rates {' '.join(args.rates)} --steps {args.steps} "
-                   f"--skip {args.skip} --rounds {args.rounds} --model {args.model}",
+                   f"--skip {args.skip} --rounds {args.rounds} --model {args.model} --per-node {args.per_node}",
         "load_at_start": started, "load_at_end": load(), "all_within_10pct": ok, "summary": summary, "runs": runs,
     }, indent=2) + "\n")
     print(f"{'PASS' if ok else 'FAIL'}; wrote {out}")

@@ -52,6 +52,7 @@ def test_kill_9_leaves_a_set_that_the_next_run_removes_before_running_on_shaped_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"removed stale namespace(s) of killed runs: {', '.join(victim_sets)}" in proc.stderr
     assert sets_of(victim.pid) == []
+    assert "gradwire emulate: real packets: " in proc.stderr  # what the packets met, read before teardown
     ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:

@@ -48,6 +48,10 @@ def test_links_carry_tcp_at_the_shaped_rate_and_go_away(caps, kind, tmp_path, no
         (seconds,) = transfer_seconds(lay, nbytes, tmp_path)
         if kind == "htb":  # ACKs first: data both ways at once still gets the link rate each way
             both = transfer_seconds(lay, nbytes, tmp_path, both_ways=True)
+        # what the packets met: the namespaces' own TCP counters, at least the 2 MB in MSS-sized segments
+        met = netlink.traffic(plan)
+        assert met.segments >= nbytes // 65536 and met.timeouts == 0 and met.shaper_drops == 0
+        assert met.describe().startswith(f"real packets: {met.segments} TCP segments sent")
     # payload at 1448 of every 1514 bytes; the bucket's head start is 32 KiB (1.6 %)
     model = nbytes / (100e6 / 8 * 1448 / 1514)
     assert 0.9 < seconds / model < 1.25, (seconds, model)
@@ -101,3 +105,11 @@ def test_a_stale_set_and_what_runs_inside_are_removed(caps):
     finally:
         inside.kill()
         netlink.teardown(lay)
+
+
+def test_traffic_says_when_the_model_would_miss_time():
+    clean_run = netlink.Traffic(segments=1000, retransmitted=3, timeouts=0, shaper_drops=0, link_drops=0)
+    assert clean_run.describe() == ("real packets: 1000 TCP segments sent, 3 resent (0 after a timeout); "
+                                    "dropped: 0 by the shapers, 0 by the links")
+    lossy = netlink.Traffic(segments=1000, retransmitted=40, timeouts=2, shaper_drops=37, link_drops=0)
+    assert lossy.describe().endswith("(time the model of a spec without loss does not price)")
