@@ -1,7 +1,8 @@
 """Digits training on 2 nodes x 2 ranks: step time over emulated links (gloo, real packets) vs the simulated network.
 
 Each round runs the same DDP training (``sync``, the wide digits CNN, 2.4 MB
-of gradient per step) twice per link rate, in alternating order:
+of gradient per step) on 2 nodes of ``--per-node`` ranks (default 2) twice per
+link rate, in alternating order:
 
 - emulated, as root: ``gradwire emulate --net bandwidth=RATE --nodes 2
   --nproc-per-node 2 -- python emulate_train.py --worker ... --backend gloo``;
@@ -19,7 +20,7 @@ come from different moments of a busy machine. The check is that figure
 within 10 %. Writes benchmarks/results/emulate_train.json; exits 1 if a check
 fails.
 
-    sudo python benchmarks/emulate_train.py [--rates 100mbit 1gbit] [--steps 40] [--rounds 4]   # ~8 min
+    sudo python benchmarks/emulate_train.py [--rates 100mbit 1gbit] [--steps 40] [--rounds 4] [--per-node 2]   # ~8 min
 """
 from __future__ import annotations
 
