@@ -46,7 +46,8 @@ def plot_metric(results: Results, path: Path) -> Path:
         ax.set_ylabel("test accuracy" if metric == "test_accuracy" else metric)
         ax.set_title(net, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a network where no run finished has nothing to name
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
