@@ -112,7 +112,8 @@ class StepProfile:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """how the profile was made (the spread of compute, the bucket rule), for reports"""
     stretch: float = 1.0
-    """the factor its backward was multiplied by (:func:`gradwire.predict.model.calibrated`)"""
+    """the factor :func:`gradwire.predict.model.calibrated` multiplied its backward by (its every CPU time,
+    ``1 / shared``, when its ranks shared cores); 1.0: not calibrated"""
     net: str | None = None
     """the network spec the measured run ran on (None: described, or not recorded)"""
     shared: float = 1.0
