@@ -43,78 +43,16 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Iterable
+from dataclasses import replace
+from typing import Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.results import OK, Results, Run
+from gradwire.compare.results import OK, Results, Row, Run
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
-
-
-@dataclass
-class Row:
-    net: str
-    strategy: str
-    status: str
-    unit: str = "epoch"
-    """what the time and bytes are per: ``epoch`` (bundled models) or ``step`` (a script)"""
-    epoch_seconds: float = float("nan")
-    step_ms: float = float("nan")
-    speedup: float = float("nan")
-    ideal_speedup: float = float("nan")
-    wire_mb_per_epoch: float = float("nan")
-    wire_mb_per_step: float = float("nan")
-    reduction: float = float("nan")
-    metric: str = "test_accuracy"
-    metric_mean: float = float("nan")
-    metric_min: float = float("nan")
-    metric_max: float = float("nan")
-    time_to_target: float | None = None
-    reached: int = 0
-    seeds: int = 0
-    compute_ms: float = float("nan")
-    overhead_ms: float = float("nan")
-    exposed_ms: float = float("nan")
-    """waiting for the modelled network, per step"""
-    exposed_share: float = float("nan")
-    peer_wait_ms: float = float("nan")
-    """waiting past the network (a late peer, callbacks), per step"""
-    peer_wait_share: float = float("nan")
-    of_ideal: float = float("nan")
-    """compute-only time / this strategy's time"""
-    error: str = ""
-    applied: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @property
-    def finished(self) -> bool:
-        return self.status != "not finished"
-
-    @property
-    def time_per_unit(self) -> float:
-        """Seconds per epoch, or per step."""
-        return self.epoch_seconds if self.unit == "epoch" else self.step_ms / 1e3
-
-    @property
-    def wire_per_unit(self) -> float:
-        return self.wire_mb_per_epoch if self.unit == "epoch" else self.wire_mb_per_step
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Row:
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {k: (float("nan") if v is None and k != "time_to_target" else v)
-                                  for k, v in d.items() if k in known}
-        return cls(**values)
 
 
 def _mean(xs: Iterable[float]) -> float:

@@ -1,5 +1,5 @@
 """What a comparison produces, as dataclasses: one :class:`SeedResult` per training, one :class:`Run` per
-(network, strategy), the :class:`Results` of the whole comparison.
+(network, strategy), a :class:`Row` of the table per run, the :class:`Results` of the whole comparison.
 
 Both kinds of comparison fill the same classes: the bundled digits models
 (:mod:`gradwire.compare.runner`) and a user's own script
@@ -184,6 +184,74 @@ class TrainingEvent:
 
 
 @dataclass
+class Row:
+    """One line of a comparison's table: a (network, strategy)'s time, bytes, metric and step breakdown.
+
+    :func:`gradwire.compare.report.rows_of` makes the rows from the runs; that
+    module defines each column.
+    """
+
+    net: str
+    strategy: str
+    status: str
+    unit: str = "epoch"
+    """what the time and bytes are per: ``epoch`` (bundled models) or ``step`` (a script)"""
+    epoch_seconds: float = float("nan")
+    step_ms: float = float("nan")
+    speedup: float = float("nan")
+    ideal_speedup: float = float("nan")
+    wire_mb_per_epoch: float = float("nan")
+    wire_mb_per_step: float = float("nan")
+    reduction: float = float("nan")
+    metric: str = "test_accuracy"
+    metric_mean: float = float("nan")
+    metric_min: float = float("nan")
+    metric_max: float = float("nan")
+    time_to_target: float | None = None
+    reached: int = 0
+    seeds: int = 0
+    compute_ms: float = float("nan")
+    overhead_ms: float = float("nan")
+    exposed_ms: float = float("nan")
+    """waiting for the modelled network, per step"""
+    exposed_share: float = float("nan")
+    peer_wait_ms: float = float("nan")
+    """waiting past the network (a late peer, callbacks), per step"""
+    peer_wait_share: float = float("nan")
+    of_ideal: float = float("nan")
+    """compute-only time / this strategy's time"""
+    error: str = ""
+    applied: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "not finished"
+
+    @property
+    def time_per_unit(self) -> float:
+        """Seconds per epoch, or per step."""
+        return self.epoch_seconds if self.unit == "epoch" else self.step_ms / 1e3
+
+    @property
+    def wire_per_unit(self) -> float:
+        return self.wire_mb_per_epoch if self.unit == "epoch" else self.wire_mb_per_step
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Row:
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {k: (float("nan") if v is None and k != "time_to_target" else v)
+                                  for k, v in d.items() if k in known}
+        return cls(**values)
+
+
+@dataclass
 class Results:
     """A whole comparison: its configuration (plain types), the runs, and the table's rows once made."""
 
@@ -191,8 +259,8 @@ class Results:
     started: str
     runs: list[Run] = field(default_factory=list)
     interrupted: bool = False
-    rows: list[Any] = field(default_factory=list)
-    """:class:`gradwire.compare.report.Row` objects, filled by the CLI after the runs"""
+    rows: list[Row] = field(default_factory=list)
+    """the table's rows (:func:`gradwire.compare.report.rows_of`), filled by the CLI after the runs"""
     predicted: dict[str, Any] | None = None
     """the predicted speedup against bandwidth (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
 
@@ -214,8 +282,6 @@ class Results:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Results:
-        from gradwire.compare.report import Row
-
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
                    bool(d.get("interrupted", False)), rows, d.get("predicted"))
