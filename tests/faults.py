@@ -93,13 +93,11 @@ def _worker(rank: int, world: int, strategy: str, fault: str, backend: str, port
 
 def run_fault(strategy: str, world: int, fault: str, backend: str = "gradwire") -> list[Outcome]:
     """The survivors' outcomes (ranks ``0 .. world-2``) when rank ``world-1`` meets ``fault``."""
-    import torch.multiprocessing as mp
-
-    from gradwire.launch import free_port
+    from gradwire.launch import free_port, rank_context
 
     if fault not in ("exit", "kill", "stall"):
         raise ValueError(f"fault must be exit, kill or stall, got {fault!r}")
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     out = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, strategy, fault, backend, port, out), daemon=True)

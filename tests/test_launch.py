@@ -51,3 +51,23 @@ def test_report_outside_a_rank_says_where_it_belongs():
 
     with pytest.raises(RuntimeError, match="spawn"):
         report(1)
+
+
+def test_ranks_see_the_environment_as_it_is_at_spawn(monkeypatch):
+    """Ranks start from a fork server that imported torch once; what a fresh process would read
+    from the environment (a variable set after the server started, the thread count, torch's
+    distributed debug level) is still what the parent has at spawn time."""
+    names = ("GRADWIRE_TEST_MARK", "OMP_NUM_THREADS")
+    spawn(workers.echo_rank, 2)  # the server is running from here on
+    monkeypatch.setenv("GRADWIRE_TEST_MARK", "after")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    seen = spawn(workers.environment_seen, 2, (names,))
+    assert all(s["env"] == {"GRADWIRE_TEST_MARK": "after", "OMP_NUM_THREADS": "2"} for s in seen), seen
+    assert all(s["threads"] == 2 and s["debug"].endswith("DETAIL") for s in seen), seen
+    monkeypatch.delenv("GRADWIRE_TEST_MARK")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG")
+    seen = spawn(workers.environment_seen, 2, (names,), env={"GRADWIRE_TEST_MARK": "given"})
+    assert all(s["env"]["GRADWIRE_TEST_MARK"] == "given" and s["threads"] == 1 for s in seen), seen
+    assert all(s["debug"].endswith("OFF") for s in seen), seen

@@ -77,3 +77,12 @@ def _group_member(rank: int, world: int, backend: str, net: str | None, timeout_
     t = torch.ones(8)
     dist.all_reduce(t)
     assert t[0].item() == world
+
+
+def environment_seen(rank: int, world: int, names: tuple[str, ...]) -> dict:
+    """What a rank sees: the named variables, torch's thread count and distributed debug level."""
+    import torch
+    import torch.distributed as dist
+
+    return {"env": {n: os.environ.get(n) for n in names}, "threads": torch.get_num_threads(),
+            "debug": str(dist.get_debug_level())}

@@ -2,7 +2,7 @@
 
 This is the one launcher every multi-process part of gradwire uses (tests,
 benchmarks, the training harness). It is ``torch.multiprocessing`` underneath,
-with three things added that distributed work on one machine needs:
+with these things added that distributed work on one machine needs:
 
 1. Results travel to the parent over a queue *before* the rank tears its
    process group down. Torch's gloo occasionally aborts a process at teardown
@@ -18,8 +18,17 @@ with three things added that distributed work on one machine needs:
    training runs in one set of processes) keeps what it finished even when a
    later part fails.
 
+5. Fast starts: ranks are forked from a ``forkserver`` that has imported
+   torch, torch.distributed and gradwire once (importing torch costs seconds
+   of CPU per process; forking costs milliseconds). The server holds no
+   threads and no CUDA context, so each rank starts as clean as a spawned
+   one. Two things a spawned process would read afresh are applied in the
+   rank instead: the parent's environment as it is at :func:`spawn` (the
+   server's is the one it started with), and what torch took from it at
+   import (the thread count, ``TORCH_DISTRIBUTED_DEBUG``).
+
 The worker function must be importable (a module-level function) because the
-``spawn`` start method pickles it by reference.
+start method pickles it by reference.
 """
 from __future__ import annotations
 
@@ -33,7 +42,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["RankError", "free_port", "report", "spawn"]
+__all__ = ["PRELOAD", "RankError", "free_port", "rank_context", "report", "spawn"]
 
 
 class RankError(RuntimeError):
@@ -79,6 +88,23 @@ def report(value: Any) -> None:
     _channel.put(_Report(int(os.environ["RANK"]), pickle.dumps(value)))
 
 
+#: imported once by the fork server that ranks start from (module doc, item 5)
+PRELOAD = ("torch", "torch.distributed", "gradwire")
+
+
+def rank_context() -> Any:
+    """The multiprocessing context ranks start from: a fork server with :data:`PRELOAD` imported.
+
+    For a launcher of one's own: processes it starts see the environment the
+    server started with, and torch's import-time settings from it (module doc).
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
 def _entry(
     rank: int,
     world_size: int,
@@ -87,11 +113,14 @@ def _entry(
     env: Mapping[str, str],
     results: Any,
 ) -> None:
+    os.environ.clear()
     os.environ.update(env)
     if "torch" in sys.modules and env.get("OMP_NUM_THREADS"):
-        # torch was imported while unpickling ``fn`` and sized its pool from
-        # the parent's environment: apply the ranks' thread count now.
+        # torch was imported by the fork server (or while unpickling ``fn``) and
+        # sized its pool from that environment: apply the ranks' thread count now.
         sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
+    if "torch.distributed" in sys.modules:
+        sys.modules["torch.distributed"].set_debug_level_from_env()
     os.environ["RANK"] = str(rank)
     os.environ["LOCAL_RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)
@@ -139,17 +168,16 @@ def spawn(
             ranks are terminated.
         TimeoutError: the group did not finish within ``timeout``.
     """
-    import torch.multiprocessing as mp
-
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     results = ctx.Queue()
-    full_env = {
+    full_env = dict(os.environ)
+    full_env.update({
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(master_port or free_port()),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-    }
+    })
     full_env.update(env or {})
     procs = [
         ctx.Process(target=_entry, args=(r, world_size, fn, tuple(args), full_env, results), daemon=True)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradwire.launch import free_port
+from gradwire.launch import free_port, rank_context
 
 
 def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, args: tuple, q: Any) -> None:
@@ -36,9 +36,7 @@ def run_with_victim(fn: Callable[..., Any], world: int, args: tuple = (), timeou
 
     Returns ``{"results": {rank: value}, "died": unix time the victim posted, "exitcodes": [...]}``.
     """
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     q = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(fn, r, world, port, args, q), daemon=True) for r in range(world)]
