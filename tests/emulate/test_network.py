@@ -108,8 +108,9 @@ def test_a_stale_set_and_what_runs_inside_are_removed(caps):
 
 
 def test_traffic_says_when_the_model_would_miss_time():
-    clean_run = netlink.Traffic(segments=1000, retransmitted=3, timeouts=0, shaper_drops=0, link_drops=0)
-    assert clean_run.describe() == ("real packets: 1000 TCP segments sent, 3 resent (0 after a timeout); "
-                                    "dropped: 0 by the shapers, 0 by the links")
+    clean_run = netlink.Traffic(segments=1000, retransmitted=3, timeouts=0, shaper_drops=0, link_drops=0,
+                                probes=2, duplicates=1)
+    assert clean_run.describe() == ("real packets: 1000 TCP segments sent, 3 resent (0 after a timeout, "
+                                    "2 tail-loss probes; 1 received twice); dropped: 0 by the shapers, 0 by the links")
     lossy = netlink.Traffic(segments=1000, retransmitted=40, timeouts=2, shaper_drops=37, link_drops=0)
     assert lossy.describe().endswith("(time the model of a spec without loss does not price)")

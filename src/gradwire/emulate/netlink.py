@@ -20,6 +20,12 @@ retransmissions and retransmission timeouts (its namespace's own counters in
 ``/proc/net/snmp`` and ``netstat``), and the packets each shaper and each veth
 dropped. The model of a spec without ``loss`` drops nothing; a run whose real
 packets were dropped and resent took time the model does not price, and says so.
+A resend is not a loss: TCP also resends the last segment of a burst that is
+not acknowledged within about two round trips (a tail-loss probe), and a
+segment that waited long in a shaper's queue can be resent before its ACK
+returns. The receiver then reports the second copy as a duplicate (D-SACK);
+those counts are printed beside the resends, so that resends without drops
+read as what they were: late ACKs, not lost packets.
 
 Teardown deletes the switch ports (each takes its veth pair and both ends'
 qdiscs with it) and then the namespaces, so nothing is left for the kernel to
@@ -248,11 +254,16 @@ class Traffic:
     """packets the rate limiters (and netem under them) dropped"""
     link_drops: int
     """packets the veths dropped (a receiver's backlog full)"""
+    probes: int = 0
+    """tail-loss probes: when a burst's ACK is late (about two round trips), TCP sends one segment to
+    provoke it, usually the burst's last segment again"""
+    duplicates: int = 0
+    """resent segments the receiver reported as already received (D-SACK): the original arrived"""
 
     def describe(self) -> str:
         line = (f"real packets: {self.segments} TCP segments sent, {self.retransmitted} resent "
-                f"({self.timeouts} after a timeout); dropped: {self.shaper_drops} by the shapers, "
-                f"{self.link_drops} by the links")
+                f"({self.timeouts} after a timeout, {self.probes} tail-loss probes; {self.duplicates} received twice); "
+                f"dropped: {self.shaper_drops} by the shapers, {self.link_drops} by the links")
         if self.timeouts or self.shaper_drops or self.link_drops:
             line += " (time the model of a spec without loss does not price)"
         return line
@@ -291,5 +302,8 @@ def traffic(plan: EmulationPlan) -> Traffic:
     for port in plan.ports:
         q, d = _drops(port.namespace, port.device)
         shaper, link = shaper + q, link + d
-    return Traffic(sum(t.get("OutSegs", 0) for t in tcp), sum(t.get("RetransSegs", 0) for t in tcp),
-                   sum(t.get("TCPTimeouts", 0) for t in tcp), shaper, link)
+    def total(name: str) -> int:
+        return sum(t.get(name, 0) for t in tcp)
+
+    return Traffic(total("OutSegs"), total("RetransSegs"), total("TCPTimeouts"), shaper, link,
+                   probes=total("TCPLossProbes"), duplicates=total("TCPDSACKRecvSegs"))
