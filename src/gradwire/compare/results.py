@@ -34,6 +34,20 @@ __all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "Curve", "R
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
 
 
+class _Status:
+    """``ok`` and ``finished`` from a ``status`` (module doc), for :class:`Run` and :class:`Row`."""
+
+    status: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def finished(self) -> bool:
+        return self.status != NOT_FINISHED
+
+
 @dataclass
 class Curve:
     """A metric of one training over its time: ``values[i]`` at ``seconds[i]`` (and ``steps[i]`` when known)."""
@@ -127,7 +141,7 @@ class SeedResult:
 
 
 @dataclass
-class Run:
+class Run(_Status):
     """Every seed of one (network, strategy)."""
 
     strategy: str
@@ -140,14 +154,6 @@ class Run:
     """every rank ended with the same parameters (bundled models; None where not checked)"""
     applied: str = ""
     """what was applied to a script (the strategy and the optimizer scheme, in words)"""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @property
-    def finished(self) -> bool:
-        return self.status != NOT_FINISHED
 
     @property
     def run(self) -> tuple[str, str]:
@@ -184,7 +190,7 @@ class TrainingEvent:
 
 
 @dataclass
-class Row:
+class Row(_Status):
     """One line of a comparison's table: a (network, strategy)'s time, bytes, metric and step breakdown.
 
     :func:`gradwire.compare.report.rows_of` makes the rows from the runs; that
@@ -222,14 +228,6 @@ class Row:
     """compute-only time / this strategy's time"""
     error: str = ""
     applied: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @property
-    def finished(self) -> bool:
-        return self.status != "not finished"
 
     @property
     def time_per_unit(self) -> float:
