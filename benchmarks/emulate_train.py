@@ -184,6 +184,9 @@ def main() -> int:
         worker(args)
         return 0
     if args.rescore:
+        if not args.rescore.is_file():
+            ap.error(f"--rescore {args.rescore}: no such file; give a results file this script wrote "
+                     f"(e.g. {RESULTS / 'emulate_train.json'})")
         return rescore(args.rescore)
     runs: list[dict] = []
     started = load()

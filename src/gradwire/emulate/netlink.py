@@ -297,13 +297,12 @@ def _drops(namespace: str, device: str) -> tuple[int, int]:
 
 def traffic(plan: EmulationPlan) -> Traffic:
     """Read what the run's packets met, from the namespaces of ``plan`` (before teardown; module doc)."""
-    tcp = [_tcp_counters(plan.layout.node_ns(node)) for node in range(plan.layout.nodes)]
+    nodes = [_tcp_counters(plan.layout.node_ns(node)) for node in range(plan.layout.nodes)]
+    tcp = {name: sum(n.get(name, 0) for n in nodes)
+           for name in ("OutSegs", "RetransSegs", "TCPTimeouts", "TCPLossProbes", "TCPDSACKRecvSegs")}
     shaper = link = 0
     for port in plan.ports:
         q, d = _drops(port.namespace, port.device)
         shaper, link = shaper + q, link + d
-    def total(name: str) -> int:
-        return sum(t.get(name, 0) for t in tcp)
-
-    return Traffic(total("OutSegs"), total("RetransSegs"), total("TCPTimeouts"), shaper, link,
-                   probes=total("TCPLossProbes"), duplicates=total("TCPDSACKRecvSegs"))
+    return Traffic(tcp["OutSegs"], tcp["RetransSegs"], tcp["TCPTimeouts"], shaper, link,
+                   probes=tcp["TCPLossProbes"], duplicates=tcp["TCPDSACKRecvSegs"])

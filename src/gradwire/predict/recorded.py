@@ -134,8 +134,7 @@ def shared_cores(hosts: Sequence[dict[str, Any] | None]) -> float:
         return 1.0
     per_host: dict[str, list[int]] = {}
     for h in hosts:
-        assert h is not None
-        if not h.get("cuda"):
+        if h and not h.get("cuda"):
             per_host.setdefault(str(h.get("hostname")), []).append(int(h.get("cores") or 1))
     crowd = [len(cores) / min(cores) for cores in per_host.values()]
     return max([1.0, *crowd])
