@@ -71,3 +71,11 @@ def test_ranks_see_the_environment_as_it_is_at_spawn(monkeypatch):
     seen = spawn(workers.environment_seen, 2, (names,), env={"GRADWIRE_TEST_MARK": "given"})
     assert all(s["env"]["GRADWIRE_TEST_MARK"] == "given" and s["threads"] == 1 for s in seen), seen
     assert all(s["debug"].endswith("OFF") for s in seen), seen
+
+
+def test_every_rank_of_every_group_draws_its_own_random_numbers():
+    """Forked from one server, ranks would share its random state; like fresh processes, they do not."""
+    first, second = spawn(workers.random_state, 2), spawn(workers.random_state, 2)
+    seeds = [seed for seed, _ in first + second]
+    draws = [draw for _, draw in first + second]
+    assert len(set(seeds)) == 4 and len(set(draws)) == 4, (first, second)

@@ -86,3 +86,10 @@ def environment_seen(rank: int, world: int, names: tuple[str, ...]) -> dict:
 
     return {"env": {n: os.environ.get(n) for n in names}, "threads": torch.get_num_threads(),
             "debug": str(dist.get_debug_level())}
+
+
+def random_state(rank: int, world: int) -> tuple[int, float]:
+    """torch's initial seed in this rank and one draw from the global generator."""
+    import torch
+
+    return torch.initial_seed(), float(torch.rand(1))

@@ -25,7 +25,9 @@ with these things added that distributed work on one machine needs:
    one. Two things a spawned process would read afresh are applied in the
    rank instead: the parent's environment as it is at :func:`spawn` (the
    server's is the one it started with), and what torch took from it at
-   import (the thread count, ``TORCH_DISTRIBUTED_DEBUG``).
+   import (the thread count, ``TORCH_DISTRIBUTED_DEBUG``). Each rank also
+   draws from its own random seed, as a fresh process does
+   (:mod:`gradwire._forkserver`).
 
 The worker function must be importable (a module-level function) because the
 start method pickles it by reference.
@@ -89,14 +91,15 @@ def report(value: Any) -> None:
 
 
 #: imported once by the fork server that ranks start from (module doc, item 5)
-PRELOAD = ("torch", "torch.distributed", "gradwire")
+PRELOAD = ("torch", "torch.distributed", "gradwire", "gradwire._forkserver")
 
 
 def rank_context() -> Any:
     """The multiprocessing context ranks start from: a fork server with :data:`PRELOAD` imported.
 
     For a launcher of one's own: processes it starts see the environment the
-    server started with, and torch's import-time settings from it (module doc).
+    server started with, and torch's import-time settings from it (module doc);
+    each draws from its own random seed.
     """
     import torch.multiprocessing as mp
 
