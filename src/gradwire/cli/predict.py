@@ -55,11 +55,13 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def add_parser(sub: Any) -> None:
+    from gradwire.compare.config import DEFAULT_NET
+
     p = sub.add_parser("predict", help="predict step time and scaling efficiency on larger clusters",
                        description=__doc__.splitlines()[0])
     p.add_argument("--net", action="append", default=None,
-                   help="network spec or preset; repeat for several (default: the compare default, "
-                        "bandwidth=1.5gbit,latency=100us). GPU clusters: e.g. 25gbe,topology=1x8,intra=nvlink")
+                   help=f"network spec or preset; repeat for several (default: compare's first network, "
+                        f"{DEFAULT_NET}). GPU clusters: e.g. 25gbe,topology=1x8,intra=nvlink")
     p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                    help="comma-separated composed names (default: %(default)s)")
     p.add_argument("--model", default="cnn-wide",
@@ -115,13 +117,10 @@ def _check_inputs(args: argparse.Namespace, nets: list[str], strategies: list[st
     from gradwire.overlap import parse_strategy
     from gradwire.predict import check_fits, default_worlds
     from gradwire.predict.describe import is_factory
-    from gradwire.predict.plans import PLANNED
+    from gradwire.predict.plans import check_planned
 
     for s in strategies:
-        name = parse_strategy(s).spec.name
-        if name not in PLANNED:
-            raise ValueError(f"predict cannot price strategy {s!r} (not a DDP bucket strategy); valid: "
-                             f"{', '.join(PLANNED)}, each with or without a compressor")
+        check_planned(parse_strategy(s))
     sources = [bool(args.profile), bool(args.profiles)]
     if sum(sources) > 1:
         raise ValueError("give one of --profile DIR and --profiles FILE")
@@ -169,7 +168,10 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
     if args.model not in MODELS and not is_factory(args.model):
         raise ValueError(f"unknown model {args.model!r}; valid models: {', '.join(sorted(MODELS))}, or "
                          "PKG.MODULE:FACTORY / path/file.py:FACTORY with --compute-ms")
-    ddp = [s for s in strategies if parse_strategy(s).spec.name not in ("localsgd", "async-average")]
+    from gradwire.overlap import Timing
+
+    averaging = (Timing.AVERAGE, Timing.AVERAGE_OVERLAPPED)
+    ddp = [s for s in strategies if parse_strategy(s).timing not in averaging]
     measured = list(dict.fromkeys(ddp + ["sync"]))  # the averaging strategies and the ratio column use sync's
     profiles = measure_profiles(measured, args.model, args.measure_world, args.steps,
                                 args.batch_size or 32, args.bucket_cap_mb)

@@ -37,7 +37,9 @@ from torch.futures import Future
 
 from gradwire.hooks import Compressor, StateKey
 
-from .base import Strategy, average_parameters, flatten, unflatten_into
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .base import CannotApply, DDPAttachment, Strategy, Timing, average_parameters, flatten, unflatten_into
 
 __all__ = ["AsyncAverageStrategy", "LocalSGDStrategy"]
 
@@ -46,6 +48,7 @@ class _Averaging(Strategy):
     """Shared anchor bookkeeping of the model-averaging strategies."""
 
     averages_gradients = False
+    compressor_owns_momentum = False
 
     def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
@@ -86,11 +89,26 @@ class _Averaging(Strategy):
     def _exact_average(self) -> None:
         self._anchor = average_parameters(self.params, self.group)
 
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        """DDP keeps its model but sends nothing (a no-op hook): gradients stay local, parameters are averaged."""
+        from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+
+        self.group = self.dedicated_group()
+        self._exchange = self.exchange_state(self.group)
+        self.wrap(ddp.module)  # the anchor (and rank 0's weights, as DDP has done already)
+        return DDPAttachment(noop_hook, None, f"local steps, parameters averaged every {self.period} steps")
+
+    def grad_scaler(self, scheme: bool) -> None:
+        raise CannotApply(f"a GradScaler skips a step on the ranks whose own gradients overflowed; under {self.name} "
+                          "each rank steps on its own gradients, so the ranks would disagree on when to average "
+                          "(a collective on some ranks only); use bf16 autocast without a scaler, or sync")
+
 
 class LocalSGDStrategy(_Averaging):
     """Local steps, a blocking parameter average every H steps, optional synchronous warm-up."""
 
     name = "localsgd"
+    timing = Timing.AVERAGE
 
     def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None, warmup: int = 0) -> None:
@@ -131,6 +149,7 @@ class AsyncAverageStrategy(_Averaging):
     """Launch a parameter average every H steps; apply it when it arrives, keeping local progress."""
 
     name = "async-average"
+    timing = Timing.AVERAGE_OVERLAPPED
 
     def __init__(self, period: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
@@ -139,6 +158,9 @@ class AsyncAverageStrategy(_Averaging):
         #: how many steps each applied average spent in flight
         self.lags: list[int] = []
         self._launched_at = 0
+
+    def in_flight(self) -> list[Future]:
+        return [] if self._pending is None else [self._pending[1]]
 
     def _settle(self) -> None:
         assert self._pending is not None

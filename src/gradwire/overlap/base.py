@@ -31,18 +31,51 @@ it: ``optimizer_momentum`` says which.
 """
 from __future__ import annotations
 
+import enum
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.futures import Future
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import CompressionState, Compressor, get_compressor
 
-__all__ = ["Strategy", "average_parameters", "broadcast_module", "flatten", "group_timeout", "unflatten_into"]
+__all__ = ["CannotApply", "DDPAttachment", "Strategy", "Timing", "average_parameters", "broadcast_module",
+           "flatten", "group_timeout", "unflatten_into"]
+
+
+class Timing(enum.Enum):
+    """Where a strategy's exchanges sit in a training step: what ``gradwire predict`` replays."""
+
+    #: DDP buckets, each exchanged during backward; ``backward()`` waits for the last one
+    BLOCKING = "blocking"
+    #: the same exchanges, each waited for after the *next* step's backward
+    NEXT_STEP = "next_step"
+    #: one exchange of every parameter every H steps, blocking
+    AVERAGE = "average"
+    #: one exchange of every parameter every H steps, overlapped with the next steps
+    AVERAGE_OVERLAPPED = "average_overlapped"
+
+
+class CannotApply(RuntimeError):
+    """The strategy cannot run on what the script built; the message is the reason, in the user's terms."""
+
+
+@dataclass
+class DDPAttachment:
+    """What a strategy puts on a DDP model that a script built itself (:meth:`Strategy.attach_ddp`)."""
+
+    #: the comm hook to register, with its state; None leaves DDP's own all_reduce
+    hook: Callable[[Any, dist.GradBucket], Future] | None
+    state: Any
+    #: what was applied, in words (the comparison's table)
+    description: str
 
 
 def flatten(tensors: Sequence[Tensor]) -> Tensor:
@@ -106,6 +139,21 @@ class Strategy:
     #: whether the strategy communicates gradients (True) or parameters (False)
     averages_gradients = True
 
+    # -- traits: what the rest of gradwire asks of a strategy (the registry entry reads them) ------
+    #: how ``gradwire predict`` prices a step; None: predict cannot price it
+    timing: ClassVar[Timing | None] = None
+    #: whether every optimizer step goes through :meth:`step` (which ends in the optimizer's own)
+    owns_step: ClassVar[bool] = True
+    #: whether a compressor's exchange owns the optimizer's momentum (an optimizer scheme splits it)
+    compressor_owns_momentum: ClassVar[bool] = True
+    #: DDP constructor arguments the strategy needs when it runs on a script's own DDP
+    ddp_arguments: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def equivalent_compressor(cls, params: Mapping[str, int], compressor: str | None) -> str | None:
+        """The gradwire compressor this strategy's exchange equals (its bytes and CPU cost), or None."""
+        return compressor
+
     def __init__(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
         if not 0.0 <= momentum < 1.0:
@@ -147,6 +195,71 @@ class Strategy:
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """Communicate after ``backward()`` and step the optimizer (or deliberately not)."""
         raise NotImplementedError
+
+    # -- on a script's own DDP (``gradwire compare -- CMD``) ------------------------------------
+    def dedicated_group(self) -> dist.ProcessGroup:
+        """A new group of ``self.group``'s ranks for the strategy's own collectives.
+
+        Trap: gloo pairs collectives by the order each rank issues them. DDP
+        issues collectives of its own on its group from the autograd thread
+        (the unused-parameter map with ``find_unused_parameters=True``, the
+        buffers with ``broadcast_buffers``), while an exchange issues its
+        second phase from a completion callback on another thread: on one
+        group the ranks could pair different collectives and hang (on plain
+        gloo too). On a group of its own the exchange keeps its one order
+        (:class:`gradwire.hooks.futures.Sequencer`) and DDP keeps its. The
+        simulated network prices both on the ranks' one link. Every rank must
+        call this at the same point (it runs ``dist.new_group``).
+        """
+        ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
+        return dist.new_group(ranks, timeout=group_timeout(self.group))
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        """Run on ``ddp``, which the script built; return the comm hook to register (if any).
+
+        Raises:
+            CannotApply: the strategy cannot run on this DDP (the reason says why).
+        """
+        raise CannotApply(f"strategy {self.name} cannot be applied to a script's own DDP")
+
+    def scheme_exchange(self) -> CompressionState | None:
+        """The compressed exchange whose momentum an optimizer scheme hands over, once attached."""
+        return None
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer, scheme: bool) -> None:
+        """Raise :class:`CannotApply` when this strategy cannot step ``optimizer`` (``scheme``: one splits it)."""
+        if self.owns_step and isinstance(optimizer, torch.optim.LBFGS):
+            raise CannotApply(f"{type(optimizer).__name__} evaluates its closure several times per step; "
+                              f"{self.name} owns the step and averages one gradient per step: use sync")
+
+    def grads_read(self, scheme: bool) -> None:
+        """Called when the script reads ``.grad`` between backward and step (gradient clipping).
+
+        Make ``.grad`` hold what the script means (the gradient it would step
+        on) or raise :class:`CannotApply` with the reason. ``scheme``: an
+        optimizer scheme owns the momentum, so ``.grad`` holds the exchanged
+        momentum, not a gradient.
+        """
+        if scheme:
+            raise CannotApply("the script reads .grad between backward and step (gradient clipping), but under "
+                              f"{self.compressor.name if self.compressor else self.name} it holds the exchanged "
+                              "momentum, not the gradient; clipping it would not clip what the script means. "
+                              "Train without clipping (max_grad_norm=0 / gradient_clip_val=None) or use a strategy "
+                              "without a compressor, torch-fp16 or torch-powersgd")
+
+    def grad_scaler(self, scheme: bool) -> None:
+        """Called when a ``GradScaler`` unscales the gradients; raise :class:`CannotApply` if that is wrong here."""
+        if scheme:
+            raise CannotApply("a GradScaler scales the loss, so the exchange's momentum and error feedback would "
+                              "mix scaled gradients of changing scale (and keep the inf/NaN of a skipped step); "
+                              "use bf16 autocast without a scaler, or a strategy without a compressor")
+
+    def accumulates(self) -> None:
+        """Called when the script enters ``DDP.no_sync()``; raise :class:`CannotApply` if accumulation is wrong here."""
+
+    def in_flight(self) -> list[Future]:
+        """Futures of collectives this strategy still has in flight (waited for before the group goes)."""
+        return []
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         """Wait for what is in flight and leave every rank with the same parameters."""

@@ -78,7 +78,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import CompressionState, Compressor, StateKey
 
-from .base import Strategy, average_parameters, group_timeout
+from .base import CannotApply, DDPAttachment, Strategy, Timing, average_parameters, group_timeout
 
 __all__ = ["DelayedStrategy"]
 
@@ -133,6 +133,9 @@ class DelayedStrategy(Strategy):
     """
 
     name = "delayed"
+    timing = Timing.NEXT_STEP
+    #: the step writes u_t flat into the buckets
+    ddp_arguments = {"gradient_as_bucket_view": True}
 
     def __init__(self, compressor: Optional[Any] = None, momentum: float = 0.9,
                  group: Optional[dist.ProcessGroup] = None, naive: int = 0,
@@ -185,6 +188,29 @@ class DelayedStrategy(Strategy):
         if register_hook:
             ddp.register_comm_hook(self, delayed_hook)
         return ddp
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        if self.naive:
+            raise CannotApply("delayed:naive skips the first optimizer step, which gradwire cannot do to the "
+                              "script's own loop; use delayed")
+        self.adopt(ddp, register_hook=False)
+        return DDPAttachment(delayed_hook, self, "the local vector now, its average one step later")
+
+    def scheme_exchange(self) -> Optional[CompressionState]:
+        return self.exchange
+
+    def grads_read(self, scheme: bool) -> None:
+        raise CannotApply("the script reads .grad between backward and step (gradient clipping); under delayed it "
+                          "holds this rank's own gradient, whose average was sent unclipped and is swapped in one "
+                          "step later, so the clipping would be undone: train without clipping or use sync, "
+                          "torch-fp16 or localsgd")
+
+    def grad_scaler(self, scheme: bool) -> None:
+        raise CannotApply("a GradScaler unscales .grad inside its step, after delayed combined this step's scaled "
+                          "vector with the last step's average; use bf16 autocast without a scaler, or sync")
+
+    def in_flight(self) -> List[Future]:
+        return [launch.future for launch in (self._previous or []) + self._launches]
 
     def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
         """Record the bucket's local vector and launch its average (called by the hook)."""

@@ -45,7 +45,9 @@ from torch.futures import Future
 
 from gradwire.hooks import CompressionState, Compressor, StateKey
 
-from .base import Strategy
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .base import CannotApply, DDPAttachment, Strategy
 
 __all__ = ["AsyncGradientHandler", "HandlerStrategy"]
 
@@ -80,6 +82,11 @@ class AsyncGradientHandler:
         self.blocked_seconds = 0.0
 
     @property
+    def exchange(self) -> CompressionState:
+        """The exchange every gradient goes through (its momentum, with a compressor)."""
+        return self._exchange
+
+    @property
     def pending(self) -> int:
         """How many gradients are still being averaged."""
         return len(self._pending)
@@ -97,13 +104,17 @@ class AsyncGradientHandler:
             p.grad = grad = grad.contiguous()
         self._pending[key] = self._exchange.reduce(grad.view(-1), StateKey.of(self._names[key], grad.numel()))
 
-    def synchronize(self) -> float:
-        """Wait until every launched gradient is averaged; return the seconds spent waiting."""
-        t0 = time.perf_counter()
+    def wait_pending(self) -> None:
+        """Wait until every gradient launched so far is averaged (the step is not over: see :meth:`synchronize`)."""
         pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.wait()  # raises when a collective failed
+
+    def synchronize(self) -> float:
+        """Wait until every launched gradient is averaged and end the exchange's step; return the seconds waited."""
+        t0 = time.perf_counter()
         try:
-            for fut in pending.values():
-                fut.wait()  # raises when a collective failed
+            self.wait_pending()
         finally:
             self._exchange.end_step()
         waited = time.perf_counter() - t0
@@ -134,6 +145,8 @@ class HandlerStrategy(Strategy):
     """The training-loop strategy around :class:`AsyncGradientHandler` (no DDP)."""
 
     name = "handler"
+    #: per-parameter all_reduces from autograd hooks: not DDP's buckets, so predict does not price it
+    timing = None
 
     def __init__(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:
@@ -149,6 +162,43 @@ class HandlerStrategy(Strategy):
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.handler is not None, "call wrap() first"
         self.handler.attach(optimizer)
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        # DDP's reducer off (as inside ``no_sync()``, for good): it would copy its buckets back into
+        # the gradients that the handler's all_reduces are writing in place
+        ddp.require_backward_grad_sync = False
+        self.group = self.dedicated_group()
+        self.wrap(ddp.module)
+        return DDPAttachment(None, None, "per-parameter averages launched from autograd hooks (DDP's own "
+                                         "all_reduce off)")
+
+    def scheme_exchange(self) -> CompressionState | None:
+        return None if self.handler is None or self.compressor is None else self.handler.exchange
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer, scheme: bool) -> None:
+        super().check_optimizer(optimizer, scheme)
+        if scheme and isinstance(optimizer, torch.optim.SGD) and any(g["weight_decay"] for g in optimizer.param_groups):
+            raise CannotApply("handler averages each gradient from an autograd hook, where SGD's weight decay "
+                              "cannot join the momentum the exchange owns; use weight_decay=0 or a DDP "
+                              "strategy (onebit, onebit+delayed)")
+
+    def grads_read(self, scheme: bool) -> None:
+        """Clipping reads the averaged gradients: wait for the averages still in flight first."""
+        super().grads_read(scheme)
+        assert self.handler is not None
+        with self.waiting():
+            self.handler.wait_pending()
+
+    def grad_scaler(self, scheme: bool) -> None:
+        super().grad_scaler(scheme)
+        assert self.handler is not None
+        with self.waiting():
+            self.handler.wait_pending()
+
+    def accumulates(self) -> None:
+        raise CannotApply("the script accumulates gradients with DDP.no_sync(); handler averages every "
+                          "gradient from an autograd hook as it is produced and turns DDP's reducer off, which "
+                          "no_sync() would turn back on: use sync, onebit or delayed")
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.handler is not None, "call wrap() first"

@@ -62,7 +62,7 @@ import inspect
 import logging
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -70,16 +70,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.hooks import RemovableHandle
 
-from gradwire.hooks import CompressionState
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
 
-from .averaging import _Averaging
-from .base import Strategy
-from .delayed import DelayedStrategy, delayed_hook
-from .handler import HandlerStrategy
+from .base import CannotApply, Strategy
 from .registry import StrategyChoice, parse_strategy
-from .sync import SyncStrategy
-from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
 
 __all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
 
@@ -188,8 +182,8 @@ class Injection:
         if self._ddp is not None and not self.is_sync:
             raise self.refuse("the script builds a second DistributedDataParallel; gradwire applies a strategy "
                               "to one DDP model per process")
-        if self.choice.spec.name == "delayed":
-            arguments["gradient_as_bucket_view"] = True  # delayed writes u_t flat into the buckets
+        if not self.is_sync:
+            arguments.update(self.choice.entry.cls.ddp_arguments)
 
     def adopt(self, ddp: DDP) -> None:
         """Apply the strategy to ``ddp`` (just built by the script)."""
@@ -202,54 +196,39 @@ class Injection:
             self.description = "the script as written"
             self._set(APPLIED)
             return
-        if self.choice.spec.params.get("naive"):
-            raise self.refuse("delayed:naive skips the first optimizer step, which gradwire cannot do to the "
-                              "script's own loop; use delayed")
         default = dist.distributed_c10d._get_default_group()
         group = None if ddp.process_group is default else ddp.process_group
         # the exchange's momentum is set by the optimizer scheme at the first forward
         strategy = self.choice.build(momentum=0.0, group=group)
         self.strategy = strategy
-        if isinstance(strategy, TorchPowerSGDStrategy):
-            on_cpu = any(p.device.type == "cpu" for p in ddp.module.parameters())
-            if on_cpu and torch.cuda.is_available():
-                raise self.refuse("PyTorch's powerSGD_hook cannot train a CPU model on a machine with CUDA "
-                                  "(it calls torch.cuda.synchronize on the CPU bucket's device); hide the GPUs "
-                                  "(CUDA_VISIBLE_DEVICES=) or use gradwire's powersgd:R")
-        if isinstance(strategy, DelayedStrategy):
-            strategy.adopt(ddp, register_hook=False)
-            self._hook = _Hook(delayed_hook, strategy)
-            what = "the local vector now, its average one step later"
-        elif isinstance(strategy, HandlerStrategy):
-            # DDP's reducer off (as inside ``no_sync()``, for good): it would copy its buckets back into
-            # the gradients that the handler's all_reduces are writing in place
-            ddp.require_backward_grad_sync = False
-            strategy.wrap(ddp.module)
-            what = "per-parameter averages launched from autograd hooks (DDP's own all_reduce off)"
-        elif isinstance(strategy, _Averaging):
-            from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
-
-            strategy.wrap(ddp.module)  # the anchor (and rank 0's weights, as DDP has done already)
-            self._hook = _Hook(noop_hook, None)
-            what = f"local steps, parameters averaged every {strategy.period} steps"
-        elif isinstance(strategy, SyncStrategy):
-            strategy.params = [p for p in ddp.module.parameters() if p.requires_grad]
-            hook, state = strategy.comm_hook()
-            self._hook = _Hook(hook, state)
-            what = ("PyTorch's fp16_compress_hook" if isinstance(strategy, TorchFP16Strategy) else
-                    f"PyTorch's powerSGD_hook, rank {strategy.rank}" if isinstance(strategy, TorchPowerSGDStrategy)
-                    else "gradwire's compression hook")
-        else:  # a strategy this table does not know
-            raise self.refuse(f"strategy {strategy.name} cannot be applied to a script's own DDP")
-        self.description = f"{self.choice}: {what}"
-        if self._hook is not None:
+        try:
+            attachment = strategy.attach_ddp(ddp)
+        except CannotApply as exc:
+            raise self.refuse(str(exc)) from None
+        self.description = f"{self.choice}: {attachment.description}"
+        if attachment.hook is not None:
+            self._hook = _Hook(attachment.hook, attachment.state)
             ddp.register_comm_hook(self._hook, _injected_hook)
 
         def register_comm_hook(state: object, hook: Callable[..., Any]) -> None:
             raise self.refuse("the script registers a DDP comm hook of its own; it would replace the strategy's")
 
+        real_no_sync = ddp.no_sync
+
+        def no_sync() -> Any:
+            self._check(strategy.accumulates)
+            return real_no_sync()
+
         ddp.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+        ddp.no_sync = no_sync  # type: ignore[method-assign]
         self._set(APPLIED)
+
+    def _check(self, trait: Callable[..., None], *args: Any) -> None:
+        """Run one of the strategy's checks; a :class:`CannotApply` becomes the refusal."""
+        try:
+            trait(*args)
+        except CannotApply as exc:
+            raise self.refuse(str(exc)) from None
 
     # -- at the first forward ---------------------------------------------------------
     def _before_forward(self, module: nn.Module, args: Any) -> None:
@@ -260,12 +239,12 @@ class Injection:
             self._resolve(module)
 
     def _needs_scheme(self) -> bool:
+        """Whether a compressor's exchange owns the momentum, so an optimizer scheme must split the optimizer."""
         return (self.choice.compressor is not None and self.strategy is not None
-                and isinstance(self.strategy, (SyncStrategy, DelayedStrategy, HandlerStrategy))
-                and not isinstance(self.strategy, (TorchFP16Strategy, TorchPowerSGDStrategy)))
+                and self.strategy.compressor_owns_momentum)
 
     def _steps_through_strategy(self) -> bool:
-        return isinstance(self.strategy, (DelayedStrategy, _Averaging, HandlerStrategy))
+        return self.strategy is not None and self.strategy.owns_step
 
     def _needs_step(self) -> bool:
         return self._steps_through_strategy() or self._needs_scheme()
@@ -287,25 +266,13 @@ class Injection:
         owner = owners[0]
         self.optimizer_name = type(owner).__name__
         self._owner = weakref.ref(owner)
-        real_step = _install_step(owner, self)
         strategy = self.strategy
-        if self._needs_scheme():
-            # adopt() made what each branch reads: the hook, the handler, delayed's exchange
-            state: CompressionState
-            if isinstance(strategy, SyncStrategy):
-                assert self._hook is not None
-                state = self._hook.state
-            elif isinstance(strategy, HandlerStrategy):
-                assert strategy.handler is not None
-                state = strategy.handler._exchange
-            else:
-                assert isinstance(strategy, DelayedStrategy) and strategy.exchange is not None
-                state = strategy.exchange
-            if (isinstance(strategy, HandlerStrategy) and isinstance(owner, torch.optim.SGD)
-                    and any(g["weight_decay"] for g in owner.param_groups)):
-                raise self.refuse("handler averages each gradient from an autograd hook, where SGD's weight decay "
-                                  "cannot join the momentum the exchange owns; use weight_decay=0 or a DDP "
-                                  "strategy (onebit, onebit+delayed)")
+        if strategy is not None and self._needs_step():
+            self._check(strategy.check_optimizer, owner, self._needs_scheme())
+        real_step = _install_step(owner, self)
+        if strategy is not None and self._needs_scheme():
+            state = strategy.scheme_exchange()
+            assert state is not None, f"{strategy.name} attached no exchange for its compressor"
             try:
                 self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step,
                                          group=strategy.group)
@@ -317,18 +284,63 @@ class Injection:
             self._set(APPLIED)
         self._real_step = real_step
 
+    # -- between backward and step ------------------------------------------------------
+    def owns(self, params: Iterable[Any]) -> bool:
+        """Whether ``params`` (tensors, or anything else) include a parameter of the adopted DDP."""
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None or self.strategy is None:
+            return False
+        mine = {id(p) for p in ddp.module.parameters()}
+        return any(id(p) in mine for p in params)
+
+    def owns_grads(self, ids: set) -> bool:
+        """Whether ``ids`` hold the ``id`` of a ``.grad`` of the adopted DDP's parameters."""
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None or self.strategy is None:
+            return False
+        return any(id(p.grad) in ids for p in ddp.module.parameters() if p.grad is not None)
+
+    def grads_read(self) -> None:
+        """The script is about to read the DDP's ``.grad`` (clipping): the strategy makes it right or refuses."""
+        if self.strategy is not None:
+            self._check(self.strategy.grads_read, self._needs_scheme())
+
+    def grads_unscaled(self) -> None:
+        """A ``GradScaler`` is about to unscale the DDP's ``.grad``."""
+        if self.strategy is not None:
+            self._check(self.strategy.grad_scaler, self._needs_scheme())
+
     # -- each optimizer step ----------------------------------------------------------
     def optimizer_step(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
-        """The owning optimizer's step under the strategy."""
+        """The owning optimizer's step under the strategy.
+
+        A closure (``optimizer.step(closure)``, as Lightning's automatic
+        optimization calls it) runs forward and backward inside the step.
+        Where the strategy or a scheme owns the step, the closure runs first,
+        once, with gradients enabled, so the strategy combines this step's
+        gradients, and the optimizer's own step then runs without it; the
+        closure's loss is returned as the optimizer would return it.
+        Otherwise (sync, PyTorch's hooks) the closure goes to the optimizer's
+        own step as written (LBFGS may call it several times: each backward
+        is one DDP exchange).
+        """
         inner = self.scheme.step if self.scheme is not None else self._real_step
         strategy = self.strategy
+        loss: Any = None
+        owned = self._needs_step()
         try:
+            if owned:
+                args, kwargs, closure = _split_closure(args, kwargs)
+                if closure is not None:
+                    with torch.enable_grad():
+                        loss = closure()
             if self._steps_through_strategy():
                 assert strategy is not None
                 proxy = _StepProxy(inner, args, kwargs)
                 strategy.step(proxy)  # type: ignore[arg-type]  # a strategy only calls its optimizer's step()
-                return proxy.result
-            return inner(*args, **kwargs)
+                return loss if loss is not None else proxy.result
+            result = inner(*args, **kwargs)
+            return loss if loss is not None else result
         finally:
             for listener in self.step_listeners:
                 listener()
@@ -342,20 +354,20 @@ class Injection:
 
     def close(self) -> None:
         """Wait for the averages still in flight (ignoring their failures): the process group is about to go."""
-        strategy = self.strategy
-        pending = []
-        if isinstance(strategy, DelayedStrategy):
-            for launch in (strategy._previous or []) + strategy._launches:
-                pending.append(launch.future)
-        else:
-            in_flight = getattr(strategy, "_pending", None)  # async-average's (snapshot, future)
-            if in_flight is not None:
-                pending.append(in_flight[1])
-        for fut in pending:
+        for fut in self.strategy.in_flight() if self.strategy is not None else []:
             try:
                 fut.wait()
             except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened
                 pass
+
+
+def _split_closure(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any], Optional[Callable[[], Any]]]:
+    """``optimizer.step``'s arguments without the closure, and the closure (positional or by name)."""
+    kwargs = dict(kwargs)
+    closure = kwargs.pop("closure", None)
+    if closure is None and args and callable(args[0]):
+        closure, args = args[0], args[1:]
+    return args, kwargs, closure
 
 
 # ----------------------------------------------------------------------------------------------- patches
@@ -422,10 +434,62 @@ def install(choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARM
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     handle = register_optimizer_step_pre_hook(before_any_step)
-    DDP.__init__ = __init__  # type: ignore[method-assign]
-    torch.optim.Optimizer.__init__ = optimizer_init  # type: ignore[method-assign]
-    _saved[:] = [(DDP, "__init__", real_init), (torch.optim.Optimizer, "__init__", real_opt_init), handle]
+    _saved[:] = [handle]
+    _patch(DDP, "__init__", __init__)
+    _patch(torch.optim.Optimizer, "__init__", optimizer_init)
+    _watch_gradient_readers(injection)
     return injection
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    _saved.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+def _watch_gradient_readers(injection: Injection) -> None:
+    """Tell ``injection`` when the script reads the DDP's ``.grad`` between backward and step.
+
+    Gradient clipping: ``clip_grad_norm_`` computes its norm through
+    ``clip_grad._get_total_norm`` (a module global, so a ``clip_grad_norm_``
+    imported by name before the patch still passes through it), and
+    ``clip_grad_value_``. Mixed precision: a ``GradScaler`` unscales ``.grad``
+    in ``unscale_``, which its ``step`` calls too (a disabled scaler does
+    neither, and is left alone).
+    """
+    from torch.amp import GradScaler
+    from torch.nn import utils
+    from torch.nn.utils import clip_grad
+
+    def reads(items: List[Any]) -> None:  # parameters (clip_grad_value_) or their gradients (the norm)
+        if injection.owns(items) or injection.owns_grads({id(t) for t in items}):
+            injection.grads_read()
+
+    real_norm = clip_grad._get_total_norm
+
+    def total_norm(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        reads(items)
+        return real_norm(items, *args, **kwargs)
+
+    real_value = clip_grad.clip_grad_value_
+
+    def clip_grad_value_(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        items = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        reads(items)
+        return real_value(items, *args, **kwargs)
+
+    real_unscale = GradScaler.unscale_
+
+    def unscale_(self: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        if self.is_enabled() and injection.owns(p for g in optimizer.param_groups for p in g["params"]):
+            injection.grads_unscaled()
+        return real_unscale(self, optimizer)
+
+    _patch(clip_grad, "_get_total_norm", total_norm)
+    _patch(utils, "get_total_norm", total_norm)
+    _patch(clip_grad, "clip_grad_value_", clip_grad_value_)
+    _patch(utils, "clip_grad_value_", clip_grad_value_)
+    _patch(GradScaler, "unscale_", unscale_)
 
 
 def uninstall() -> None:

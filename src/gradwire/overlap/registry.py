@@ -31,7 +31,7 @@ import torch.distributed as dist
 from gradwire.hooks import COMPRESSORS, Compressor, get_compressor
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
-from .base import Strategy
+from .base import Strategy, Timing
 from .delayed import DelayedStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
@@ -57,7 +57,7 @@ _ANY_COMPRESSOR = _Everything()
 class StrategyEntry:
     """How to build one strategy: its class, parameter grammar and compressor rule."""
 
-    cls: Callable[..., Strategy]
+    cls: type[Strategy]
     positional: tuple[str, ...]
     options: tuple[str, ...]
     doc: str
@@ -65,6 +65,16 @@ class StrategyEntry:
     refuses: frozenset[str] = frozenset()
     #: options written as a bare word (``delayed:naive``), passed as ``name=1``
     flags: tuple[str, ...] = ()
+
+    @property
+    def timing(self) -> Timing | None:
+        """How ``gradwire predict`` prices it (None: not a strategy predict can price)."""
+        return self.cls.timing
+
+    @property
+    def owns_step(self) -> bool:
+        """Whether every optimizer step goes through the strategy's own step."""
+        return self.cls.owns_step
 
     @property
     def syntax(self) -> str:
@@ -115,7 +125,8 @@ class StrategySpec:
         check_composition(compressor, self)
         kwargs: dict[str, Any] = {o: self.params[o] for o in entry.options + entry.flags if o in self.params}
         args = [self.params[p] for p in entry.positional]
-        return entry.cls(*args, compressor=compressor, momentum=momentum, group=group, **kwargs)
+        make: Callable[..., Strategy] = entry.cls  # each class takes its positional parameters first
+        return make(*args, compressor=compressor, momentum=momentum, group=group, **kwargs)
 
 
 def _int(name: str, what: str, text: str) -> int:
@@ -189,6 +200,20 @@ class StrategyChoice:
     def build(self, momentum: float = 0.9, group: dist.ProcessGroup | None = None) -> Strategy:
         """A fresh runtime strategy (one per training run)."""
         return self.spec.build(self.compressor, momentum=momentum, group=group)
+
+    @property
+    def entry(self) -> StrategyEntry:
+        return STRATEGIES[self.spec.name]
+
+    @property
+    def timing(self) -> Timing | None:
+        """Where the strategy's exchanges sit in a step (what ``gradwire predict`` replays)."""
+        return self.entry.timing
+
+    @property
+    def equivalent_compressor(self) -> str | None:
+        """The gradwire compressor whose bytes and CPU cost the strategy's exchange has (PyTorch's hooks map)."""
+        return self.entry.cls.equivalent_compressor(self.spec.params, self.compressor)
 
 
 def parse_strategy(text: str | StrategyChoice) -> StrategyChoice:

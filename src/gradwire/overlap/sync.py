@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import Compressor
 
-from .base import Strategy, average_parameters
+from .base import DDPAttachment, Strategy, Timing, average_parameters
 
 __all__ = ["SyncStrategy"]
 
@@ -58,6 +58,10 @@ class SyncStrategy(Strategy):
     """
 
     name = "sync"
+    timing = Timing.BLOCKING
+    owns_step = False
+    #: what :meth:`attach_ddp` says it applied
+    hook_description = "gradwire's compression hook"
 
     def __init__(self, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,
                  group: Optional[dist.ProcessGroup] = None, bucket_cap_mb: float = 25.0) -> None:
@@ -65,6 +69,7 @@ class SyncStrategy(Strategy):
         self.bucket_cap_mb = bucket_cap_mb
         self._timed: Optional[_TimedHook] = None
         self._step_started: Optional[float] = None
+        self._attached_state: Any = None
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -82,6 +87,19 @@ class SyncStrategy(Strategy):
         from gradwire.hooks import CompressionState, compression_hook
 
         return compression_hook, CompressionState(self.compressor, process_group=self.group, momentum=self.momentum)
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        """The comm hook on the script's DDP, its exchange on a group of its own (:meth:`dedicated_group`)."""
+        self.params = [p for p in ddp.module.parameters() if p.requires_grad]
+        self.group = self.dedicated_group()
+        hook, self._attached_state = self.comm_hook()
+        return DDPAttachment(hook, self._attached_state, self.hook_description)
+
+    def scheme_exchange(self) -> Any:
+        from gradwire.hooks import CompressionState
+
+        state = self._attached_state
+        return state if isinstance(state, CompressionState) else None
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
         """Average the parameters once when the compression hook applies local corrections.

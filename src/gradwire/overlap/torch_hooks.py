@@ -24,14 +24,16 @@ their CPU ranks.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import Compressor
 from gradwire.hooks.futures import one_bucket_at_a_time
 
+from .base import CannotApply, DDPAttachment
 from .sync import SyncStrategy
 
 __all__ = ["TorchFP16Strategy", "TorchPowerSGDStrategy"]
@@ -41,6 +43,12 @@ class TorchFP16Strategy(SyncStrategy):
     """DDP with ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``."""
 
     name = "torch-fp16"
+    compressor_owns_momentum = False
+    hook_description = "PyTorch's fp16_compress_hook"
+
+    @classmethod
+    def equivalent_compressor(cls, params: Mapping[str, int], compressor: Optional[str]) -> Optional[str]:
+        return "fp16"
 
     def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
@@ -52,21 +60,38 @@ class TorchPowerSGDStrategy(SyncStrategy):
     """DDP with PyTorch's ``powerSGD_hook`` at matrix approximation rank ``R``."""
 
     name = "torch-powersgd"
+    compressor_owns_momentum = False
+
+    @classmethod
+    def equivalent_compressor(cls, params: Mapping[str, int], compressor: Optional[str]) -> Optional[str]:
+        return f"powersgd:{params['R']}"
 
     def __init__(self, R: int, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,  # noqa: N803
                  group: Optional[dist.ProcessGroup] = None, start: int = 10) -> None:
         super().__init__(compressor, momentum, group)
         self.rank = R
         self.start = start
+        self.hook_description = f"PyTorch's powerSGD_hook, rank {R}"
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    @staticmethod
+    def _check_device(model: torch.nn.Module) -> None:
         on_cpu = any(p.device.type == "cpu" for p in model.parameters())
         if on_cpu and torch.cuda.is_available():
-            raise RuntimeError(
-                "torch-powersgd: PyTorch's powerSGD_hook cannot train a CPU model on a machine with CUDA "
+            raise CannotApply(
+                "PyTorch's powerSGD_hook cannot train a CPU model on a machine with CUDA "
                 "(it calls torch.cuda.synchronize on the CPU bucket's device); move the model to the GPU, "
                 "hide the GPUs (CUDA_VISIBLE_DEVICES=) or use gradwire's powersgd:R")
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        try:
+            self._check_device(model)
+        except CannotApply as exc:
+            raise RuntimeError(f"torch-powersgd: {exc}") from None
         return super().wrap(model)
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        self._check_device(ddp.module)
+        return super().attach_ddp(ddp)
 
     def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps

@@ -30,16 +30,19 @@ from dataclasses import dataclass
 
 from gradwire.compress import Pattern, get_compressor
 from gradwire.hooks.state import MIN_COMPRESS_NUMEL
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.overlap import STRATEGIES, StrategyChoice, Timing, parse_strategy
 from gradwire.predict import codec
 from gradwire.predict.codec import FREE, CodecCost
 from gradwire.predict.simulate import Exchange, Kind, Phase, Plan
 from gradwire.predict.timeline import MeasuredExchange, StepProfile
 
-__all__ = ["PLANNED", "Ratio", "bucket_exchange", "plan_for", "same_strategy", "strategy_compressor"]
+__all__ = ["PLANNED", "Ratio", "bucket_exchange", "check_planned", "plan_for", "same_strategy", "strategy_compressor"]
 
-#: strategies the step model prices
-PLANNED = ("sync", "delayed", "localsgd", "async-average", "torch-fp16", "torch-powersgd")
+#: strategies the step model prices: those with a timing (the registry's entries say)
+PLANNED = tuple(name for name, entry in STRATEGIES.items() if entry.timing is not None)
+#: how each timing sits in the step model
+_KINDS = {Timing.BLOCKING: Kind.BLOCKING, Timing.NEXT_STEP: Kind.NEXT_STEP,
+          Timing.AVERAGE: Kind.AVERAGE, Timing.AVERAGE_OVERLAPPED: Kind.AVERAGE}
 
 
 @dataclass(frozen=True)
@@ -56,24 +59,16 @@ class Ratio:
 
 def strategy_compressor(choice: StrategyChoice) -> str | None:
     """The compressor a strategy runs, as a compressor name (PyTorch's hooks map to gradwire's)."""
-    name = choice.spec.name
-    if name == "torch-fp16":
-        return "fp16"
-    if name == "torch-powersgd":
-        return f"powersgd:{choice.spec.params['R']}"
-    return choice.compressor
+    return choice.equivalent_compressor
 
 
-def _kind(choice: StrategyChoice) -> Kind:
-    name = choice.spec.name
-    if name not in PLANNED:
-        raise ValueError(f"predict cannot price strategy {name!r} (not a DDP bucket strategy); valid: "
+def check_planned(choice: StrategyChoice) -> Kind:
+    """The step model's kind for ``choice``; ValueError naming the strategies predict prices otherwise."""
+    timing = choice.timing
+    if timing is None:
+        raise ValueError(f"predict cannot price strategy {choice.spec.name!r} (not a DDP bucket strategy); valid: "
                          f"{', '.join(PLANNED)}, each with or without a compressor")
-    if name == "delayed":
-        return Kind.NEXT_STEP
-    if name in ("localsgd", "async-average"):
-        return Kind.AVERAGE
-    return Kind.BLOCKING
+    return _KINDS[timing]
 
 
 @functools.lru_cache(maxsize=256)
@@ -135,14 +130,15 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
     collectives the plan expects, their measured times replace ``cost``.
     """
     choice = parse_strategy(strategy)
-    kind = _kind(choice)
+    kind = check_planned(choice)
     compressor: str | Ratio | None = ratio if ratio is not None else strategy_compressor(choice)
     cost = cost or FREE
     measured = profile.exchanges is not None and ratio is None and same_strategy(profile.strategy, choice)
     if kind is Kind.AVERAGE:
         total = sum(b.numel for b in profile.buckets)
         ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost)
-        return Plan(kind, (ex,), period=choice.spec.params["H"], overlapped=choice.spec.name == "async-average")
+        return Plan(kind, (ex,), period=choice.spec.params["H"],
+                    overlapped=choice.timing is Timing.AVERAGE_OVERLAPPED)
     exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost) for b in profile.buckets]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
