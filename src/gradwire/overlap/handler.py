@@ -166,6 +166,10 @@ class HandlerStrategy(Strategy):
     def attach_ddp(self, ddp: DDP) -> DDPAttachment:
         # DDP's reducer off (as inside ``no_sync()``, for good): it would copy its buckets back into
         # the gradients that the handler's all_reduces are writing in place
+        if getattr(ddp, "static_graph", False):
+            raise CannotApply("the script builds DDP with static_graph=True, whose reducer must run in every "
+                              "backward; handler turns DDP's reducer off and averages from autograd hooks: use "
+                              "sync, onebit or delayed, or build DDP without static_graph")
         ddp.require_backward_grad_sync = False
         self.group = self.dedicated_group()
         self.wrap(ddp.module)

@@ -30,15 +30,33 @@ registered; earlier ones are found by a scan of live objects) and split with
 the exchange; Adam/AdamW: full-precision warm-up, then frozen variance and
 the momentum compressed). The other strategies leave the optimizer as it is.
 
+Each strategy class says how it goes on a script's DDP
+(:meth:`~gradwire.overlap.base.Strategy.attach_ddp`), whether it owns the
+step, and what it does when the script reads ``.grad``, scales the loss or
+accumulates; this module only asks. Every strategy but ``sync`` runs its
+collectives on a group of its own (:meth:`Strategy.dedicated_group`), so that
+DDP's own collectives (``find_unused_parameters``' map, ``broadcast_buffers``)
+and a two-phase exchange can never be paired differently on the ranks.
+
 Refusals. A strategy that cannot be applied to the script is never run half
 way: :class:`StrategyRefused` is raised where the script reaches the point
-that cannot work (a second DDP, an optimizer no scheme runs, no optimizer at
-the first forward, a comm hook of the script's own, SGD's weight decay under
-a compressing ``handler``), with the
-reason. A script that steps an optimizer before it ever builds a DDP raises
-:class:`StrategyNotApplied` at that first step, so no run of the baseline is
-passed off as the strategy. ``sync`` never refuses: it is the script as
-written, DDP or not.
+that cannot work, with the reason: a second DDP or optimizer, an optimizer no
+scheme runs, no optimizer at the first forward, a comm hook of the script's
+own, LBFGS (several closure calls per step) under a strategy that owns the
+step, gradient clipping where ``.grad`` does not hold the gradient (a
+compressor's exchanged momentum, ``delayed``'s swapped-in average), a
+``GradScaler`` where the exchange or the ranks' step decisions would mix
+scales, ``no_sync()`` under ``handler``, SGD's weight decay under a
+compressing ``handler``. A script that steps an optimizer before it ever
+builds a DDP raises :class:`StrategyNotApplied` at that first step, so no run
+of the baseline is passed off as the strategy. ``sync`` never refuses: it is
+the script as written, DDP or not.
+
+Closures. ``optimizer.step(closure)`` (Lightning's automatic optimization)
+runs forward and backward inside the step. The step is taken over when the
+optimizer is made (or at the first forward, for one made before the DDP), so
+the first step already runs the closure first and then the strategy, as the
+plain loop would (tests/overlap/test_inject_stacks.py checks bit for bit).
 
 How the optimizer's step is replaced. The owner's ``step`` becomes an
 instance attribute (a bound method, so an LR scheduler made later wraps it as
@@ -51,9 +69,10 @@ Traps:
   parameter average of ``localsgd``) has no place in a script's own loop: the
   ranks end with their last local differences; :meth:`Injection.close` only
   waits for the averages still in flight, before the process group goes.
-- A ``GradScaler`` unscales ``.grad`` inside its ``step``: under ``delayed``
-  that is after the strategy combined scaled and unscaled vectors; use
-  ``delayed`` without a scaler.
+- The checks of ``.grad`` readers patch ``clip_grad._get_total_norm`` (what
+  ``clip_grad_norm_`` calls, however it was imported), ``clip_grad_value_``
+  and ``GradScaler.unscale_``; a hand-written clipping loop over ``p.grad``
+  is not seen.
 """
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
@@ -148,6 +167,9 @@ class Injection:
         self._hook: Optional[_Hook] = None
         self._owner: Optional["weakref.ref[torch.optim.Optimizer]"] = None
         self._resolved = False
+        #: the optimizer whose step this injection took over, and the step it replaced
+        self._step_owner: Optional["weakref.ref[torch.optim.Optimizer]"] = None
+        self._real_step: Callable[..., Any] = _no_step
         #: called after every step of the owning optimizer, and before every DDP forward
         self.step_listeners: List[Callable[[], None]] = []
         self.forward_listeners: List[Callable[[], None]] = []
@@ -234,9 +256,36 @@ class Injection:
     def _before_forward(self, module: nn.Module, args: Any) -> None:
         for listener in self.forward_listeners:
             listener()
-        if not self._resolved:
-            self._resolved = True
-            self._resolve(module)
+        self.resolve()
+
+    def resolve(self) -> None:
+        """Find the optimizer of the DDP's parameters and take over its step (once).
+
+        At the first of: the first forward, or an optimizer made after the
+        DDP that holds its parameters. The forward alone would be too late
+        for a closure: ``optimizer.step(closure)`` runs the first forward
+        inside the first step, which then would have been the optimizer's own.
+        """
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None or self._resolved:
+            return
+        self._resolved = True
+        self._resolve(ddp)
+
+    def optimizer_made(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer was constructed (its subclass may still be filling it in): take over its step if it
+        steps the adopted DDP's parameters, so that the first step resolves before its closure runs."""
+        if self._ddp is None or not self.owns(p for g in optimizer.param_groups for p in g["params"]):
+            return
+        if self._resolved and self._needs_step() and (self._owner is None or self._owner() is not optimizer):
+            raise self.refuse(f"a second optimizer ({type(optimizer).__name__}) holds the DDP's parameters; the "
+                              "strategy needs the one optimizer that steps them")
+        if self._step_owner is None:
+            self._take_step(optimizer)
+
+    def _take_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._real_step = _install_step(optimizer, self)
+        self._step_owner = weakref.ref(optimizer)
 
     def _needs_scheme(self) -> bool:
         """Whether a compressor's exchange owns the momentum, so an optimizer scheme must split the optimizer."""
@@ -269,7 +318,9 @@ class Injection:
         strategy = self.strategy
         if strategy is not None and self._needs_step():
             self._check(strategy.check_optimizer, owner, self._needs_scheme())
-        real_step = _install_step(owner, self)
+        if self._step_owner is None or self._step_owner() is not owner:
+            self._take_step(owner)
+        real_step = self._real_step
         if strategy is not None and self._needs_scheme():
             state = strategy.scheme_exchange()
             assert state is not None, f"{strategy.name} attached no exchange for its compressor"
@@ -282,7 +333,6 @@ class Injection:
                 self._hook.scheme = self.scheme
             self.description += f"; {self.scheme.describe()}"
             self._set(APPLIED)
-        self._real_step = real_step
 
     # -- between backward and step ------------------------------------------------------
     def owns(self, params: Iterable[Any]) -> bool:
@@ -324,6 +374,7 @@ class Injection:
         own step as written (LBFGS may call it several times: each backward
         is one DDP exchange).
         """
+        self.resolve()
         inner = self.scheme.step if self.scheme is not None else self._real_step
         strategy = self.strategy
         loss: Any = None
@@ -359,6 +410,10 @@ class Injection:
                 fut.wait()
             except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened
                 pass
+
+
+def _no_step(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("no optimizer step was taken over")
 
 
 def _split_closure(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any], Optional[Callable[[], Any]]]:
@@ -427,6 +482,7 @@ def install(choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARM
     def optimizer_init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         real_opt_init(self, *args, **kwargs)
         _registry.add(self)
+        injection.optimizer_made(self)
 
     def before_any_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         injection.check_step_without_ddp(optimizer)

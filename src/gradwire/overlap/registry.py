@@ -156,6 +156,9 @@ def _parse_one(text: str) -> StrategySpec:
         raise ValueError(f"strategy {text!r}: R (PowerSGD rank) must be >= 1, got {params['R']}")
     if "H" in params and params["H"] < 1:
         raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
+    if name == "torch-powersgd" and params.get("start", 2) < 2:
+        raise ValueError(f"strategy {text!r}: start must be >= 2 (PyTorch's PowerSGD compresses from the third "
+                         f"iteration on, after DDP rebuilt its buckets), got {params['start']}")
     if params.get("warmup", 0) < 0:
         raise ValueError(f"strategy {text!r}: warmup must be >= 0 steps, got {params['warmup']}")
     return StrategySpec(name, params)

@@ -1,0 +1,116 @@
+"""Every strategy on a script's own DDP, in the shapes the training stacks use: right, or refused with the reason.
+
+Lightning steps with a closure; the HF Trainer builds DDP with
+``find_unused_parameters=True`` and clips; mixed precision brings a
+GradScaler; accumulation uses ``no_sync()``. For each strategy and shape the
+training either runs and means what the script meant (a closure gives what
+the plain loop gives, bit for bit; unused parameters and buffers never pair
+collectives differently on the ranks, which would hang) or is refused before
+it trains on, with a reason that names the cause.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from gradwire.launch import spawn
+
+from . import inject_ranks
+
+STRATEGIES = ["sync", "onebit", "int8", "delayed", "onebit+delayed", "localsgd:2", "async-average:2", "handler",
+              "torch-fp16", "torch-powersgd:2:start=2"]
+#: strategies whose ranks hold the same parameters after every step (at STEPS, a multiple of localsgd's period)
+IDENTICAL = {"sync", "torch-fp16", "torch-powersgd:2:start=2", "handler", "localsgd:2"}
+
+
+def _run(runs: list[tuple[str, str]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    results = spawn(inject_ranks.cases, 2, (runs,), timeout=110)
+    return {run: [results[r][i] for r in range(2)] for i, run in enumerate(runs)}
+
+
+def _ok(outs: list[dict[str, Any]], strategy: str) -> None:
+    for out in outs:
+        assert "raised" not in out, out.get("raised")
+        assert out["status"] == "applied", out
+    if strategy in IDENTICAL:
+        assert all(out["same"] for out in outs), f"{strategy}: the ranks hold different parameters"
+
+
+def _refused(outs: list[dict[str, Any]], *words: str) -> None:
+    for out in outs:
+        assert out["status"] == "refused", out
+        assert "raised" in out
+        for word in words:
+            assert word in out["reason"], (word, out["reason"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_closure_step_equals_the_plain_loop(optimizer: str) -> None:
+    strategies = STRATEGIES if optimizer == "sgd" else ["sync", "onebit", "delayed", "onebit+delayed", "localsgd:2"]
+    prefix = "" if optimizer == "sgd" else "adamw-"
+    got = _run([(s, prefix + case) for s in strategies for case in ("plain", "closure")])
+    for s in strategies:
+        plain, closure = got[(s, prefix + "plain")], got[(s, prefix + "closure")]
+        _ok(plain, s)
+        _ok(closure, s)
+        if s.startswith("async-average"):  # applies each average at the first step it has arrived by: timing
+            continue
+        for a, b in zip(plain, closure):
+            for x, y in zip(a["params"], b["params"]):
+                assert torch.equal(x, y), f"{s}: a closure step trains differently from the plain loop"
+
+
+@pytest.mark.slow
+def test_lbfgs_runs_where_the_optimizer_owns_its_step_and_is_refused_elsewhere() -> None:
+    got = _run([(s, "lbfgs") for s in STRATEGIES])
+    for s in ("sync", "torch-fp16", "torch-powersgd:2:start=2"):
+        _ok(got[(s, "lbfgs")], s)
+    for s in ("delayed", "onebit+delayed", "localsgd:2", "async-average:2", "handler"):
+        _refused(got[(s, "lbfgs")], "closure several times")
+    for s in ("onebit", "int8"):
+        _refused(got[(s, "lbfgs")], "LBFGS")
+
+
+@pytest.mark.slow
+def test_clipping_is_right_or_refused() -> None:
+    got = _run([(s, "clipped") for s in STRATEGIES])
+    for s in ("sync", "torch-fp16", "torch-powersgd:2:start=2", "localsgd:2", "async-average:2", "handler"):
+        _ok(got[(s, "clipped")], s)
+    for s in ("onebit", "int8"):
+        _refused(got[(s, "clipped")], "clipping", "momentum")
+    for s in ("delayed", "onebit+delayed"):
+        _refused(got[(s, "clipped")], "clipping", "undone")
+    # handler clips the averaged gradients, as DDP does: the same training as sync
+    for a, b in zip(got[("sync", "clipped")], got[("handler", "clipped")]):
+        for x, y in zip(a["params"], b["params"]):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_mixed_precision_and_accumulation() -> None:
+    got = _run([(s, case) for s in STRATEGIES for case in ("scaled", "bf16", "accumulated")])
+    for s in STRATEGIES:
+        _ok(got[(s, "bf16")], s)
+    for s in ("sync", "torch-fp16", "torch-powersgd:2:start=2", "handler"):
+        _ok(got[(s, "scaled")], s)
+    for s in ("onebit", "int8", "delayed", "onebit+delayed", "localsgd:2", "async-average:2"):
+        _refused(got[(s, "scaled")], "GradScaler")
+    for s in STRATEGIES:
+        if s == "handler":
+            _refused(got[(s, "accumulated")], "no_sync")
+        else:
+            _ok(got[(s, "accumulated")], s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["unused", "static", "buffers", "views"])
+def test_ddp_options_never_hang_and_train(case: str) -> None:
+    got = _run([(s, case) for s in STRATEGIES])
+    for s in STRATEGIES:
+        if case == "static" and s == "handler":
+            _refused(got[(s, case)], "static_graph")
+        else:
+            _ok(got[(s, case)], s)
