@@ -121,7 +121,7 @@ CORPUS = [
     ("bench --plot {DIR}", "is a folder; give a file name"),
     ("bench --json ''", "the path is empty"),
     ("bench --world-size 0", "--world-size"),
-    ("bench -b 0", "-b (min bytes) must be >= 1"),
+    ("bench -b 0", "a buffer size must be from 1 byte to 1 PiB"),
     ("bench -b 2M -e 1M", "must not exceed -e"),
     ("bench -f 1", "-f (size factor) must be > 1"),
     ("bench -n 0", "-n (iterations) must be >= 1"),

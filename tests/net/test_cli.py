@@ -39,7 +39,7 @@ def test_describe_bad_spec_raises_value_error(capsys):
 def test_bad_size_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit):
         run(["net", "describe", "10gbe", "--sizes", "1q"], capsys)
-    assert "invalid size value" in capsys.readouterr().err
+    assert "unknown size unit" in capsys.readouterr().err
 
 
 def test_presets(capsys):

@@ -41,7 +41,7 @@ def test_recorded_buckets_are_ddp_buckets(recorded, hook, label):
     expected = [two_phase if hook == "onebit" and b.numel >= 1024 else ("all_reduce",) for b in prof.buckets]
     assert [m.ops for m in prof.exchanges] == expected
     # the profile prices its own strategy with its own measured costs, any other with the model's
-    assert predict(prof, label, "1gbe", 2).step_seconds > prof.compute_seconds
+    assert predict(prof, label, "1gbe", 2).step_seconds >= prof.compute_seconds  # equal where all of it hides
     # where the ranks computed: 2 CPU ranks on this host's cores
     assert prof.shared == max(1.0, 2 / len(os.sched_getaffinity(0)))
     assert prof.net is None  # rank files alone do not say which network the job ran on (profile.json does)

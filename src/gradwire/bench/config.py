@@ -6,10 +6,9 @@ so a table from this tool can be read next to one from ``all_reduce_perf``.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-from gradwire.net.units import parse_size
+from gradwire.net.units import parse_buffer_size
 
 __all__ = ["BACKENDS", "COLLECTIVE_NAMES", "DTYPES", "REDOPS", "BenchConfig", "parse_bench_size", "sweep_sizes"]
 
@@ -31,20 +30,8 @@ DTYPES: dict[str, str] = {
 #: reduce operations (nccl-tests names) -> torch.distributed.ReduceOp attribute name
 REDOPS: dict[str, str] = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
 
-_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]?)\s*$")
-
-
-def parse_bench_size(text: str) -> int:
-    """Read a size the nccl-tests way: ``8``, ``64K``, ``16M``, ``1G`` (powers of 1024).
-
-    Anything else goes to :func:`gradwire.net.units.parse_size`, so ``16MiB``
-    (binary) and ``16MB`` (decimal) are accepted too.
-    """
-    match = _NCCL_SIZE.match(str(text))
-    if match:
-        shift = {"": 0, "k": 10, "m": 20, "g": 30}[match.group(2).lower()]
-        return int(match.group(1)) << shift
-    return parse_size(str(text))
+#: nccl-tests' sizes (``64K``, ``16M``: powers of 1024); anything else as :func:`gradwire.net.units.parse_size`
+parse_bench_size = parse_buffer_size
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:

@@ -20,7 +20,7 @@ from gradwire._files import OutputPathError, check_output_dir, check_output_file
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
 
-__all__ = ["Parser", "check_net_fits", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
+__all__ = ["MAX_SIZE", "Parser", "byte_size", "check_net_fits", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -97,6 +97,23 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], ob
         return value
 
     return _typed("int", check)
+
+
+#: the largest buffer any command takes (1 PiB)
+MAX_SIZE = 1 << 50
+
+
+def _byte_size(text: str) -> int:
+    from gradwire.net.units import parse_buffer_size  # nccl-tests' 64K / 16M, or 16MiB, 1GB
+
+    size = parse_buffer_size(text)
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"a buffer size must be from 1 byte to 1 PiB, got {text!r}")
+    return size
+
+
+byte_size = _typed("size", _byte_size)
+"""``type=``: a buffer size, ``4096``, ``64K`` / ``16M`` (nccl-tests: powers of 1024), ``16MiB``, ``1GB``."""
 
 
 def check_net_fits(net: str | NetSpec, world: int) -> None:

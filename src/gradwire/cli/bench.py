@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import Any
 
-from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig, parse_bench_size
-from gradwire.cli._args import check_net_fits, output_file, positive_int, seconds
+from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig
+from gradwire.cli._args import byte_size, check_net_fits, output_file, positive_int, seconds
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,9 +34,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--world-size", type=positive_int(1), default=2, metavar="N", help="ranks to spawn (default 2)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="tensors on cpu or cuda (default auto: cuda for nccl, else cpu)")
-    p.add_argument("-b", "--minbytes", type=_size, default=32 << 20, metavar="SIZE",
+    p.add_argument("-b", "--minbytes", type=byte_size, default=32 << 20, metavar="SIZE",
                    help="smallest size, K/M/G = powers of 1024 (default 32M)")
-    p.add_argument("-e", "--maxbytes", type=_size, default=32 << 20, metavar="SIZE", help="largest size (default 32M)")
+    p.add_argument("-e", "--maxbytes", type=byte_size, default=32 << 20, metavar="SIZE", help="largest size (default 32M)")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F", help="size factor per row, > 1 (default 2)")
     p.add_argument("-n", "--iters", type=int, default=20, metavar="N", help="timed iterations (default 20)")
     p.add_argument("-w", "--warmup-iters", type=int, default=5, metavar="N", help="warm-up iterations (default 5)")
@@ -56,13 +56,6 @@ def add_parser(subparsers: Any) -> None:
                    help="seconds before ranks are killed, > 0 (default 3600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run_bench)
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_bench_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:

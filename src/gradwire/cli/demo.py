@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gradwire.launch import spawn
     from gradwire.net import parse_spec
+    from gradwire.net.units import human_size
 
     spec = parse_spec(args.net)
     check_net_fits(args.net, args.world_size)
@@ -77,19 +78,12 @@ def run(args: argparse.Namespace) -> int:
     for col in ("size", "measured (ms)", "model (ms)", "wire bytes / rank"):
         table.add_column(col, justify="right")
     for row in res["sweep"]:
-        table.add_row(_size(row["bytes"]), f"{row['measured'] * 1e3:.2f}", f"{row['model'] * 1e3:.2f}", _size(row["wire"]))
+        table.add_row(human_size(row["bytes"], 1), f"{row['measured'] * 1e3:.2f}", f"{row['model'] * 1e3:.2f}", human_size(row["wire"], 1))
     console.print(table)
     console.print(
         f"DDP, MLP 256-512-10: {res['step'] * 1e3:.1f} ms per step, "
-        f"{_size(res['wire_per_step'])} on the wire per rank per step, "
+        f"{human_size(res['wire_per_step'], 1)} on the wire per rank per step, "
         f"{res['model_per_step'] * 1e3:.1f} ms of modelled communication per step"
     )
     return 0
 
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -16,14 +16,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gradwire.cli._args import check_net_fits, positive_int
+from gradwire.cli._args import byte_size, check_net_fits, positive_int
 from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
 from gradwire.net.model import DESCRIBE_SIZES
 from gradwire.net.spec import SPEC_KEYS
-from gradwire.net.units import human_bandwidth, human_size, human_time, parse_size
+from gradwire.net.units import human_bandwidth, human_size, human_time
 
 #: largest buffer ``net describe`` prices: 1 PiB
-MAX_SIZE = 1 << 50
 #: most ranks ``net describe`` prices
 MAX_WORLD = 1 << 20
 
@@ -42,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
     desc.add_argument("spec", metavar="SPEC", help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
     desc.add_argument("--world-size", "-n", type=positive_int(1, MAX_WORLD), nargs="+", metavar="N", default=None,
                       help="world sizes to model (default: 2 4 8, or the one a topology holds)")
-    desc.add_argument("--sizes", "-s", type=_size, nargs="+", metavar="SIZE",
+    desc.add_argument("--sizes", "-s", type=byte_size, nargs="+", metavar="SIZE",
                       default=list(DESCRIBE_SIZES), help="buffer sizes, e.g. 4KiB 1MiB 16MiB (default: 4KiB 1MiB 16MiB 256MiB)")
     desc.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
                       help=f"collectives to model (default: all of {', '.join(OPS)})")
@@ -55,16 +54,6 @@ def add_parser(subparsers: Any) -> None:
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
-
-
-def _size(text: str) -> int:
-    size = parse_size(text)  # a ValueError reads "invalid size value: '1q'"
-    if not 1 <= size <= MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"a buffer size must be from 1 byte to 1 PiB, got {text!r}")
-    return size
-
-
-_size.__name__ = "size"  # argparse names the type in "invalid size value"
 
 
 def _link_text(link: Link) -> str:

@@ -83,13 +83,15 @@ def report(results: list[dict], net: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from gradwire.net.units import human_size
+
     console = Console(width=max(Console().width, 120))  # a pipe's 80 columns cut op names short
     r0 = min(results, key=lambda r: r["rank"])
     table = Table(title=f"communication of rank {r0['rank']} on {net}")
     for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)", "exposed (s)"):
         table.add_column(col, justify="right")
     for op, s in r0["ops"].items():
-        table.add_row(op, f"{s['calls']:.0f}", _mb(s["payload_bytes"]), _mb(s["wire_bytes"]),
+        table.add_row(op, f"{s['calls']:.0f}", human_size(s["payload_bytes"], 2), human_size(s["wire_bytes"], 2),
                       f"{s['model_seconds']:.3f}", f"{s['inner_seconds']:.3f}", f"{s.get('exposed_seconds', 0.0):.3f}")
     console.print(table)
     shares = Table(title="communication in flight, and the part the training thread waited for (exposed)")
@@ -101,6 +103,3 @@ def report(results: list[dict], net: str) -> None:
                        f"{r['exposed_seconds']:.3f}", f"{r['hidden_seconds']:.3f}", f"{share:.0%}")
     console.print(shares)
 
-
-def _mb(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"

@@ -213,9 +213,29 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def human_size(nbytes: int) -> str:
-    """``16777216`` -> ``16 MiB``; binary prefixes, as nccl-tests sizes usually are."""
+_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]?)\s*$")
+
+
+def parse_buffer_size(text: str) -> int:
+    """Read a buffer size the nccl-tests way: ``8``, ``64K``, ``16M``, ``1G`` (powers of 1024).
+
+    Anything else goes to :func:`parse_size`, so ``16MiB`` (binary) and
+    ``16MB`` (decimal) are accepted too.
+    """
+    match = _NCCL_SIZE.match(str(text))
+    if match:
+        shift = {"": 0, "k": 10, "m": 20, "g": 30}[match.group(2).lower()]
+        return int(match.group(1)) << shift
+    return parse_size(str(text))
+
+
+def human_size(nbytes: float, digits: int | None = None) -> str:
+    """``16777216`` -> ``16 MiB``; binary prefixes, as nccl-tests sizes usually are.
+
+    ``digits``: that many decimals (``12.35 MiB``) instead of the shortest form.
+    """
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
+            value = nbytes / scale
+            return f"{value:g} {unit}" if digits is None else f"{value:.{digits}f} {unit}"
+    return f"{nbytes:g} B"
