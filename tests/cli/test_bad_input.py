@@ -75,7 +75,7 @@ CORPUS = [
     ("profile -- /nonexistent/cmd", "no such file"),
     ("profile -- no-such-command-gradwire", "no such command on PATH"),
     ("profile -- {DIR}", "not an executable"),
-    ("profile --net 1gbe", "no command given"),
+    ("profile --net 1gbe", "no command after --"),
     ("profile --net bogus -- true", "unknown preset 'bogus'"),
     # predict
     ("predict --profiles /nonexistent.json", "does not exist"),

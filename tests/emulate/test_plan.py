@@ -177,4 +177,4 @@ def test_cli_refuses_a_missing_command(capsys):
     from gradwire.cli.main import main
 
     assert main(["emulate", "--net", "bandwidth=1gbit"]) == 2
-    assert "no command given" in capsys.readouterr().err
+    assert "no command after --" in capsys.readouterr().err

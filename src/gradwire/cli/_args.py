@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NoReturn
@@ -20,7 +21,7 @@ from gradwire._files import OutputPathError, check_output_dir, check_output_file
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
 
-__all__ = ["MAX_SIZE", "Parser", "byte_size", "check_net_fits", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
+__all__ = ["MAX_SIZE", "Parser", "byte_size", "check_command", "check_net_fits", "command_after_dashes", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -114,6 +115,36 @@ def _byte_size(text: str) -> int:
 
 byte_size = _typed("size", _byte_size)
 """``type=``: a buffer size, ``4096``, ``64K`` / ``16M`` (nccl-tests: powers of 1024), ``16MiB``, ``1GB``."""
+
+
+def check_command(program: str) -> None:
+    """Raise ValueError unless ``program`` can be started (a path to an executable, or a name on PATH)."""
+    if os.sep in program:
+        path = Path(program)
+        if not path.exists():
+            raise ValueError(f"cannot run {program!r}: no such file")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise ValueError(f"cannot run {program!r}: not an executable file")
+    elif shutil.which(program) is None:
+        raise ValueError(f"cannot run {program!r}: no such command on PATH")
+
+
+def command_after_dashes(remainder: list[str], usage: str, required: bool = True) -> list[str]:
+    """The command a ``gradwire`` command runs: what follows ``--`` (``argparse.REMAINDER``), checked.
+
+    One rule for compare, profile and emulate: the command goes after ``--``
+    (anything else left over is an unknown option), it can be started, and
+    ``required=False`` allows none (``--plan``, compare's bundled models).
+    """
+    if remainder and remainder[0] != "--":
+        raise ValueError(f"unrecognized arguments: {' '.join(remainder)} (the command goes after --: `{usage}`)")
+    cmd = list(remainder[1:])
+    if not cmd:
+        if required or remainder:
+            raise ValueError(f"no command after --: use `{usage}`")
+        return cmd
+    check_command(cmd[0])
+    return cmd
 
 
 def check_net_fits(net: str | NetSpec, world: int) -> None:

@@ -159,7 +159,7 @@ def _world_of(cmd: list[str]) -> int | None:
 
 
 def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
-    from gradwire.cli.profile import _check_command
+    from gradwire.cli._args import check_command as _check_command
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
     from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any
 
+from gradwire.cli._args import command_after_dashes
+
 
 def add_parser(subparsers: Any) -> None:
     """Register ``gradwire emulate``."""
@@ -57,9 +59,8 @@ def run(args: argparse.Namespace) -> int:
             removed = clean()
             say(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
             return 0
-        cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-        if not cmd and not args.plan:
-            raise ValueError("no command given: use `gradwire emulate --net SPEC --nodes K -- python train.py ...`")
+        cmd = command_after_dashes(args.cmd, "gradwire emulate --net SPEC --nodes K -- python train.py ...",
+                                   required=not args.plan)
         spec = parse_spec(args.net)
         topo = spec.topology if isinstance(spec.topology, tuple) else (None, None)
         nodes = args.nodes or topo[0] or 1

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from gradwire.cli._args import output_dir
+from gradwire.cli._args import command_after_dashes, output_dir
 
 
 def add_parser(sub: Any) -> None:
@@ -36,11 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.net import parse_spec
     from gradwire.profile.bootstrap import child_env
 
-    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    if not cmd:
-        raise ValueError("no command given: use `gradwire profile --net SPEC -- python train.py ...`")
+    cmd = command_after_dashes(args.cmd, "gradwire profile --net SPEC -- python train.py ...")
     spec = parse_spec(args.net)  # reject a bad spec before launching anything
-    _check_command(cmd[0])
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
@@ -64,18 +59,6 @@ def run(args: argparse.Namespace) -> int:
     if steps:  # per-step records of a DDP job (gradwire.profile.steps)
         print(f"{steps} training steps recorded per rank; larger clusters: gradwire predict --profile {out}")
     return code
-
-
-def _check_command(program: str) -> None:
-    """Raise ValueError unless ``program`` can be started (a path to an executable, or a name on PATH)."""
-    if os.sep in program:
-        path = Path(program)
-        if not path.exists():
-            raise ValueError(f"cannot run {program!r}: no such file")
-        if path.is_dir() or not os.access(path, os.X_OK):
-            raise ValueError(f"cannot run {program!r}: not an executable file")
-    elif shutil.which(program) is None:
-        raise ValueError(f"cannot run {program!r}: no such command on PATH")
 
 
 def report(results: list[dict], net: str) -> None:
