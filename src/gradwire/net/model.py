@@ -21,14 +21,15 @@ Jitter is drawn once per sequential latency step of the chosen algorithm
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from gradwire.net.algorithms import OPS, Group, check_op, choose
 from gradwire.net.link import Link
-from gradwire.net.spec import AUTO_TOPOLOGY, NetSpec, parse_spec
+from gradwire.net.schedule import Condition, Schedule, finish_time
+from gradwire.net.spec import AUTO_TOPOLOGY, NetSpec, Straggler, parse_spec
 
 #: shape of the Lomax (Pareto II) jitter; 3 gives a mean of jitter/2, like uniform
 PARETO_SHAPE = 3.0
@@ -102,6 +103,13 @@ class NetworkModel:
         self._compute_factor = {s.rank: s.compute for s in self.spec.stragglers}
         self.inter_link: Link = self.spec.inter_link()
         self.intra_link: Link = self.spec.intra_link()
+        #: how the network changes over time; None: it does not
+        self.schedule: Schedule | None = Schedule(self.spec.events) if self.spec.events else None
+        for event in self.spec.events:
+            rank = getattr(event, "rank", None)
+            if rank is not None and rank >= world_size:
+                raise ValueError(f"{event.to_string()}: rank {rank} is outside the world (ranks 0..{world_size - 1})")
+        self._static: dict[Condition, NetworkModel] = {}
 
     def __repr__(self) -> str:
         return f"NetworkModel({self.spec.to_string()!r}, world_size={self.world_size})"
@@ -110,7 +118,33 @@ class NetworkModel:
     def is_zero(self) -> bool:
         """True when every collective costs 0 s (loopback); bytes are still counted."""
         links = (self.inter_link, self.intra_link)
-        return self.spec.jitter == 0 and all(link.latency == 0 and link.beta == 0 for link in links)
+        return (self.schedule is None and self.spec.jitter == 0
+                and all(link.latency == 0 and link.beta == 0 for link in links))
+
+    def condition(self, t: float) -> tuple[Condition, float]:
+        """The network's condition ``t`` seconds after the start of the job, and when it next changes."""
+        if self.schedule is None:
+            return Condition(), math.inf
+        return self.schedule.condition(t, self.spec.bandwidth)
+
+    def at(self, cond: Condition) -> "NetworkModel":
+        """The static model of the spec under ``cond`` (cached)."""
+        model = self._static.get(cond)
+        if model is None:
+            spec = self.spec
+            factors = {s.rank: s for s in spec.stragglers}
+            for rank, factor in cond.links:
+                old = factors.get(rank, Straggler(rank))
+                factors[rank] = Straggler(rank, link=old.link * factor, compute=old.compute)
+            spec = NetSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__},
+                              "bandwidth": spec.bandwidth if cond.bandwidth is None else cond.bandwidth,
+                              "latency": spec.latency if cond.latency is None else cond.latency,
+                              "loss": spec.loss if cond.loss is None else cond.loss,
+                              "stragglers": tuple(factors.values()), "events": ()})
+            if len(self._static) > 1024:
+                self._static.clear()
+            model = self._static[cond] = NetworkModel(spec, self.world_size)
+        return model
 
     def node_of(self, rank: int) -> int:
         """The node a global rank lives on."""
@@ -139,6 +173,8 @@ class NetworkModel:
         seq: int = 0,
         src: int | None = None,
         dst: int | None = None,
+        start: float | None = None,
+        horizon: float = 24 * 3600.0,
     ) -> OpCost:
         """Price one collective.
 
@@ -151,9 +187,26 @@ class NetworkModel:
                 priced. If either is unknown (``recv`` from any source) the
                 slowest link of the group is used.
 
+            start: seconds since the job's start at which the op starts (a
+                changing network prices it on the conditions it meets, see
+                :func:`gradwire.net.schedule.finish_time`; ``inf`` when an
+                outage outlasts ``horizon``); None: the condition at 0.
+            horizon: how far past ``start`` to look for the op's end.
+
         Returns:
             An :class:`OpCost`; ``seconds`` is never negative.
         """
+        if self.schedule is not None:
+            t0 = 0.0 if start is None else start
+            # bytes as the link at the op's start carries them (an outage moves none: the link it resumes on)
+            cost = self.at(replace(self.condition(t0)[0], down=False)).cost(op, nbytes, ranks=ranks, seq=seq,
+                                                                           src=src, dst=dst)
+
+            def priced(cond: Condition) -> float:
+                return self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq, src=src, dst=dst).seconds
+
+            end = finish_time(t0, self.schedule.segments(t0, self.spec.bandwidth), priced, t0 + horizon)
+            return OpCost(end - t0, cost.payload_bytes, cost.sent_bytes, cost.wire_bytes, cost.algorithm)
         check_op(op)
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
             raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")

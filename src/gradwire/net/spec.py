@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
+from gradwire.net.schedule import EVENT_KEYS, Event, Schedule, parse_event
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
 )
@@ -196,6 +197,8 @@ class NetSpec:
     """seed of the jitter draws (with the op's sequence number)"""
     stragglers: tuple[Straggler, ...] = field(default=())
     """slow ranks, at most one entry per rank"""
+    events: tuple[Event, ...] = field(default=())
+    """how the network changes over time (drop, outage, slow, cross, trace: gradwire.net.schedule)"""
 
     def __post_init__(self) -> None:
         _choice(self.name, ("custom", *PRESETS), "preset name")
@@ -229,6 +232,9 @@ class NetSpec:
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"one straggler entry per rank, got ranks {ranks}")
         set_("stragglers", stragglers)
+        set_("events", tuple(self.events))
+        if self.events:
+            Schedule(self.events)  # one trace at most
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a field of a frozen dataclass
@@ -261,6 +267,8 @@ class NetSpec:
                 continue
             if f.name == "stragglers":
                 tokens += [f"straggler={s.to_string()}" for s in value]
+            elif f.name == "events":
+                tokens += [e.to_string() for e in value]
             else:
                 tokens.append(f"{f.name}={_FORMATTERS[f.name](value)}")
         return ",".join(tokens) or "custom"
@@ -307,7 +315,13 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
     "algorithm": str.lower, "clock": str.lower,
 }
-SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler")
+SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS)
+
+#: named networks that change: a preset and its events (module doc of gradwire.net.schedule)
+CHANGING: dict[str, str] = {
+    "flaky-cloud": "10gbe,drop=1gbit:for=5s:every=30s,outage=1s:at=100s:every=120s",
+    "shared-wan": "bandwidth=1gbit,latency=30ms,cross=400mbit:flows=2:on=10s:off=20s",
+}
 
 
 def parse_spec(text: "str | NetSpec | None") -> NetSpec:
@@ -323,6 +337,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         raise TypeError(f"a network spec is a string or a NetSpec, got {type(text).__name__}")
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
+    events: list[Event] = []
     spec = NetSpec()
     for position, token in enumerate((t.strip() for t in text.split(",")), 1):
         if not token:
@@ -333,11 +348,21 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         if not sep and key == "custom":
             spec = replace(spec, **updates, name="custom", bandwidth=math.inf, latency=0.0, protocol="tcp")
             updates = {}
+        elif not sep and key in CHANGING:
+            named = parse_spec(CHANGING[key])
+            spec = _apply_preset(replace(spec, **updates), named.name) if named.name in PRESETS else replace(
+                spec, **updates, name="custom", bandwidth=named.bandwidth, latency=named.latency,
+                protocol=named.protocol)
+            updates = {}
+            events += named.events
         elif not sep:
             if key not in PRESETS:
-                raise ValueError(f"unknown preset {token!r}; valid presets: {', '.join(PRESETS)} (or key=value)")
+                raise ValueError(f"unknown preset {token!r}; valid presets: {', '.join(PRESETS)}, or networks that "
+                                 f"change: {', '.join(CHANGING)} (or key=value)")
             spec = _apply_preset(replace(spec, **updates), key)
             updates = {}
+        elif key in EVENT_KEYS:
+            events.append(parse_event(key, value))
         elif key == "straggler":
             straggler = Straggler.parse(value)
             stragglers[straggler.rank] = straggler
@@ -349,7 +374,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
             updates[key] = _PARSERS[key](value)
         else:
             raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
-    return replace(spec, **updates, stragglers=tuple(stragglers.values()))
+    return replace(spec, **updates, stragglers=tuple(stragglers.values()), events=tuple(events))
 
 
 def resolve_topology(spec: NetSpec, world_size: int, env: Mapping[str, str]) -> NetSpec:

@@ -1,0 +1,495 @@
+"""Networks that change: conditions over time, and the price of an op that runs across a change.
+
+A real link is not constant: its bandwidth drops for seconds, it goes down,
+other flows share it. Each of those is an :class:`Event` of the spec (a token
+of the spec grammar, see :mod:`gradwire.net.spec`)::
+
+    drop=100mbit:for=5s:every=30s[:at=T]      bandwidth falls to 100 Mbit/s for 5 s in every 30 s
+    outage=5s:at=20s[:every=60s]              the link carries nothing for 5 s (ops in flight wait)
+    slow=RANK:link=F:for=5s:every=30s[:at=T]  one rank's uplink at F times its speed for a while
+    cross=RATE[:flows=N][:on=T:off=T][:at=T]  N background flows of RATE each share the bottleneck
+    trace=FILE[:repeat]                       conditions from a file (CSV, or a Mahimahi packet trace)
+
+Times count from the moment the job's default group was created (``t = 0``);
+a periodic event first starts at ``at`` (default: one period in, so a job
+starts on the spec's own link). Events compose: the trace sets the base,
+drops take the lower rate, background flows take their share of what is
+left, an outage stops everything.
+
+Pricing across a change (:func:`finish_time`). An op that would take
+``T(c)`` seconds on a constant condition ``c`` progresses at ``1 / T(c)`` of
+its work per second while ``c`` holds, so it ends at the first ``t`` with
+``sum over segments of duration / T(c) = 1``. On a constant network that is
+``start + T``; across a drop the bytes before it go at the old rate and the
+rest at the new one; during an outage (``T = inf``) nothing moves and the op
+resumes after it. The latency part is spread over the op like its bytes: for
+ops of many latency steps that is how they spread, and for a single message
+the error is at most one latency.
+
+Fair share (``cross``): TCP flows on one bottleneck converge to max-min fair
+shares. With ``N`` background flows that each want ``RATE``, the job's flow
+gets ``max(B / (N + 1), B - N * RATE)`` of a link of ``B``: all that is left
+when they are slow, its equal share when they are not.
+
+Trace formats:
+
+- CSV, one row per change, with a header or without:
+  ``time,bandwidth[,latency[,loss]]`` (``0s,1gbit,50us,0%``; bare numbers are
+  seconds, bits/s and fractions). A row holds until the next one; the last
+  row holds for ever, unless ``:repeat`` is given: then the trace repeats and
+  the last row only marks where its period ends.
+- Mahimahi's packet-delivery traces (Netravali et al., USENIX ATC 2015): one
+  integer per line, the millisecond at which one 1500-byte packet can leave;
+  the trace repeats with the period of its last timestamp. It is read as the
+  rate of delivery opportunities in 100 ms bins.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from gradwire.net.units import format_bandwidth, format_time, parse_bandwidth, parse_fraction, parse_time
+
+__all__ = [
+    "Condition", "Cross", "Drop", "Event", "Outage", "Schedule", "Slow", "Trace", "finish_time", "parse_event",
+    "EVENT_KEYS",
+]
+
+#: Mahimahi delivery opportunities are MTU-sized
+MAHIMAHI_PACKET_BYTES = 1500
+#: bin width when a Mahimahi trace is read as a rate
+MAHIMAHI_BIN = 0.1
+#: most segments one op may cross before the model gives up (a run of ever shorter segments is a bug)
+MAX_SEGMENTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Condition:
+    """The network over one interval: what it overrides of the static spec."""
+
+    bandwidth: float | None = None
+    """inter-node line rate, bits/s (None: the spec's)"""
+    latency: float | None = None
+    """one-way latency, s (None: the spec's)"""
+    loss: float | None = None
+    """packet-loss probability (None: the spec's)"""
+    down: bool = False
+    """an outage: nothing moves"""
+    links: tuple[tuple[int, float], ...] = ()
+    """(rank, factor) of uplinks slower than the spec says, sorted by rank"""
+
+    def describe(self) -> str:
+        if self.down:
+            return "down"
+        parts = [format_bandwidth(self.bandwidth) if self.bandwidth is not None else "",
+                 f"latency {format_time(self.latency)}" if self.latency is not None else "",
+                 f"loss {self.loss:.3%}" if self.loss is not None else ""]
+        parts += [f"rank {r} at {f:g}x" for r, f in self.links]
+        return ", ".join(p for p in parts if p) or "as specified"
+
+
+def _window(t: float, at: float, duration: float, every: float | None) -> tuple[bool, float]:
+    """Whether ``t`` falls in a window ``[at + k every, at + k every + duration)``, and when that next changes."""
+    if t < at:
+        return False, at
+    if every is None:
+        return (True, at + duration) if t < at + duration else (False, math.inf)
+    k = math.floor((t - at) / every)
+    start = at + k * every
+    return (True, start + duration) if t < start + duration else (False, start + every)
+
+
+def _check_window(what: str, duration: float, every: float | None, at: float) -> None:
+    if not duration > 0:
+        raise ValueError(f"{what}: for= must be a time > 0, got {format_time(duration)}")
+    if every is not None and not every > duration:
+        raise ValueError(f"{what}: every= ({format_time(every)}) must be longer than for= ({format_time(duration)})")
+    if at < 0:
+        raise ValueError(f"{what}: at= must be a time >= 0")
+
+
+class Event:
+    """One source of change; :class:`Schedule` composes them."""
+
+    def state(self, t: float) -> tuple[bool, float]:
+        """Whether the event is active at ``t``, and the next time that may change."""
+        raise NotImplementedError
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        """``cond`` with this (active) event applied; ``bandwidth`` is the rate it found."""
+        raise NotImplementedError
+
+    def to_string(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Drop(Event):
+    """``drop=RATE:for=T:every=T[:at=T]``: the bandwidth falls to ``rate`` for a while (the lower of the two)."""
+
+    rate: float
+    duration: float
+    every: float | None = None
+    at: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate < math.inf:
+            raise ValueError(f"drop: the rate must be a finite bandwidth > 0, got {self.rate!r}")
+        _check_window("drop", self.duration, self.every, self.start)
+
+    @property
+    def start(self) -> float:
+        return self.at if self.at is not None else (self.every or 0.0)
+
+    def state(self, t: float) -> tuple[bool, float]:
+        return _window(t, self.start, self.duration, self.every)
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        return replace(cond, bandwidth=min(bandwidth, self.rate))
+
+    def to_string(self) -> str:
+        return "drop=" + ":".join([format_bandwidth(self.rate), f"for={format_time(self.duration)}"]
+                                  + _when(self.every, self.at))
+
+
+@dataclass(frozen=True)
+class Outage(Event):
+    """``outage=T:at=T[:every=T]``: the link is down; ops in flight wait and resume."""
+
+    duration: float
+    at: float
+    every: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_window("outage", self.duration, self.every, self.at)
+
+    def state(self, t: float) -> tuple[bool, float]:
+        return _window(t, self.at, self.duration, self.every)
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        return replace(cond, down=True)
+
+    def to_string(self) -> str:
+        return "outage=" + ":".join([format_time(self.duration), f"at={format_time(self.at)}"]
+                                    + ([f"every={format_time(self.every)}"] if self.every is not None else []))
+
+
+@dataclass(frozen=True)
+class Slow(Event):
+    """``slow=RANK:link=F:for=T:every=T[:at=T]``: a straggler link that comes and goes."""
+
+    rank: int
+    factor: float
+    duration: float
+    every: float | None = None
+    at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError(f"slow: the rank must be >= 0, got {self.rank}")
+        if not 0 < self.factor < math.inf:
+            raise ValueError(f"slow: link= must be a factor > 0 (0.2 = a fifth of the speed), got {self.factor!r}")
+        _check_window("slow", self.duration, self.every, self.start)
+
+    @property
+    def start(self) -> float:
+        return self.at if self.at is not None else (self.every or 0.0)
+
+    def state(self, t: float) -> tuple[bool, float]:
+        return _window(t, self.start, self.duration, self.every)
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        links = dict(cond.links)
+        links[self.rank] = links.get(self.rank, 1.0) * self.factor
+        return replace(cond, links=tuple(sorted(links.items())))
+
+    def to_string(self) -> str:
+        return "slow=" + ":".join([str(self.rank), f"link={self.factor:g}", f"for={format_time(self.duration)}"]
+                                  + _when(self.every, self.at))
+
+
+@dataclass(frozen=True)
+class Cross(Event):
+    """``cross=RATE[:flows=N][:on=T:off=T][:at=T]``: background flows on the bottleneck take their fair share."""
+
+    rate: float
+    flows: int = 1
+    on: float | None = None
+    off: float | None = None
+    at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate:
+            raise ValueError(f"cross: the rate of a background flow must be > 0 (inf: as fast as it can), "
+                             f"got {self.rate!r}")
+        if self.flows < 1:
+            raise ValueError(f"cross: flows= must be >= 1, got {self.flows}")
+        if (self.on is None) != (self.off is None):
+            raise ValueError("cross: give on= and off= together (on/off traffic), or neither (always on)")
+        if self.on is not None and self.off is not None and not (self.on > 0 and self.off > 0):
+            raise ValueError("cross: on= and off= must be times > 0")
+
+    def state(self, t: float) -> tuple[bool, float]:
+        if self.on is None or self.off is None:
+            return (t >= self.at, self.at if t < self.at else math.inf)
+        return _window(t, self.at, self.on, self.on + self.off)
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        share = max(bandwidth / (self.flows + 1), bandwidth - self.flows * self.rate)
+        return replace(cond, bandwidth=share)
+
+    def to_string(self) -> str:
+        parts = [format_bandwidth(self.rate)] + ([f"flows={self.flows}"] if self.flows != 1 else [])
+        if self.on is not None and self.off is not None:
+            parts += [f"on={format_time(self.on)}", f"off={format_time(self.off)}"]
+        if self.at:
+            parts.append(f"at={format_time(self.at)}")
+        return "cross=" + ":".join(parts)
+
+
+@dataclass(frozen=True)
+class Trace(Event):
+    """``trace=FILE[:repeat]``: conditions read from a file (module doc: CSV or Mahimahi)."""
+
+    path: str
+    repeat: bool = False
+    #: read as Mahimahi's packet-delivery trace (which always repeats)
+    mahimahi: bool = False
+    #: (time, bandwidth, latency, loss) per change, time ascending from 0
+    rows: tuple[tuple[float, float, float | None, float | None], ...] = field(default=(), compare=False, repr=False)
+    period: float = field(default=math.inf, compare=False)
+
+    @classmethod
+    def load(cls, path: str, repeat: bool = False) -> "Trace":
+        file = Path(path)
+        if not file.is_file():
+            raise ValueError(f"trace {path!r}: no such file (write trace=PATH to a CSV or a Mahimahi trace)")
+        text = file.read_text()
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if lines and all(ln.isdigit() for ln in lines):
+            rows, period = _mahimahi(lines, path)
+            return cls(path, True, True, rows, period)
+        rows = _csv_rows(lines, path)
+        if repeat:
+            if len(rows) < 2 or rows[-1][0] <= 0:
+                raise ValueError(f"trace {path!r}: a repeating trace needs two rows or more; its last row's time is "
+                                 "the period")
+            return cls(path, True, False, rows[:-1], rows[-1][0])
+        return cls(path, False, False, rows)
+
+    def _index(self, t: float) -> tuple[int, float, float]:
+        """The row in force at ``t``, the start of the current period, and the row's end (absolute)."""
+        base = 0.0
+        if self.repeat and math.isfinite(self.period):
+            base = math.floor(t / self.period) * self.period
+        local = t - base
+        i = max(0, _bisect_right([r[0] for r in self.rows], local) - 1)
+        end = self.rows[i + 1][0] if i + 1 < len(self.rows) else (self.period if self.repeat else math.inf)
+        return i, base, base + end
+
+    def state(self, t: float) -> tuple[bool, float]:
+        return True, self._index(t)[2]
+
+    def apply(self, cond: Condition, bandwidth: float) -> Condition:
+        raise AssertionError("a trace sets the base condition (Schedule.condition)")
+
+    def base(self, t: float) -> Condition:
+        i, _, _ = self._index(t)
+        _, bw, lat, loss = self.rows[i]
+        if bw == 0:
+            return Condition(down=True)
+        return Condition(bandwidth=bw, latency=lat, loss=loss)
+
+    def to_string(self) -> str:
+        return f"trace={self.path}" + (":repeat" if self.repeat and not self.mahimahi else "")
+
+
+def _bisect_right(values: Sequence[float], x: float) -> int:
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < values[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _number_or(parse: Callable[[str], float], text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return parse(text)
+
+
+def _csv_rows(lines: list[str], path: str) -> tuple[tuple[float, float, float | None, float | None], ...]:
+    rows: list[tuple[float, float, float | None, float | None]] = []
+    for n, cells in enumerate(csv.reader(lines), 1):
+        cells = [c.strip() for c in cells]
+        if n == 1 and cells and cells[0].lower() in ("time", "t", "seconds"):
+            continue  # a header
+        if len(cells) < 2 or len(cells) > 4:
+            raise ValueError(f"trace {path!r} line {n}: expected time,bandwidth[,latency[,loss]], got {cells}")
+        try:
+            t = _number_or(parse_time, cells[0])
+            bw = 0.0 if cells[1] in ("0", "down") else _number_or(parse_bandwidth, cells[1])
+            lat = _number_or(parse_time, cells[2]) if len(cells) > 2 and cells[2] else None
+            loss = parse_fraction(cells[3]) if len(cells) > 3 and cells[3] else None
+        except ValueError as exc:
+            raise ValueError(f"trace {path!r} line {n}: {exc}") from None
+        if bw < 0 or (lat is not None and lat < 0) or (loss is not None and not 0 <= loss < 1):
+            raise ValueError(f"trace {path!r} line {n}: bandwidth and latency must be >= 0, loss in [0, 1)")
+        if rows and t <= rows[-1][0]:
+            raise ValueError(f"trace {path!r} line {n}: times must increase, got {t:g} s after {rows[-1][0]:g} s")
+        rows.append((t, bw, lat, loss))
+    if not rows:
+        raise ValueError(f"trace {path!r} has no rows")
+    if rows[0][0] != 0:
+        raise ValueError(f"trace {path!r}: the first row must be at time 0, got {rows[0][0]:g} s")
+    return tuple(rows)
+
+
+def _mahimahi(lines: list[str], path: str) -> tuple[tuple[tuple[float, float, float | None, float | None], ...], float]:
+    stamps = [int(ln) for ln in lines]
+    if any(b < a for a, b in zip(stamps, stamps[1:])):
+        raise ValueError(f"trace {path!r}: Mahimahi timestamps must not decrease")
+    period = stamps[-1] / 1000
+    if period <= 0:
+        raise ValueError(f"trace {path!r}: a Mahimahi trace must last more than 0 ms")
+    bin_ms = round(MAHIMAHI_BIN * 1000)
+    bins = max(1, math.ceil(stamps[-1] / bin_ms))
+    counts = [0] * bins
+    for ms in stamps:  # the packet of millisecond ms leaves during (ms - 1, ms]
+        counts[min(bins - 1, (max(ms, 1) - 1) // bin_ms)] += 1
+    width = [min(MAHIMAHI_BIN, period - k * MAHIMAHI_BIN) for k in range(bins)]
+    rows = tuple((k * MAHIMAHI_BIN, counts[k] * MAHIMAHI_PACKET_BYTES * 8 / width[k], None, None)
+                 for k in range(bins))
+    return rows, period
+
+
+def _when(every: float | None, at: float | None) -> list[str]:
+    return ([f"every={format_time(every)}"] if every is not None else []) + \
+        ([f"at={format_time(at)}"] if at is not None else [])
+
+
+def _options(kind: str, parts: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or key not in allowed:
+            raise ValueError(f"{kind}: unknown part {part!r}; valid: {', '.join(k + '=' for k in allowed)}")
+        opts[key] = value
+    return opts
+
+
+def _time(opts: dict[str, str], key: str) -> float | None:
+    return parse_time(opts[key]) if key in opts else None
+
+
+def parse_event(key: str, value: str) -> Event:
+    """Read one event token (``drop=...``); ValueError with the grammar otherwise."""
+    head, *rest = value.split(":")
+    if key == "drop":
+        opts = _options("drop", rest, ("for", "every", "at"))
+        if "for" not in opts:
+            raise ValueError("drop needs for=: e.g. drop=100mbit:for=5s:every=30s")
+        return Drop(parse_bandwidth(head), parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
+    if key == "outage":
+        opts = _options("outage", rest, ("at", "every"))
+        if "at" not in opts:
+            raise ValueError("outage needs at=: e.g. outage=5s:at=20s[:every=60s]")
+        return Outage(parse_time(head), parse_time(opts["at"]), _time(opts, "every"))
+    if key == "slow":
+        opts = _options("slow", rest, ("link", "for", "every", "at"))
+        if "link" not in opts or "for" not in opts:
+            raise ValueError("slow needs link= and for=: e.g. slow=3:link=0.2:for=5s:every=30s")
+        try:
+            rank, factor = int(head), float(opts["link"])
+        except ValueError:
+            raise ValueError(f"slow={value!r}: RANK is an integer and link= a number") from None
+        return Slow(rank, factor, parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
+    if key == "cross":
+        opts = _options("cross", rest, ("flows", "on", "off", "at"))
+        try:
+            flows = int(opts.get("flows", "1"))
+        except ValueError:
+            raise ValueError(f"cross: flows= must be an integer, got {opts['flows']!r}") from None
+        return Cross(parse_bandwidth(head), flows, _time(opts, "on"), _time(opts, "off"), _time(opts, "at") or 0.0)
+    if key == "trace":
+        if rest not in ([], ["repeat"]):
+            raise ValueError(f"trace={value!r}: write trace=FILE or trace=FILE:repeat")
+        return Trace.load(head, repeat=bool(rest))
+    raise ValueError(f"unknown event {key!r}; valid: {', '.join(EVENT_KEYS)}")
+
+
+#: spec keys that add an event (they may repeat)
+EVENT_KEYS: tuple[str, ...] = ("drop", "outage", "slow", "cross", "trace")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The spec's events composed: the condition at any time, and where it next changes."""
+
+    events: tuple[Event, ...]
+
+    def __post_init__(self) -> None:
+        if sum(isinstance(e, Trace) for e in self.events) > 1:
+            raise ValueError("one trace= per network")
+
+    def condition(self, t: float, bandwidth: float) -> tuple[Condition, float]:
+        """The condition at ``t`` on a link of ``bandwidth`` bits/s, and the next time it may change."""
+        cond, nxt = Condition(), math.inf
+        trace = next((e for e in self.events if isinstance(e, Trace)), None)
+        if trace is not None:
+            cond = trace.base(t)
+            nxt = trace.state(t)[1]
+        rate = cond.bandwidth if cond.bandwidth is not None else bandwidth
+        order = (Drop, Slow, Cross, Outage)  # rates first, shares of what is left, then down
+        for kind in order:
+            for event in self.events:
+                if type(event) is not kind:
+                    continue
+                active, change = event.state(t)
+                nxt = min(nxt, change)
+                if active:
+                    cond = event.apply(cond, rate)
+                    rate = cond.bandwidth if cond.bandwidth is not None else rate
+        return cond, nxt
+
+    def segments(self, t: float, bandwidth: float) -> Iterator[tuple[float, Condition]]:
+        """``(end, condition)`` of each stretch from ``t`` on."""
+        for _ in range(MAX_SEGMENTS):
+            cond, end = self.condition(t, bandwidth)
+            if end <= t:  # a floating-point tie at a boundary: step past it
+                end = math.nextafter(t, math.inf)
+            yield end, cond
+            if math.isinf(end):
+                return
+            t = end
+        raise RuntimeError(f"the network schedule changes more than {MAX_SEGMENTS} times within one op")
+
+
+def finish_time(start: float, segments: Iterator[tuple[float, Condition]],
+                seconds: Callable[[Condition], float], horizon: float = math.inf) -> float:
+    """When an op started at ``start`` ends (module doc), or ``inf`` if not before ``horizon``.
+
+    ``segments`` are ``(end, condition)`` from ``start`` on; ``seconds(c)``
+    prices the op on the constant condition ``c`` (``inf`` while down).
+    """
+    t, left = start, 1.0
+    for end, cond in segments:
+        if t >= horizon:
+            return math.inf
+        cost = math.inf if cond.down else seconds(cond)
+        if cost <= 0:
+            return t
+        if math.isfinite(cost):
+            need = left * cost
+            if t + need <= end:
+                return t + need
+            left -= (end - t) / cost
+        t = end
+    return math.inf
