@@ -19,7 +19,8 @@ from rich.table import Table
 from gradwire.cli._args import byte_size, check_net_fits, positive_int
 from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
 from gradwire.net.model import DESCRIBE_SIZES
-from gradwire.net.spec import SPEC_KEYS
+from gradwire.net.spec import CHANGING, SPEC_KEYS
+from gradwire.net.schedule import Condition
 from gradwire.net.units import human_bandwidth, human_size, human_time
 
 #: largest buffer ``net describe`` prices: 1 PiB
@@ -71,6 +72,8 @@ def spec_table(spec: NetSpec) -> Table:
         value = getattr(spec, f.name)
         if f.name == "stragglers":
             text = ", ".join(s.to_string() for s in value) or "none"
+        elif f.name == "events":
+            text = ", ".join(e.to_string() for e in value) or "none (a constant network)"
         elif f.name == "topology":
             text = ("flat (one rank per node)" if value is None else "auto (torchrun's layout)"
                     if value == "auto" else f"{value[0]} nodes x {value[1]} ranks")
@@ -90,6 +93,39 @@ def spec_table(spec: NetSpec) -> Table:
     return table
 
 
+#: how far ``net describe`` lists a changing network's conditions
+TIMELINE_SECONDS = 300.0
+TIMELINE_ROWS = 12
+
+
+def timeline_table(spec: NetSpec) -> Table:
+    """The conditions a changing network goes through from t = 0, stretch by stretch."""
+    from gradwire.net.schedule import Schedule
+
+    schedule = Schedule(spec.events)
+    table = Table(title="how the network changes (t = 0: the job's process group is created)", title_justify="left")
+    for name in ("from", "to", "inter-node link"):
+        table.add_column(name)
+    t = 0.0
+    for end, cond in schedule.segments(0.0, spec.bandwidth):
+        table.add_row(human_time(t), "for ever" if math.isinf(end) else human_time(end), _condition_text(spec, cond))
+        t = end
+        if t >= TIMELINE_SECONDS or len(table.rows) >= TIMELINE_ROWS:
+            break
+    return table
+
+
+def _condition_text(spec: NetSpec, cond: "Condition") -> str:
+    if cond.down:
+        return "down: nothing moves"
+    parts = [human_bandwidth(spec.bandwidth if cond.bandwidth is None else cond.bandwidth),
+             human_time(spec.latency if cond.latency is None else cond.latency)]
+    if cond.loss is not None:
+        parts.append(f"loss {cond.loss * 100:g}%")
+    parts += [f"rank {r} at {f:g}x" for r, f in cond.links]
+    return ", ".join(parts)
+
+
 def _gbps(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value / 1e9:.3f}"
 
@@ -101,6 +137,8 @@ def run_describe(args: argparse.Namespace) -> int:
         check_net_fits(args.spec, world)
     console = Console()
     console.print(spec_table(spec))
+    if spec.events:
+        console.print(timeline_table(spec))
     rows = describe(spec, world_sizes=args.world_size or (2, 4, 8), sizes=args.sizes, ops=args.ops)
     for world in dict.fromkeys(r.world_size for r in rows):
         table = Table(title=f"world size {world}: modelled time, algbw/busbw in GB/s (nccl-tests conventions)",
@@ -126,5 +164,9 @@ def run_presets(args: argparse.Namespace) -> int:
         table.add_column(name)
     for p in PRESETS.values():
         table.add_row(p.name, human_bandwidth(p.bandwidth), human_time(p.latency), p.protocol, p.description)
+    for name, text in CHANGING.items():
+        spec = parse_spec(text)
+        table.add_row(name, human_bandwidth(spec.bandwidth), human_time(spec.latency), spec.protocol,
+                      "changes: " + ", ".join(e.to_string() for e in spec.events))
     Console().print(table)
     return 0

@@ -81,15 +81,6 @@ class Condition:
     links: tuple[tuple[int, float], ...] = ()
     """(rank, factor) of uplinks slower than the spec says, sorted by rank"""
 
-    def describe(self) -> str:
-        if self.down:
-            return "down"
-        parts = [format_bandwidth(self.bandwidth) if self.bandwidth is not None else "",
-                 f"latency {format_time(self.latency)}" if self.latency is not None else "",
-                 f"loss {self.loss:.3%}" if self.loss is not None else ""]
-        parts += [f"rank {r} at {f:g}x" for r, f in self.links]
-        return ", ".join(p for p in parts if p) or "as specified"
-
 
 def _window(t: float, at: float, duration: float, every: float | None) -> tuple[bool, float]:
     """Whether ``t`` falls in a window ``[at + k every, at + k every + duration)``, and when that next changes."""
