@@ -19,7 +19,7 @@ def _comm(op: str, p: int, n: int) -> float:
 
 def fixed(seconds):
     """A pricer where every collective takes ``seconds`` (the replay's arithmetic, apart from the network)."""
-    return lambda op, nbytes: (seconds, 0)
+    return lambda op, nbytes, start: (seconds, 0)
 
 
 def _one(op="all_reduce", n=1000, **kw):
@@ -220,3 +220,23 @@ def test_shared_cores_counts_cpu_ranks_per_host():
     assert shared_cores([dict(cpu, cuda=True)] * 8) == 1.0  # a device each
     assert shared_cores([cpu] * 4 + [None]) == 1.0  # a rank that did not say: nothing assumed
     assert shared_cores([]) == 1.0
+
+
+def test_a_changing_network_gives_the_step_time_distribution_over_its_schedule():
+    """1 Gbit/s dropping to 100 Mbit/s for 5 s in every 30 s: the steady steps are the static ones, the
+    steps in a drop take the slow link's time, and the mean lies between, weighted by time."""
+    prof = StepProfile("m", 0.010, 0.030, 0.005, (Bucket(4_000_000, 0.030),))
+    base = "bandwidth=1gbit,latency=50us"
+    fast = predict(prof, "sync", base, 2)
+    slow = predict(prof, "sync", "bandwidth=100mbit,latency=50us", 2)
+    changing = predict(prof, "sync", base + ",drop=100mbit:for=5s:every=30s", 2)
+    assert fast.percentiles is None and changing.percentiles is not None
+    p50, p95, longest = changing.percentiles
+    assert p50 == pytest.approx(fast.step_seconds)
+    assert longest == pytest.approx(slow.step_seconds, rel=0.02)
+    # time-weighted: 25 s of fast steps and 5 s of slow ones in every 30 s
+    steps = 25 / fast.step_seconds + 5 / slow.step_seconds
+    assert changing.step_seconds == pytest.approx(30 / steps, rel=0.03)
+    # an outage holds one step for its length
+    outage = predict(prof, "sync", base + ",outage=5s:at=10s", 2)
+    assert outage.percentiles is not None and outage.percentiles[2] == pytest.approx(5 + fast.step_seconds, rel=0.02)

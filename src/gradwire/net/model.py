@@ -110,6 +110,7 @@ class NetworkModel:
             if rank is not None and rank >= world_size:
                 raise ValueError(f"{event.to_string()}: rank {rank} is outside the world (ranks 0..{world_size - 1})")
         self._static: dict[Condition, NetworkModel] = {}
+        self._priced: dict[tuple[tuple[object, ...], Condition], OpCost] = {}
 
     def __repr__(self) -> str:
         return f"NetworkModel({self.spec.to_string()!r}, world_size={self.world_size})"
@@ -197,16 +198,7 @@ class NetworkModel:
             An :class:`OpCost`; ``seconds`` is never negative.
         """
         if self.schedule is not None:
-            t0 = 0.0 if start is None else start
-            # bytes as the link at the op's start carries them (an outage moves none: the link it resumes on)
-            cost = self.at(replace(self.condition(t0)[0], down=False)).cost(op, nbytes, ranks=ranks, seq=seq,
-                                                                           src=src, dst=dst)
-
-            def priced(cond: Condition) -> float:
-                return self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq, src=src, dst=dst).seconds
-
-            end = finish_time(t0, self.schedule.segments(t0, self.spec.bandwidth), priced, t0 + horizon)
-            return OpCost(end - t0, cost.payload_bytes, cost.sent_bytes, cost.wire_bytes, cost.algorithm)
+            return self._cost_over_time(op, nbytes, ranks, seq, src, dst, 0.0 if start is None else start, horizon)
         check_op(op)
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
             raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
@@ -223,6 +215,32 @@ class NetworkModel:
         seconds = 0.0 if self.is_zero or group.p == 1 else base.seconds + self._jitter(base.steps, seq)
         sent = math.ceil(base.sent_bytes - 1e-9) if base.sent_bytes > 0 else 0
         return OpCost(max(seconds, 0.0), nbytes, sent, base.wire_bytes if sent else 0, name)
+
+    def _cost_over_time(self, op: str, nbytes: int, ranks: Sequence[int] | None, seq: int, src: int | None,
+                        dst: int | None, t0: float, horizon: float) -> OpCost:
+        """:meth:`cost` on a changing network: priced on the conditions from ``t0`` on (piecewise)."""
+        assert self.schedule is not None
+        key = (op, nbytes, None if ranks is None else tuple(ranks), src, dst)
+
+        def static(cond: Condition) -> OpCost:
+            if self.spec.jitter:  # each op draws its own jitter
+                return self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq, src=src, dst=dst)
+            cached = self._priced.get((key, cond))
+            if cached is None:
+                if len(self._priced) > 65536:
+                    self._priced.clear()
+                cached = self._priced[(key, cond)] = self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq,
+                                                                        src=src, dst=dst)
+            return cached
+
+        cond, end = self.condition(t0)
+        # bytes as the link at the op's start carries them (an outage moves none: the link it resumes on)
+        first = static(replace(cond, down=False))
+        if not cond.down and t0 + first.seconds <= end:  # ends before the next change: the static price
+            return first
+        seconds = finish_time(t0, self.schedule.segments(t0, self.spec.bandwidth),
+                              lambda c: static(c).seconds, t0 + horizon) - t0
+        return OpCost(seconds, first.payload_bytes, first.sent_bytes, first.wire_bytes, first.algorithm)
 
     def _members(self, ranks: Sequence[int] | None) -> list[int]:
         if ranks is None:

@@ -65,6 +65,9 @@ class Prediction:
     """compression time per step (encode, server step, decode)"""
     wire_bytes_per_step: float
     batch_size: int | None = None
+    #: on a network that changes: the step's seconds at the 50th and 95th percentile and the longest,
+    #: over :data:`CHANGING_HORIZON` seconds of the schedule (``step_seconds`` is their mean)
+    percentiles: tuple[float, float, float] | None = None
 
     @property
     def efficiency(self) -> float:
@@ -81,8 +84,9 @@ class Prediction:
         return {"strategy": self.strategy, "net": self.net, "world": self.world, "step_seconds": self.step_seconds,
                 "compute_seconds": self.compute_seconds, "comm_seconds": self.comm_seconds,
                 "codec_seconds": self.codec_seconds, "wire_bytes_per_step": self.wire_bytes_per_step,
-                "batch_size": self.batch_size, 
-                "efficiency": self.efficiency, "throughput": self.throughput}
+                "batch_size": self.batch_size, "efficiency": self.efficiency, "throughput": self.throughput,
+                **({} if self.percentiles is None else dict(zip(("p50_seconds", "p95_seconds", "max_seconds"),
+                                                              self.percentiles)))}
 
 
 class Pricers:
@@ -108,10 +112,30 @@ def _check_world(world: int) -> None:
 _STRETCH = (0.25, 8.0)
 
 
+#: seconds of a changing network's schedule a prediction replays, from t = 0
+CHANGING_HORIZON = 600.0
+
+
 def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0) -> SimResult:
-    """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``."""
+    """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``.
+
+    On a network that changes, consecutive steps over :data:`CHANGING_HORIZON`
+    seconds: the mean step, and every step's seconds.
+    """
     return simulate(profile.forward, profile.backward * stretch, profile.optimizer,
-                    [b.ready * stretch for b in profile.buckets], plan, pricer)
+                    [b.ready * stretch for b in profile.buckets], plan, pricer,
+                    horizon=CHANGING_HORIZON if pricer.changes else None)
+
+
+def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
+    if not durations:
+        return None
+    ordered = sorted(durations)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+    return at(0.5), at(0.95), ordered[-1]
 
 
 def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfile:
@@ -236,13 +260,12 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
-                      profile.batch_size)
+                      profile.batch_size, _percentiles(sim.durations))
 
 
 def _efficiency_at(profile: StepProfile, r: float, pricer: Pricer) -> float:
     plan = plan_for("sync", profile, pricer.world, ratio=Ratio(r))
-    sim = simulate(profile.forward, profile.backward, profile.optimizer, [b.ready for b in profile.buckets], plan,
-                   pricer)
+    sim = _replay(profile, plan, pricer)
     return profile.compute_seconds / sim.step_seconds
 
 

@@ -52,7 +52,8 @@ from gradwire.net import NetSpec, NetworkModel, parse_spec
 from gradwire.net.algorithms import choose
 from gradwire.net.spec import AUTO_TOPOLOGY
 
-__all__ = ["Exchange", "Kind", "Phase", "Plan", "Pricer", "SimResult", "simulate", "spec_for_world"]
+__all__ = ["Exchange", "Kind", "MAX_REPLAYED_STEPS", "Phase", "Plan", "Price", "Pricer", "SimResult", "simulate",
+           "spec_for_world"]
 
 #: steps replayed for the strategies that carry work into the next step (NEXT_STEP), and the
 #: number of trailing steps averaged; AVERAGE replays three periods and averages the last
@@ -115,6 +116,8 @@ class SimResult:
     """bytes on the wire, the busiest rank's share with framing"""
     codec_seconds: float
     """encode, server and decode seconds (CPU the strategy adds)"""
+    durations: tuple[float, ...] = ()
+    """each replayed step's seconds, on a network that changes (``simulate(..., horizon=...)``)"""
 
 
 def spec_for_world(spec: NetSpec | str, world: int) -> NetSpec:
@@ -154,11 +157,20 @@ class Pricer:
         self.spec = spec_for_world(spec, world)
         self.world = world
         self.model = NetworkModel(self.spec, world)
-        self._group = self.model.group(range(world)) if self.spec.jitter == 0 else None
+        self._group = self.model.group(range(world)) if self.spec.jitter == 0 and not self.spec.events else None
         self._cache: dict[tuple[str, int], tuple[float, int]] = {}
         self._seq = 0
 
-    def __call__(self, op: str, nbytes: int) -> tuple[float, int]:
+    @property
+    def changes(self) -> bool:
+        """Whether the network changes over time (then every price depends on when the op starts)."""
+        return self.model.schedule is not None
+
+    def __call__(self, op: str, nbytes: int, start: float = 0.0) -> tuple[float, int]:
+        if self.changes:
+            cost = self.model.cost(op, nbytes, seq=self._seq, start=start)
+            self._seq += 1
+            return cost.seconds, cost.wire_bytes
         if self._group is None:
             cost = self.model.cost(op, nbytes, seq=self._seq)
             self._seq += 1
@@ -182,7 +194,13 @@ class _State:
         self.busy = self.wire = self.codec = 0.0
 
 
-def _run(ex: Exchange, ready: float, st: _State, price: Callable[[str, int], tuple[float, int]]) -> float:
+#: ``(op, nbytes, start) -> (seconds, wire bytes)``: a collective's price when it starts at ``start``
+Price = Callable[[str, int, float], tuple[float, int]]
+#: the most steps a replay over a horizon takes (a step of microseconds over minutes of a trace)
+MAX_REPLAYED_STEPS = 20_000
+
+
+def _run(ex: Exchange, ready: float, st: _State, price: Price) -> float:
     """Issue ``ex`` (its hook starts at ``ready``); return when its result is in place."""
     issue = max(ready + ex.encode, st.gate)
     done = issue
@@ -192,8 +210,8 @@ def _run(ex: Exchange, ready: float, st: _State, price: Callable[[str, int], tup
             issue = max(done, st.callbacks) + ph.before
             st.callbacks = issue
             st.codec += ph.before
-        seconds, wire = price(ph.op, ph.nbytes)
         start = max(issue, st.link)
+        seconds, wire = price(ph.op, ph.nbytes, start)
         st.link = start + seconds
         st.busy += seconds
         st.wire += wire
@@ -210,17 +228,26 @@ def _run(ex: Exchange, ready: float, st: _State, price: Callable[[str, int], tup
 
 
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
-             price: Callable[[str, int], tuple[float, int]]) -> SimResult:
-    """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times."""
+             price: Price, horizon: float | None = None) -> SimResult:
+    """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times.
+
+    ``horizon``: on a network that changes, replay consecutive steps from
+    ``t = 0`` until ``horizon`` seconds (at most :data:`MAX_REPLAYED_STEPS`)
+    and return their mean and each step's seconds (``durations``).
+    """
     st = _State()
     if plan.kind is Kind.AVERAGE:
-        return _simulate_average(forward + backward + optimizer, plan, st, price)
+        return _simulate_average(forward + backward + optimizer, plan, st, price, horizon)
     if len(ready) != len(plan.exchanges):
         raise ValueError(f"{len(ready)} buckets but {len(plan.exchanges)} exchanges")
     steps = 1 if plan.kind is Kind.BLOCKING else _CARRY_STEPS
-    start, starts = 0.0, []
+    if horizon is not None:
+        steps = MAX_REPLAYED_STEPS
+    start, starts = 0.0, list[float]()
     previous: list[float] = []
     for _ in range(steps):
+        if horizon is not None and start >= horizon and len(starts) > _CARRY_STEPS:
+            break
         starts.append(start)
         b0 = start + forward
         shift = 0.0
@@ -235,18 +262,22 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
             start = max([computed, *previous]) + optimizer
             previous = fins
     starts.append(start)
+    if horizon is not None:
+        return _over(starts, st)
     measured = 1 if plan.kind is Kind.BLOCKING else _MEASURED_STEPS
     return _result(starts, measured, steps, st)
 
 
-def _simulate_average(compute: float, plan: Plan, st: _State,
-                      price: Callable[[str, int], tuple[float, int]]) -> SimResult:
+def _simulate_average(compute: float, plan: Plan, st: _State, price: Price,
+                      horizon: float | None = None) -> SimResult:
     (ex,) = plan.exchanges
     h = plan.period
-    steps = 3 * h
-    start, starts = 0.0, []
+    steps = 3 * h if horizon is None else MAX_REPLAYED_STEPS
+    start, starts = 0.0, list[float]()
     pending = 0.0
     for k in range(steps):
+        if horizon is not None and start >= horizon and k >= 3 * h and k % h == 0:
+            break
         starts.append(start)
         end = start + compute
         if (k + 1) % h == 0:  # every H-th step ends with an average
@@ -258,7 +289,16 @@ def _simulate_average(compute: float, plan: Plan, st: _State,
                 end = _run(ex, end, st, price)
         start = end
     starts.append(start)
+    if horizon is not None:
+        return _over(starts, st)
     return _result(starts, h, steps, st)
+
+
+def _over(starts: list[float], st: _State) -> SimResult:
+    """Every replayed step of a run over a horizon, the mean per step, and the totals per step."""
+    durations = tuple(b - a for a, b in zip(starts, starts[1:]))
+    n = max(1, len(durations))
+    return SimResult((starts[-1] - starts[0]) / n, st.busy / n, st.wire / n, st.codec / n, durations)
 
 
 def _result(starts: list[float], measured: int, steps: int, st: _State) -> SimResult:
