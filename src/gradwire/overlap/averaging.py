@@ -30,6 +30,8 @@ so every rank evaluates the same model.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
@@ -97,6 +99,12 @@ class _Averaging(Strategy):
         self._exchange = self.exchange_state(self.group)
         self.wrap(ddp.module)  # the anchor (and rank 0's weights, as DDP has done already)
         return DDPAttachment(noop_hook, None, f"local steps, parameters averaged every {self.period} steps")
+
+    @classmethod
+    def average_schedule(cls, params: Mapping[str, float]) -> tuple[int, int, bool]:
+        """What predict replays: steps between two exchanges, the fragments the model is cut into (each
+        exchange moves one), and whether the exchange overlaps the next steps."""
+        return int(params["H"]), 1, cls.timing is Timing.AVERAGE_OVERLAPPED
 
     def grad_scaler(self, scheme: bool) -> None:
         raise CannotApply(f"a GradScaler skips a step on the ranks whose own gradients overflowed; under {self.name} "

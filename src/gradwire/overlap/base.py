@@ -150,7 +150,7 @@ class Strategy:
     ddp_arguments: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, int], compressor: str | None) -> str | None:
+    def equivalent_compressor(cls, params: Mapping[str, float], compressor: str | None) -> str | None:
         """The gradwire compressor this strategy's exchange equals (its bytes and CPU cost), or None."""
         return compressor
 

@@ -33,9 +33,10 @@ from gradwire.hooks import COMPRESSORS, Compressor, get_compressor
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
 from .base import Strategy, Timing
 from .delayed import DelayedStrategy
+from .diloco import DiLoCoStrategy, StreamingDiLoCoStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
-from .torch_hooks import TorchFP16Strategy, TorchPowerSGDStrategy
+from .torch_hooks import TorchFP16Strategy, TorchPostLocalSGDStrategy, TorchPowerSGDStrategy
 
 __all__ = ["STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
 
@@ -65,6 +66,8 @@ class StrategyEntry:
     refuses: frozenset[str] = frozenset()
     #: options written as a bare word (``delayed:naive``), passed as ``name=1``
     flags: tuple[str, ...] = ()
+    #: options that take a number with a fraction (``lr=0.7``); the others are integers
+    floats: tuple[str, ...] = ()
 
     @property
     def timing(self) -> Timing | None:
@@ -91,6 +94,14 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
                                    _NOT_AN_AVERAGE),
     "handler": StrategyEntry(HandlerStrategy, (), (), "AsyncGradientHandler, no DDP"),
+    "diloco": StrategyEntry(DiLoCoStrategy, ("H",), ("lr", "mu", "overlap"),
+                            "H inner steps, then an outer Nesterov step on the averaged parameter change",
+                            _NOT_AN_AVERAGE, floats=("lr", "mu")),
+    "streaming-diloco": StrategyEntry(StreamingDiLoCoStrategy, ("H",), ("fragments", "lr", "mu", "overlap"),
+                                      "DiLoCo with the parameters in F fragments synchronised in turn",
+                                      _NOT_AN_AVERAGE, floats=("lr", "mu")),
+    "torch-postlocalsgd": StrategyEntry(TorchPostLocalSGDStrategy, ("H",), ("warmup",),
+                                        "PyTorch's PostLocalSGDOptimizer + PeriodicModelAverager", _ANY_COMPRESSOR),
     # PyTorch's own hooks, as peers; they are the compression, so they take no compressor
     "torch-fp16": StrategyEntry(TorchFP16Strategy, (), (), "DDP + PyTorch's fp16_compress_hook", _ANY_COMPRESSOR),
     "torch-powersgd": StrategyEntry(TorchPowerSGDStrategy, ("R",), ("start",), "DDP + PyTorch's powerSGD_hook, rank R",
@@ -107,12 +118,12 @@ class StrategySpec:
     """A parsed strategy name: ``name`` and its integer parameters."""
 
     name: str
-    params: dict[str, int] = field(default_factory=dict)
+    params: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         entry = STRATEGIES[self.name]
         parts = [self.name] + [str(self.params[p]) for p in entry.positional]
-        parts += [f"{o}={self.params[o]}" for o in entry.options if o in self.params]
+        parts += [f"{o}={self.params[o]:g}" for o in entry.options if o in self.params]
         parts += [f for f in entry.flags if self.params.get(f)]
         return ":".join(parts)
 
@@ -136,6 +147,16 @@ def _int(name: str, what: str, text: str) -> int:
         raise ValueError(f"{name}: {what} must be an integer, got {text!r}") from None
 
 
+def _float(name: str, what: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}: {what} must be a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name}: {what} must be a finite number, got {text!r}")
+    return value
+
+
 def _parse_one(text: str) -> StrategySpec:
     name, *args = text.split(":")
     entry = STRATEGIES[name]
@@ -144,13 +165,13 @@ def _parse_one(text: str) -> StrategySpec:
     options = [a for a in args if "=" in a]
     if len(positional) != len(entry.positional):
         raise ValueError(f"strategy {text!r}: expected {name}{entry.syntax}")
-    params = {p: _int(name, p, a) for p, a in zip(entry.positional, positional)}
+    params: dict[str, float] = {p: _int(name, p, a) for p, a in zip(entry.positional, positional)}
     for opt in options:
         key, _, value = opt.partition("=")
         if key not in entry.options:
             allowed = ", ".join(entry.options + entry.flags) or "none"
             raise ValueError(f"strategy {text!r}: unknown option {key!r} (options of {name}: {allowed})")
-        params[key] = _int(name, key, value)
+        params[key] = _float(name, key, value) if key in entry.floats else _int(name, key, value)
     params.update({f: 1 for f in flags})
     if "R" in params and params["R"] < 1:
         raise ValueError(f"strategy {text!r}: R (PowerSGD rank) must be >= 1, got {params['R']}")
@@ -212,6 +233,14 @@ class StrategyChoice:
     def timing(self) -> Timing | None:
         """Where the strategy's exchanges sit in a step (what ``gradwire predict`` replays)."""
         return self.entry.timing
+
+    def average_schedule(self) -> tuple[int, int, bool]:
+        """A parameter-averaging strategy's steps between exchanges, fragments, and whether it overlaps."""
+        schedule = getattr(self.entry.cls, "average_schedule", None)
+        if schedule is None:
+            raise ValueError(f"strategy {self.spec.name} does not average parameters")
+        period, fragments, overlapped = schedule(self.spec.params)
+        return int(period), int(fragments), bool(overlapped)
 
     @property
     def equivalent_compressor(self) -> str | None:

@@ -33,10 +33,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gradwire.hooks import Compressor
 from gradwire.hooks.futures import one_bucket_at_a_time
 
-from .base import CannotApply, DDPAttachment
+from .averaging import _Averaging
+from .base import CannotApply, DDPAttachment, Timing
 from .sync import SyncStrategy
 
-__all__ = ["TorchFP16Strategy", "TorchPowerSGDStrategy"]
+__all__ = ["TorchFP16Strategy", "TorchPostLocalSGDStrategy", "TorchPowerSGDStrategy"]
 
 
 class TorchFP16Strategy(SyncStrategy):
@@ -47,7 +48,7 @@ class TorchFP16Strategy(SyncStrategy):
     hook_description = "PyTorch's fp16_compress_hook"
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, int], compressor: Optional[str]) -> Optional[str]:
+    def equivalent_compressor(cls, params: Mapping[str, float], compressor: Optional[str]) -> Optional[str]:
         return "fp16"
 
     def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
@@ -63,8 +64,8 @@ class TorchPowerSGDStrategy(SyncStrategy):
     compressor_owns_momentum = False
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, int], compressor: Optional[str]) -> Optional[str]:
-        return f"powersgd:{params['R']}"
+    def equivalent_compressor(cls, params: Mapping[str, float], compressor: Optional[str]) -> Optional[str]:
+        return f"powersgd:{int(params['R'])}"
 
     def __init__(self, R: int, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,  # noqa: N803
                  group: Optional[dist.ProcessGroup] = None, start: int = 10) -> None:
@@ -99,3 +100,61 @@ class TorchPowerSGDStrategy(SyncStrategy):
         state = ps.PowerSGDState(process_group=self.group, matrix_approximation_rank=self.rank,
                                  start_powerSGD_iter=self.start)
         return one_bucket_at_a_time(ps.powerSGD_hook), state
+
+
+class TorchPostLocalSGDStrategy(_Averaging):
+    """``torch-postlocalsgd:H[:warmup=W]``: PyTorch's own post-local SGD, as a peer of ``localsgd`` and ``diloco``.
+
+    The pieces PyTorch ships (``torch.distributed.algorithms``): DDP's
+    ``post_localSGD_hook`` averages gradients for the first ``W`` iterations and
+    then lets them stay local (``post_local_gradient_allreduce=False``: its
+    default would keep all-reducing within a node's subgroup, which on one
+    machine is every rank), and ``PeriodicModelAverager`` averages the
+    parameters every ``H`` steps after ``W``, as ``PostLocalSGDOptimizer.step``
+    does after the optimizer's own step.
+    """
+
+    name = "torch-postlocalsgd"
+    timing = Timing.AVERAGE
+
+    def __init__(self, H: int, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,  # noqa: N803
+                 group: Optional[dist.ProcessGroup] = None, warmup: int = 0) -> None:
+        super().__init__(H, compressor, momentum, group)
+        if warmup < 0:
+            raise ValueError(f"torch-postlocalsgd: warmup must be >= 0 steps, got {warmup}")
+        self.warmup = warmup
+        self._averager: Any = None
+
+    def _make(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState, post_localSGD_hook
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+        self._averager = PeriodicModelAverager(period=self.period, warmup_steps=self.warmup, process_group=self.group)
+        state = PostLocalSGDState(process_group=self.group, subgroup=None, start_localSGD_iter=max(1, self.warmup),
+                                  post_local_gradient_allreduce=False)
+        return post_localSGD_hook, state
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        ddp = DDP(model, process_group=self.group)
+        ddp.register_comm_hook(*reversed(self._make()))
+        return ddp
+
+    def attach_ddp(self, ddp: DDP) -> DDPAttachment:
+        self.group = self.dedicated_group()
+        self.params = [p for p in ddp.module.parameters() if p.requires_grad]
+        hook, state = self._make()
+        return DDPAttachment(hook, state, f"PyTorch's post_localSGD_hook and PeriodicModelAverager, every "
+                                          f"{self.period} steps after {self.warmup}")
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+        self.steps += 1
+        with self.waiting():
+            self._averager.average_parameters(self.params)
+        self.averages = self._averager.step
+
+    def finish(self, optimizer: torch.optim.Optimizer) -> None:
+        from .base import average_parameters
+
+        average_parameters(self.params, self.group)

@@ -135,10 +135,10 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
     cost = cost or FREE
     measured = profile.exchanges is not None and ratio is None and same_strategy(profile.strategy, choice)
     if kind is Kind.AVERAGE:
-        total = sum(b.numel for b in profile.buckets)
+        period, fragments, overlapped = choice.average_schedule()
+        total = -(-sum(b.numel for b in profile.buckets) // fragments)  # each exchange moves one fragment
         ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost)
-        return Plan(kind, (ex,), period=choice.spec.params["H"],
-                    overlapped=choice.timing is Timing.AVERAGE_OVERLAPPED)
+        return Plan(kind, (ex,), period=period, overlapped=overlapped)
     exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost) for b in profile.buckets]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
