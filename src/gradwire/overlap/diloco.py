@@ -58,6 +58,8 @@ __all__ = ["DiLoCoStrategy", "StreamingDiLoCoStrategy", "fragment_bounds"]
 
 #: the paper's outer optimizer
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9
+#: fragments of ``streaming-diloco`` unless given (at most H)
+DEFAULT_FRAGMENTS = 4
 
 
 def fragment_bounds(sizes: list[int], fragments: int) -> list[tuple[int, int]]:
@@ -244,7 +246,8 @@ class DiLoCoStrategy(_Averaging):
 
     @classmethod
     def average_schedule(cls, params: Mapping[str, float]) -> tuple[int, int, bool]:
-        fragments = int(params.get("fragments", 1 if cls is DiLoCoStrategy else 4))
+        default = 1 if cls is DiLoCoStrategy else min(DEFAULT_FRAGMENTS, int(params["H"]))
+        fragments = int(params.get("fragments", default))
         return max(1, int(params["H"]) // fragments), fragments, params.get("overlap", 0) > 0
 
 
@@ -255,5 +258,6 @@ class StreamingDiLoCoStrategy(DiLoCoStrategy):
 
     def __init__(self, H: int, compressor: str | Compressor | None = None, momentum: float = 0.9,  # noqa: N803
                  group: dist.ProcessGroup | None = None, lr: float = DEFAULT_OUTER_LR,
-                 mu: float = DEFAULT_OUTER_MOMENTUM, overlap: int = 0, fragments: int = 4) -> None:
-        super().__init__(H, compressor, momentum, group, lr, mu, overlap, fragments)
+                 mu: float = DEFAULT_OUTER_MOMENTUM, overlap: int = 0, fragments: int | None = None) -> None:
+        super().__init__(H, compressor, momentum, group, lr, mu, overlap,
+                         min(DEFAULT_FRAGMENTS, H) if fragments is None else fragments)
