@@ -13,18 +13,19 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gradwire.backend import compat
+from gradwire.backend import compat, names
 from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
+from gradwire.backend.names import is_gradwire, report_as
 from gradwire.backend.process_group import GradwireProcessGroup, GradwireWork
 from gradwire.net import NetworkModel
 from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
-    "clock", "configure", "current_spec", "events", "export_trace", "groups", "network", "register", "reset_stats",
-    "stats",
+    "clock", "configure", "current_spec", "events", "export_trace", "groups", "is_gradwire", "network", "register",
+    "report_as", "reset_stats", "stats",
 ]
 
 BACKEND_NAME = "gradwire"
@@ -50,10 +51,12 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
 
 
 def register() -> None:
-    """Register the ``gradwire`` backend (idempotent), and let ``dist.monitored_barrier`` take its groups."""
+    """Register the ``gradwire`` backend (idempotent), let ``dist.monitored_barrier`` take its groups,
+    and keep the new groups of a group that reports another backend's name gradwire groups (names.py)."""
     if BACKEND_NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
     compat.install()
+    names.install()
 
 
 def network() -> NetworkModel | None:

@@ -111,6 +111,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._model = model
         self._virtual = model.spec.clock == "virtual"
         gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
+        self._gloo_backend = gloo
         self._gloo = _inner_group(gloo, "cpu", store, rank, size, timeout)
         self._nccl: Any = None
         #: the inner backend of CUDA tensors, chosen at the first CUDA op: "nccl" or "gloo"
@@ -127,10 +128,25 @@ class GradwireProcessGroup(dist.ProcessGroup):
         # free it on one of gloo's own threads and abort the process at exit
         self._priced: dict[tuple, OpCost] = {}
         self._deterministic = model.is_zero or not _has_randomness(model.spec)
+        #: the backend name torch's get_backend reports for this group, and what getBackendName says (names.py)
+        self._reported = self._group_level = "gradwire"
 
     # ---- plumbing -------------------------------------------------------
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
-        return "gradwire"
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name, behind ``name()`` and ``_get_backend_name()``
+        return self._group_level
+
+    @property
+    def reported_backend(self) -> str:
+        """The backend name this group reports: ``gradwire``, or the one the script asked for (names.py)."""
+        return self._reported
+
+    def _set_reported(self, name: str, group_level: str) -> None:
+        """Report ``name`` (names.py). A group that says ``gloo`` also lends torch its inner gloo backend:
+        DDP's C++ logger, seeing the name ``gloo``, reads the gloo backend's thread count through
+        ``getBackend(GLOO)`` and raises "Could not find backend type 1" on a group without one."""
+        self._reported, self._group_level = name, group_level
+        if group_level == "gloo":
+            self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo_backend)
 
     def getGroupName(self) -> str:  # noqa: N802 - torch's name, read by ``group.group_name``
         return self._group_name

@@ -10,6 +10,9 @@ here, which:
 
 1. makes ``init_process_group`` use backend ``gradwire`` whatever the script
    names (gloo, nccl, or the default), with the spec from ``GRADWIRE_NET``;
+   the group reports the name the script asked for (``get_backend()`` says
+   ``gloo``), so that libraries keep their per-backend paths
+   (:mod:`gradwire.backend.names`);
 2. starts a :class:`ProfileSession` right after init, so the rendezvous
    (waiting for the other ranks to start) is not profiled;
 3. writes ``$GRADWIRE_PROFILE_DIR/rank<N>.json`` (and a trace) when the script
@@ -100,15 +103,20 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
     """Stand-in for ``torch.distributed.init_process_group`` in a profiled job.
 
     ``real_init`` is torch's own; the backend the script names is replaced by
-    ``gradwire``, and ``device_id`` is dropped (it would bind a CUDA backend
-    that the gradwire group does not have).
+    ``gradwire`` and reported under the name the script asked for, and
+    ``device_id`` is dropped (it would bind a CUDA backend that the gradwire
+    group does not have).
     """
     global _session
+    import torch.distributed as dist
+
+    from gradwire.backend import names
     from gradwire.profile.session import ProfileSession
 
     _install()
-    kwargs.pop("device_id", None)
+    asked = names.requested_name(backend, kwargs.pop("device_id", None))
     real_init("gradwire", *args, **kwargs)
+    names.report_as(dist.distributed_c10d._get_default_group(), asked)
     _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
     extra = _after_init()
     if extra is not None:
