@@ -4,9 +4,10 @@
 on PYTHONPATH, the spec in ``GRADWIRE_NET``, the output folder in
 ``GRADWIRE_PROFILE_DIR``. In every Python process of the job,
 ``_site/sitecustomize.py`` runs the sitecustomize it shadows, then waits for
-``torch.distributed`` to be imported and wraps its ``init_process_group``.
-Only a call of that imports gradwire; it lands in :func:`init_process_group`
-here, which:
+``torch.distributed`` to be imported and wraps its ``init_process_group`` and
+``destroy_process_group`` (before a script can import them by name). Only a
+call of init imports gradwire; it lands in :func:`init_process_group` here,
+which:
 
 1. makes ``init_process_group`` use backend ``gradwire`` whatever the script
    names (gloo, nccl, or the default), with the spec from ``GRADWIRE_NET``;
@@ -16,8 +17,9 @@ here, which:
 2. starts a :class:`ProfileSession` right after init, so the rendezvous
    (waiting for the other ranks to start) is not profiled;
 3. writes ``$GRADWIRE_PROFILE_DIR/rank<N>.json`` (and a trace) when the script
-   calls ``destroy_process_group`` or exits — before teardown, because gloo
-   teardown occasionally aborts the process.
+   calls ``destroy_process_group`` (:func:`destroy_process_group`) or exits —
+   before teardown, because gloo teardown occasionally aborts the process.
+   The record says which (``ended_by``).
 
 A launcher that needs more in every rank names a module in
 ``GRADWIRE_AFTER_INIT`` (``child_env(..., after_init=...)``). The module
@@ -39,7 +41,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
+__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env",
+           "destroy_process_group", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
 NET_ENV = "GRADWIRE_NET"
@@ -94,6 +97,7 @@ def _dump(how: str = "exit") -> None:
     result = session.stop()
     result.rank = rank
     record = result.as_dict()
+    record["ended_by"] = how
     if summary is not None:
         record[extra.RECORD_KEY] = summary
     (out / f"rank{rank}.json").write_text(json.dumps(record))
@@ -123,23 +127,42 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
         extra.start(Path(os.environ[DIR_ENV]))
 
 
+def destroy_process_group(real_destroy: Callable[..., Any], group: Any = None) -> Any:
+    """Stand-in for ``torch.distributed.destroy_process_group``: the rank's record first, when the default group goes.
+
+    The sitecustomize's wrapper calls it with torch's own function once an
+    init has imported this module (:func:`_install` wraps a torch that the
+    sitecustomize did not).
+    """
+    if group is None or group is _default_group():
+        _dump("destroy_process_group")
+    return real_destroy() if group is None else real_destroy(group)
+
+
+def _default_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.GroupMember.WORLD if dist.is_initialized() else None
+
+
 def _install() -> None:
     """Once per process: register the backend, dump on destroy_process_group and at exit."""
     global _installed
     if _installed:
         return
     _installed = True
+    import functools
+
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
     import gradwire  # noqa: F401 - registers the backend
 
     real_destroy = dist.destroy_process_group
+    if not getattr(real_destroy, "_gradwire_profile", False):  # no sitecustomize wrapped it at torch's load
+        @functools.wraps(real_destroy)
+        def destroy(group: Any = None) -> Any:
+            return destroy_process_group(real_destroy, group)
 
-    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-        if not args and not kwargs.get("group"):
-            _dump("destroy_process_group")
-        return real_destroy(*args, **kwargs)
-
-    dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group
+        dist.destroy_process_group = c10d.destroy_process_group = destroy
     atexit.register(_dump)
