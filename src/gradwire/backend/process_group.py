@@ -284,6 +284,23 @@ class GradwireProcessGroup(dist.ProcessGroup):
             self._coalesced.append(result)
         return result
 
+    def _reduction(self, opts: Any, outputs: list[torch.Tensor],
+                   divided: list[torch.Tensor] | None = None) -> tuple[Any, Callable[[], Any] | None]:
+        """The option hook of every reducing op: the options the inner backend gets, and what runs after it.
+
+        ``ReduceOp.AVG`` runs as SUM, then a division of ``divided`` (default:
+        ``outputs``) by the group size, with NCCL's semantics (``ncclAvg``):
+        floating point and complex tensors are divided exactly; integer
+        tensors are divided truncating toward zero (NCCL's ``x / n`` in C,
+        ``torch.div(..., rounding_mode="trunc")``: -3 / 2 is -1, not the
+        floor's -2), after a sum that wraps around as the dtype does.
+        ``bool`` tensors are refused on every rank, as NCCL refuses them.
+        The caller's options object is left as it is (DDP passes its own).
+        """
+        if opts.reduceOp != _AVG:
+            return opts, None
+        return _sum_then_divide(opts, outputs, outputs if divided is None else divided, self.size())
+
     # ---- collectives ----------------------------------------------------
     # Each op takes the (tensors, opts) form that distributed_c10d and the C++
     # dispatcher call. torch's stub also lists the binding's convenience
@@ -291,18 +308,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
     # accept: hence the ``override`` ignores. The aliases give an op torch's
     # other name; the stub names their parameters differently.
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
-        opts = opts or c10d.AllreduceOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.AllreduceOptions, opts, tensors, self.size())
+        opts, post = self._reduction(opts or c10d.AllreduceOptions(), tensors)
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post, opts=opts)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         """One all_reduce of the tensors' total bytes, as the inner backend runs it (one flat buffer)."""
-        opts = opts or c10d.AllreduceCoalescedOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.AllreduceCoalescedOptions, opts, tensors, self.size())
+        opts, post = self._reduction(opts or c10d.AllreduceCoalescedOptions(), tensors)
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts),
                             post=post, opts=opts)
 
@@ -312,12 +323,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.ReduceOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            _check_avg(tensors)  # on every rank: a root-only error would leave the others waiting
-            root = opts.rootRank
-            opts, post = _sum_then_divide(c10d.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
-            opts.rootRank = root
+        # only the root holds the result; every rank checks (a root-only error would leave the others waiting)
+        opts, post = self._reduction(opts, tensors, divided=tensors if self.rank() == opts.rootRank else [])
         return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts)
 
     def allgather(  # type: ignore[override]
@@ -355,18 +362,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def reduce_scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
         return self._launch("reduce_scatter", _nbytes(outputs) * self.size(), outputs,
                             lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, [output], self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), [output])
         return self._launch("reduce_scatter", _nbytes([input]), [input],
                             lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
 
@@ -375,10 +376,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> GradwireWork:
         """``reduce_scatter_tensor`` of several tensors in one launch; priced as one op of the inputs' total bytes."""
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
         return self._launch("reduce_scatter", _nbytes(inputs), inputs,
                             lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts)
 
@@ -550,8 +548,9 @@ def _has_randomness(spec: NetSpec) -> bool:
 
 def _check_avg(tensors: Sequence[torch.Tensor]) -> None:
     for t in tensors:
-        if not (t.is_floating_point() or t.is_complex()):
-            raise ValueError(f"ReduceOp.AVG needs a floating point tensor, got {t.dtype}; use SUM and divide yourself")
+        if t.dtype == torch.bool:
+            raise TypeError("gradwire: cannot use ReduceOp.AVG with boolean inputs (NCCL refuses them too); "
+                            "use ReduceOp.MAX for any, ReduceOp.MIN for all, or convert to an integer dtype first")
 
 
 def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: int,
@@ -583,17 +582,26 @@ def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: 
     return group
 
 
-def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tensor], size: int) -> tuple[Any, Callable[[], Any]]:
-    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide."""
-    _check_avg(tensors)
-    summed = options_type()
+#: what a reducing op's options carry besides the op (torch 2.13), copied onto the SUM that stands in for AVG
+_OPTION_FIELDS = ("timeout", "asyncOp", "rootRank", "rootTensor")
+
+
+def _sum_then_divide(opts: Any, outputs: Sequence[torch.Tensor], divided: Sequence[torch.Tensor],
+                     size: int) -> tuple[Any, Callable[[], Any]]:
+    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide (see ``_reduction``)."""
+    _check_avg(outputs)
+    summed = type(opts)()
+    for name in _OPTION_FIELDS:
+        if hasattr(opts, name):
+            setattr(summed, name, getattr(opts, name))
     summed.reduceOp = dist.ReduceOp.SUM
-    summed.timeout = opts.timeout
 
     def divide() -> list[torch.Tensor]:
-        for t in tensors:
-            t.div_(size)
-        return list(tensors)
+        for t in divided:
+            if t.is_floating_point() or t.is_complex():
+                t.div_(size)
+            else:
+                t.div_(size, rounding_mode="trunc")
+        return list(outputs)
 
     return summed, divide
-
