@@ -11,9 +11,10 @@ which gloo takes on the CPU only, are staged here). What the simulation adds
 is *when* the op completes:
 
 1. At issue, the network model prices the op (seconds, bytes on the wire) for
-   this group's ranks, and the op queues on the group's link: it starts at
-   ``max(now, busy_until)`` and the link is busy until ``start + seconds``
-   (full duplex: sends hold the transmit side, recvs the receive side).
+   this group's ranks, and the op queues on the link of its rank set: it
+   starts at ``max(now, busy_until)`` and the link is busy until
+   ``start + seconds`` (full duplex: sends hold the transmit side, recvs the
+   receive side). Groups over the same ranks share that link (``link.py``).
 2. The inner collective is launched at once; the caller gets a
    :class:`GradwireWork` whose future is not yet complete.
 3. When the inner collective finishes, its callback completes our future at
@@ -68,6 +69,7 @@ from torch.futures import Future
 
 from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
+from gradwire.backend.link import link_for
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost
 
@@ -119,8 +121,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._cuda_lock = threading.Lock()
         self._seq = 0
-        self._tx_busy = 0.0
-        self._rx_busy = 0.0
+        #: the rank set's NIC, shared with every group of the same ranks (link.py)
+        self._link = link_for(model, self._ranks)
         #: works launched between start_coalescing and end_coalescing
         self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
@@ -256,15 +258,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
             seq = self._seq
             self._seq += 1
             cost = self._price(op, nbytes, seq, src, dst)
-            now = CLOCK.now()
             # a full-duplex NIC: a send holds the transmit side, a recv the
-            # receive side, a collective both
-            start = max(now, self._tx_busy if sends else now, self._rx_busy if receives else now)
-            done = start + cost.seconds
-            if sends:
-                self._tx_busy = done
-            if receives:
-                self._rx_busy = done
+            # receive side, a collective both; groups of the same ranks share it
+            now = CLOCK.now()
+            start, done = self._link.reserve(now, cost.seconds, sends, receives)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       cost.seconds, now, start, done)
         try:
