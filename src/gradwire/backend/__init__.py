@@ -5,6 +5,7 @@ Importing this module registers the backend name ``gradwire`` with
 """
 from __future__ import annotations
 
+import atexit
 import os
 import weakref
 from datetime import timedelta
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gradwire.backend import compat, names
+from gradwire.backend import compat, names, work
 from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
@@ -101,3 +102,5 @@ def clock() -> float:
 
 
 register()
+# the backend's threads stop before the interpreter tears down (they are daemons: none holds up the exit)
+atexit.register(work.close_threads)
