@@ -283,8 +283,8 @@ class Pending:
         try:
             inner, self.inner = self.inner, None
             inner.wait()
-            # the outputs, for a future asked for later (``result()`` of the inner work; None where it has none)
-            value = self._outcome(_result_of(inner))
+            # the outputs, for a future asked for later (the inner work's future value; None where it has none)
+            value = self._outcome(None) if self.post is not None else _value_of(inner)
         except Exception as exc:
             error = self._fail(exc)
             self._settle(None, error)
@@ -532,9 +532,10 @@ def close_threads() -> None:
     WAITERS.close()
 
 
-def _result_of(work: Any) -> Any:
+def _value_of(work: Any) -> Any:
+    """A finished inner work's outputs, from its future (``Work.result()`` warns that it is deprecated)."""
     try:
-        return work.result()
+        return work.get_future().value()
     except RuntimeError:
         return None
 
