@@ -6,6 +6,7 @@ Importing this module registers the backend name ``gradwire`` with
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import weakref
 from datetime import timedelta
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 BACKEND_NAME = "gradwire"
+_LOG = logging.getLogger("gradwire")
 _model: NetworkModel | None = None
 #: this process's live gradwire groups by group id (torch hides the Python object behind its wrapper)
 _groups: "weakref.WeakValueDictionary[str, GradwireProcessGroup]" = weakref.WeakValueDictionary()
@@ -42,7 +44,11 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     if not global_ranks or _model is None:  # the default group: (re)build the model
         world = opts.group_size if not global_ranks else dist.get_world_size()
         # topology=auto: nodes and ranks per node of a torchrun launch (GROUP_RANK, LOCAL_WORLD_SIZE)
-        _model = NetworkModel(resolve_topology(current_spec(), world, os.environ), world)
+        spec = current_spec()
+        if spec.unused_by_local() and opts.group_rank == 0:
+            _LOG.warning("gradwire: the local network has no links; %s in the spec have no effect",
+                         ", ".join(spec.unused_by_local()))
+        _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,

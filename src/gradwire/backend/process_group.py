@@ -67,6 +67,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
+from gradwire.backend import local
 from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.link import link_for
@@ -112,6 +113,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._group_name = group_id
         self._model = model
         self._virtual = model.spec.clock == "virtual"
+        #: the ``local`` network: ops answered from this rank's data, no inner op runs (local.py)
+        self._local = model.spec.is_local
         gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
         self._gloo_backend = gloo
         self._gloo = _inner_group(gloo, "cpu", store, rank, size, timeout)
@@ -244,13 +247,21 @@ class GradwireProcessGroup(dist.ProcessGroup):
         opts: Any = None,
         source_of: Callable[[], int] | None = None,
         label: str | None = None,
+        answer: Callable[[], Any] | None = None,
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend.
 
         ``label`` names the op in the accounting where it differs from the
         priced pattern: a receive is priced as the ``send`` it takes part in
-        and counted as ``recv`` (bytes received, nothing sent).
+        and counted as ``recv`` (bytes received, nothing sent). ``answer``
+        computes the op from this rank's own data on the ``local`` network
+        (local.py), which runs it instead of the inner op, at 0 s and 0 bytes
+        on the wire; an op without one (point-to-point) is refused there.
         """
+        if self._local:
+            if answer is None:
+                raise local.no_peers(label or op, src if label == "recv" else dst)
+            return self._answer_locally(label or op, nbytes, answer, opts)
         inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
         sends, receives = (src == me, dst == me) if op == "send" else (True, True)
@@ -271,9 +282,25 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if new is exc:
                 raise
             raise new from exc
+        return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of)
+
+    def _answer_locally(self, op: str, nbytes: int, answer: Callable[[], Any], opts: Any) -> GradwireWork:
+        """The ``local`` network's op: answered now from this rank's data, counted with 0 s and 0 wire bytes."""
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+        now = CLOCK.now()
+        event = Event(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
+        done: Future = Future()
+        done.set_result(answer())
+        work = c10d._create_work_from_future(done)  # type: ignore[attr-defined]  # missing from torch's stub
+        return self._track(event, 0, work, None, "local", opts, None)
+
+    def _track(self, event: Event, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
+               source_of: Callable[[], int] | None) -> GradwireWork:
+        """The Work of a launched op: completes when its inner work and the modelled time are done."""
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
-        sent = cost.sent_bytes if sends else 0
-        pending = Pending(event, sent, work, post, self._virtual, _backend_name(inner), timeout)
+        pending = Pending(event, sent, work, post, self._virtual, backend, timeout)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
         result = GradwireWork(pending, event.op, source_of)
@@ -296,6 +323,9 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """
         if opts.reduceOp != _AVG:
             return opts, None
+        if self._local:  # answered from the own data, AVG as it is (local.py)
+            _check_avg(outputs)
+            return opts, None
         return _sum_then_divide(opts, outputs, outputs if divided is None else divided, self.size())
 
     # ---- collectives ----------------------------------------------------
@@ -306,40 +336,63 @@ class GradwireProcessGroup(dist.ProcessGroup):
     # other name; the stub names their parameters differently.
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts, post = self._reduction(opts or c10d.AllreduceOptions(), tensors)
-        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post, opts=opts)
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post,
+                            opts=opts, answer=lambda: local.reduce_(tensors, opts.reduceOp, self.size()))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         """One all_reduce of the tensors' total bytes, as the inner backend runs it (one flat buffer)."""
         opts, post = self._reduction(opts or c10d.AllreduceCoalescedOptions(), tensors)
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts),
-                            post=post, opts=opts)
+                            post=post, opts=opts, answer=lambda: local.reduce_(tensors, opts.reduceOp, self.size()))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.BroadcastOptions()
-        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts)
+        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts,
+                            answer=lambda: tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.ReduceOptions()
         # only the root holds the result; every rank checks (a root-only error would leave the others waiting)
-        opts, post = self._reduction(opts, tensors, divided=tensors if self.rank() == opts.rootRank else [])
-        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts)
+        root = self.rank() == opts.rootRank
+        opts, post = self._reduction(opts, tensors, divided=tensors if root else [])
+
+        def answer() -> Any:  # the root's result; the others' buffers stay as they are
+            local.reduce_(tensors if root else [], opts.reduceOp, self.size())
+            return tensors
+
+        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts,
+                            answer=answer)
 
     def allgather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
+
+        def answer() -> Any:
+            for outs, inp in zip(output_lists, inputs):
+                local.all_gather(outs, inp)
+            return output_lists
+
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
+
+        def answer() -> Any:  # output_lists[rank][i] holds input i of that rank
+            for outs in output_lists:
+                for out, inp in zip(outs, inputs):
+                    out.copy_(inp)
+            return output_lists
+
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes([output]), [input],
-                            lambda b: b._allgather_base(output, input, opts), opts=opts)
+                            lambda b: b._allgather_base(output, input, opts), opts=opts,
+                            answer=lambda: self._gather_own([output], [input]))
 
     _allgather_base = all_gather_single
 
@@ -352,7 +405,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(outputs), inputs,
-                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts)
+                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts,
+                            answer=lambda: self._gather_own(outputs, inputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
@@ -360,13 +414,20 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
         opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
+
+        def answer() -> Any:
+            for out, ins in zip(outputs, input_lists):
+                out.copy_(ins[self.rank()])
+            return local.reduce_(outputs, opts.reduceOp, self.size())
+
         return self._launch("reduce_scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts)
+                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts, answer=answer)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
         opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), [output])
         return self._launch("reduce_scatter", _nbytes([input]), [input],
-                            lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
+                            lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts,
+                            answer=lambda: self._scatter_own([output], [input], opts.reduceOp))
 
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
@@ -375,7 +436,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """``reduce_scatter_tensor`` of several tensors in one launch; priced as one op of the inputs' total bytes."""
         opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
         return self._launch("reduce_scatter", _nbytes(inputs), inputs,
-                            lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts)
+                            lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts,
+                            answer=lambda: self._scatter_own(outputs, inputs, opts.reduceOp))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
 
@@ -385,27 +447,44 @@ class GradwireProcessGroup(dist.ProcessGroup):
     ) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
         return self._launch("all_to_all", _nbytes([input]), [input],
-                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts)
+                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts,
+                            answer=lambda: local.all_to_all(output, input, output_split_sizes, input_split_sizes,
+                                                            self.rank(), self.size()))
 
     alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
-        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts)
+        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts,
+                            answer=lambda: [out.copy_(inputs[self.rank()]) for out in outputs])
 
     def gather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.GatherOptions()
+
+        def answer() -> Any:  # the root's slots; the others have none
+            if self.rank() == opts.rootRank:
+                for outs, inp in zip(output_lists, inputs):
+                    local.all_gather(outs, inp)
+            return output_lists
+
         return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.gather(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.gather(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.ScatterOptions()
+
+        def answer() -> Any:  # the root keeps its own chunk; the others hold no data to answer with
+            if self.rank() == opts.rootRank:
+                for out, ins in zip(outputs, input_lists):
+                    out.copy_(ins[self.rank()])
+            return outputs
+
         return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
+                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts, answer=answer)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
         staged = self._host_staged(tensors)
@@ -446,7 +525,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BarrierOptions()
-        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
+        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts, answer=lambda: [])
 
     def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier on the inner group, priced as a barrier.
@@ -466,7 +545,20 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
         opts = c10d.BarrierOptions()
         opts.asyncOp = False
-        self._launch("barrier", 0, [], start, opts=opts).wait()
+        self._launch("barrier", 0, [], start, opts=opts, answer=lambda: []).wait()
+
+    # ---- the local network's answers (local.py) ------------------------
+    def _gather_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """all_gather_into_tensor: the own input in each of the output's ``size()`` slots."""
+        for out, inp in zip(outputs, inputs):
+            local.all_gather(list(out.view(self.size(), -1)), inp)
+        return outputs
+
+    def _scatter_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], op: Any) -> list[torch.Tensor]:
+        """reduce_scatter_tensor: the own chunk of each input, reduced as if every rank held it."""
+        for out, inp in zip(outputs, inputs):
+            out.copy_(local.chunk_of(inp, self.rank(), self.size()).view_as(out))
+        return local.reduce_(outputs, op, self.size())
 
     # ---- coalescing -------------------------------------------------------
     def start_coalescing(self, device: torch.device) -> None:
