@@ -7,12 +7,13 @@ runs it: ``BACKEND``, ``WORLD_SIZE``, ``TEMP_DIR`` with a ``barrier/`` folder,
 decides which tests apply by ``BACKEND == "gloo"``, so ``BACKEND`` stays
 ``gloo`` and only the backend handed to ``init_process_group`` changes: in the
 ranks of a gradwire run, ``init_process_group(backend="gloo")`` becomes
-``init_process_group(backend="gradwire")`` (the default group only; subgroups
-that ask for gloo by name stay gloo, as they would under any backend).
+``init_process_group(backend="gradwire")``, and the group reports the name
+``gloo`` the test asked for, as under ``gradwire profile``
+(:mod:`gradwire.backend.names`): new groups without a backend, or that ask
+for ``gloo`` by name, are gradwire groups reporting ``gloo`` too.
 
 Each test runs on gloo, then on gradwire, before the next test starts, so a
-loaded machine affects both alike. ``test_get_backend`` fails on gradwire by
-design: ``get_backend()`` names the backend the group was created with.
+loaded machine affects both alike.
 
 Ranks start with ``spawn`` as in PyTorch's runner, which re-imports torch in
 every rank of every test (seconds each, 285 tests twice); ``--start fork``
@@ -58,7 +59,7 @@ import torch.distributed as dist  # noqa: E402
 
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
-import gradwire  # noqa: E402, F401 - registers the backend in every rank
+import gradwire  # noqa: E402 - registers the backend in every rank
 
 _init_process_group = dist.init_process_group
 
@@ -66,11 +67,15 @@ _init_process_group = dist.init_process_group
 def _init_swapped(*args, **kwargs):  # type: ignore[no-untyped-def]
     """``init_process_group`` with the suite's ``gloo`` swapped for the backend of this run."""
     target = os.environ.get(_SWAP_VAR, "gloo")
-    if kwargs.get("backend") == "gloo":
+    asked = kwargs.get("backend", args[0] if args else None)
+    if asked != "gloo" or target == "gloo":
+        return _init_process_group(*args, **kwargs)
+    if "backend" in kwargs:
         kwargs["backend"] = target
-    elif args and len(args) >= 1 and args[0] == "gloo":
+    else:
         args = (target, *args[1:])
-    return _init_process_group(*args, **kwargs)
+    _init_process_group(*args, **kwargs)
+    gradwire.backend.report_as(dist.distributed_c10d._get_default_group(), asked)  # as the profile's bootstrap does
 
 
 dist.init_process_group = _init_swapped

@@ -65,3 +65,25 @@ def test_survivor_of_a_dead_peer_raises_at_once():
     assert survivor["raised"] is not None and survivor["is_runtime_error"], survivor
     assert re.search(r"Connection (closed|reset) by peer", survivor["message"]), survivor
     assert survivor["seconds"] < 10, survivor
+
+
+def test_groups_over_the_same_ranks_share_one_link():
+    """Two groups of the same 2 ranks send 4 MiB each at once on 100 Mbit/s (~0.35 s each): the NIC is one,
+    so the second completes about one op-time after the first, not with it."""
+    res = spawn(timing_workers.two_groups_same_ranks, 2, ("bandwidth=100mbit,latency=50us", 4 << 20), timeout=90)
+    for r in res:
+        (g1, start1, done1, op1), (g2, start2, done2, op2) = r["model"]
+        assert g1 != g2 and op1 == pytest.approx(op2) and op1 > 0.3
+        assert start2 == pytest.approx(done1, abs=0.02)  # queued behind the other group's op
+        # wall clock: the first at ~1 op-time, the second at ~2
+        assert r["first"] == pytest.approx(op1, rel=0.25)
+        assert r["second"] - r["first"] > 0.7 * op1, r
+
+
+def test_links_are_shared_by_equal_rank_sets_only():
+    from gradwire.backend.link import link_for
+
+    model = object()
+    assert link_for(model, (0, 1)) is link_for(model, [1, 0])
+    assert link_for(model, (0, 1)) is not link_for(model, (0, 1, 2))
+    assert link_for(model, (0, 1)) is not link_for(object(), (0, 1))  # a new world starts on idle links

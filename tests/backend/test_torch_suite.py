@@ -3,7 +3,8 @@
 The whole suite takes minutes (benchmarks/torch_suite.py writes its counts to
 benchmarks/results/torch_suite.json); these few cover what gradwire had to
 fix: receive from any source, subgroup teardown, monitored barriers (including
-a zero timeout), batched point-to-point ops and coalesced all_reduce.
+a zero timeout), batched point-to-point ops, coalesced all_reduce, and the
+backend name a group standing in for gloo reports (get_backend, DDP's logging data).
 """
 import json
 import subprocess
@@ -18,6 +19,8 @@ CASES = (
     "test_monitored_barrier_gloo_rank_0_timeout",
     "test_batch_isend_irecv_gloo",
     "test_all_reduce_coalesced_sum",
+    "test_get_backend",
+    "test_ddp_logging_data_cpu",
 )
 
 

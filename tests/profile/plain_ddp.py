@@ -30,7 +30,8 @@ def main() -> None:
     if dist.get_rank() == 0 and os.environ.get("PLAIN_DDP_OUT"):
         nparams = sum(p.numel() for p in model.parameters())
         with open(os.environ["PLAIN_DDP_OUT"], "w") as f:
-            json.dump({"param_bytes": nparams * 4, "steps": STEPS, "backend": dist.get_backend()}, f)
+            json.dump({"param_bytes": nparams * 4, "steps": STEPS, "backend": dist.get_backend(),
+                       "group": type(dist.group.WORLD).__name__}, f)
     dist.destroy_process_group()
 
 

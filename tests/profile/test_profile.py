@@ -35,7 +35,8 @@ def test_profile_plain_ddp_script(tmp_path, device):
     teardown_abort = "terminate called without an active exception" in proc.stderr
     assert proc.returncode == 0 or teardown_abort, proc.stderr[-3000:]
     got = json.loads(facts.read_text())
-    assert got["backend"] == "gradwire"  # the script asked for gloo and got the simulated network
+    # the script asked for gloo: it sees that name, on a group that simulates the network
+    assert got["backend"] == ("nccl" if device == "cuda" else "gloo") and got["group"] == "GradwireProcessGroup"
     prof = json.loads((out / "profile.json").read_text())
     assert [r["rank"] for r in prof["ranks"]] == [0, 1]
     for r in prof["ranks"]:
@@ -55,3 +56,22 @@ def test_profile_rejects_bad_spec_and_missing_command():
     empty = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe"],
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2 and "no command" in empty.stderr
+
+
+def test_destroy_imported_by_name_writes_the_records_at_destroy(tmp_path):
+    """The tutorials' ``from torch.distributed import destroy_process_group`` binds torch's function at import,
+    before any init: the profile's record must still be written by that destroy, not left to the exit."""
+    out = tmp_path / "prof"
+    mark = tmp_path / "mark"
+    env = dict(os.environ, OMP_NUM_THREADS="1", BY_NAME_MARK=str(mark))
+    cmd = [sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe", "--out", str(out), "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           f"--master-port={free_port()}", str(HERE / "by_name_ddp.py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
+    teardown_abort = "terminate called without an active exception" in proc.stderr
+    assert proc.returncode == 0 or teardown_abort, proc.stderr[-3000:]
+    for rank in range(2):
+        assert (tmp_path / f"mark{rank}").read_text() == "True"  # written when destroy returned
+        record = json.loads((out / f"rank{rank}.json").read_text())
+        assert record["ended_by"] == "destroy_process_group"
+        assert record["ops"]["all_reduce"]["calls"] >= 3

@@ -44,10 +44,12 @@ def test_torch_distributed_is_wrapped_only_when_imported(tmp_path):
     assert plain.stdout.split() == ["False", "False"], plain.stderr
     code = ("import sys, torch.distributed as dist\n"
             "print(getattr(dist.init_process_group, '_gradwire_profile', False),\n"
+            "      getattr(dist.destroy_process_group, '_gradwire_profile', False),\n"
+            "      dist.distributed_c10d.destroy_process_group is dist.destroy_process_group,\n"
             "      dist.distributed_c10d.init_process_group is dist.init_process_group, 'gradwire' in sys.modules)")
     wrapped = _python(code, env)
     # wrapped, everywhere torch looks it up, and gradwire still not imported: that waits for a call
-    assert wrapped.stdout.split() == ["True", "True", "False"], wrapped.stderr
+    assert wrapped.stdout.split() == ["True", "True", "True", "True", "False"], wrapped.stderr
 
 
 def _fastest_start(env, runs=5):

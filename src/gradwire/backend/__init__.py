@@ -5,6 +5,8 @@ Importing this module registers the backend name ``gradwire`` with
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import weakref
 from datetime import timedelta
@@ -13,21 +15,23 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gradwire.backend import compat
+from gradwire.backend import compat, names, work
 from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
+from gradwire.backend.names import is_gradwire, report_as
 from gradwire.backend.process_group import GradwireProcessGroup, GradwireWork
 from gradwire.net import NetworkModel
 from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
-    "clock", "configure", "current_spec", "events", "export_trace", "groups", "network", "register", "reset_stats",
-    "stats",
+    "clock", "configure", "current_spec", "events", "export_trace", "groups", "is_gradwire", "network", "register",
+    "report_as", "reset_stats", "stats",
 ]
 
 BACKEND_NAME = "gradwire"
+_LOG = logging.getLogger("gradwire")
 _model: NetworkModel | None = None
 #: this process's live gradwire groups by group id (torch hides the Python object behind its wrapper)
 _groups: "weakref.WeakValueDictionary[str, GradwireProcessGroup]" = weakref.WeakValueDictionary()
@@ -40,7 +44,11 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     if not global_ranks or _model is None:  # the default group: (re)build the model
         world = opts.group_size if not global_ranks else dist.get_world_size()
         # topology=auto: nodes and ranks per node of a torchrun launch (GROUP_RANK, LOCAL_WORLD_SIZE)
-        _model = NetworkModel(resolve_topology(current_spec(), world, os.environ), world)
+        spec = current_spec()
+        if spec.unused_by_local() and opts.group_rank == 0:
+            _LOG.warning("gradwire: the local network has no links; %s in the spec have no effect",
+                         ", ".join(spec.unused_by_local()))
+        _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
@@ -50,10 +58,12 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
 
 
 def register() -> None:
-    """Register the ``gradwire`` backend (idempotent), and let ``dist.monitored_barrier`` take its groups."""
+    """Register the ``gradwire`` backend (idempotent), let ``dist.monitored_barrier`` take its groups,
+    and keep the new groups of a group that reports another backend's name gradwire groups (names.py)."""
     if BACKEND_NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
     compat.install()
+    names.install()
 
 
 def network() -> NetworkModel | None:
@@ -98,3 +108,5 @@ def clock() -> float:
 
 
 register()
+# the backend's threads stop before the interpreter tears down (they are daemons: none holds up the exit)
+atexit.register(work.close_threads)

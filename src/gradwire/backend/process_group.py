@@ -11,9 +11,10 @@ which gloo takes on the CPU only, are staged here). What the simulation adds
 is *when* the op completes:
 
 1. At issue, the network model prices the op (seconds, bytes on the wire) for
-   this group's ranks, and the op queues on the group's link: it starts at
-   ``max(now, busy_until)`` and the link is busy until ``start + seconds``
-   (full duplex: sends hold the transmit side, recvs the receive side).
+   this group's ranks, and the op queues on the link of its rank set: it
+   starts at ``max(now, busy_until)`` and the link is busy until
+   ``start + seconds`` (full duplex: sends hold the transmit side, recvs the
+   receive side). Groups over the same ranks share that link (``link.py``).
 2. The inner collective is launched at once; the caller gets a
    :class:`GradwireWork` whose future is not yet complete.
 3. When the inner collective finishes, its callback completes our future at
@@ -66,8 +67,10 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
+from gradwire.backend import local
 from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
+from gradwire.backend.link import link_for
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost
 
@@ -110,7 +113,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._group_name = group_id
         self._model = model
         self._virtual = model.spec.clock == "virtual"
+        #: the ``local`` network: ops answered from this rank's data, no inner op runs (local.py)
+        self._local = model.spec.is_local
         gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
+        self._gloo_backend = gloo
         self._gloo = _inner_group(gloo, "cpu", store, rank, size, timeout)
         self._nccl: Any = None
         #: the inner backend of CUDA tensors, chosen at the first CUDA op: "nccl" or "gloo"
@@ -118,8 +124,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._cuda_lock = threading.Lock()
         self._seq = 0
-        self._tx_busy = 0.0
-        self._rx_busy = 0.0
+        #: the rank set's NIC, shared with every group of the same ranks (link.py)
+        self._link = link_for(model, self._ranks)
         #: works launched between start_coalescing and end_coalescing
         self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
@@ -127,10 +133,25 @@ class GradwireProcessGroup(dist.ProcessGroup):
         # free it on one of gloo's own threads and abort the process at exit
         self._priced: dict[tuple, OpCost] = {}
         self._deterministic = model.is_zero or not _has_randomness(model.spec)
+        #: the backend name torch's get_backend reports for this group, and what getBackendName says (names.py)
+        self._reported = self._group_level = "gradwire"
 
     # ---- plumbing -------------------------------------------------------
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
-        return "gradwire"
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name, behind ``name()`` and ``_get_backend_name()``
+        return self._group_level
+
+    @property
+    def reported_backend(self) -> str:
+        """The backend name this group reports: ``gradwire``, or the one the script asked for (names.py)."""
+        return self._reported
+
+    def _set_reported(self, name: str, group_level: str) -> None:
+        """Report ``name`` (names.py). A group that says ``gloo`` also lends torch its inner gloo backend:
+        DDP's C++ logger, seeing the name ``gloo``, reads the gloo backend's thread count through
+        ``getBackend(GLOO)`` and raises "Could not find backend type 1" on a group without one."""
+        self._reported, self._group_level = name, group_level
+        if group_level == "gloo":
+            self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo_backend)
 
     def getGroupName(self) -> str:  # noqa: N802 - torch's name, read by ``group.group_name``
         return self._group_name
@@ -226,13 +247,21 @@ class GradwireProcessGroup(dist.ProcessGroup):
         opts: Any = None,
         source_of: Callable[[], int] | None = None,
         label: str | None = None,
+        answer: Callable[[], Any] | None = None,
     ) -> GradwireWork:
         """Price ``op``, queue it on the link, run it on the inner backend.
 
         ``label`` names the op in the accounting where it differs from the
         priced pattern: a receive is priced as the ``send`` it takes part in
-        and counted as ``recv`` (bytes received, nothing sent).
+        and counted as ``recv`` (bytes received, nothing sent). ``answer``
+        computes the op from this rank's own data on the ``local`` network
+        (local.py), which runs it instead of the inner op, at 0 s and 0 bytes
+        on the wire; an op without one (point-to-point) is refused there.
         """
+        if self._local:
+            if answer is None:
+                raise local.no_peers(label or op, src if label == "recv" else dst)
+            return self._answer_locally(label or op, nbytes, answer, opts)
         inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
         sends, receives = (src == me, dst == me) if op == "send" else (True, True)
@@ -240,15 +269,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
             seq = self._seq
             self._seq += 1
             cost = self._price(op, nbytes, seq, src, dst)
-            now = CLOCK.now()
             # a full-duplex NIC: a send holds the transmit side, a recv the
-            # receive side, a collective both
-            start = max(now, self._tx_busy if sends else now, self._rx_busy if receives else now)
-            done = start + cost.seconds
-            if sends:
-                self._tx_busy = done
-            if receives:
-                self._rx_busy = done
+            # receive side, a collective both; groups of the same ranks share it
+            now = CLOCK.now()
+            start, done = self._link.reserve(now, cost.seconds, sends, receives)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       cost.seconds, now, start, done)
         try:
@@ -258,15 +282,51 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if new is exc:
                 raise
             raise new from exc
+        return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of)
+
+    def _answer_locally(self, op: str, nbytes: int, answer: Callable[[], Any], opts: Any) -> GradwireWork:
+        """The ``local`` network's op: answered now from this rank's data, counted with 0 s and 0 wire bytes."""
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+        now = CLOCK.now()
+        event = Event(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
+        done: Future = Future()
+        done.set_result(answer())
+        work = c10d._create_work_from_future(done)  # type: ignore[attr-defined]  # missing from torch's stub
+        return self._track(event, 0, work, None, "local", opts, None)
+
+    def _track(self, event: Event, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
+               source_of: Callable[[], int] | None) -> GradwireWork:
+        """The Work of a launched op: completes when its inner work and the modelled time are done."""
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
-        sent = cost.sent_bytes if sends else 0
-        pending = Pending(event, sent, work, post, self._virtual, _backend_name(inner), timeout)
+        pending = Pending(event, sent, work, post, self._virtual, backend, timeout)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
         result = GradwireWork(pending, event.op, source_of)
         if self._coalesced is not None:
             self._coalesced.append(result)
         return result
+
+    def _reduction(self, opts: Any, outputs: list[torch.Tensor],
+                   divided: list[torch.Tensor] | None = None) -> tuple[Any, Callable[[], Any] | None]:
+        """The option hook of every reducing op: the options the inner backend gets, and what runs after it.
+
+        ``ReduceOp.AVG`` runs as SUM, then a division of ``divided`` (default:
+        ``outputs``) by the group size, with NCCL's semantics (``ncclAvg``):
+        floating point and complex tensors are divided exactly; integer
+        tensors are divided truncating toward zero (NCCL's ``x / n`` in C,
+        ``torch.div(..., rounding_mode="trunc")``: -3 / 2 is -1, not the
+        floor's -2), after a sum that wraps around as the dtype does.
+        ``bool`` tensors are refused on every rank, as NCCL refuses them.
+        The caller's options object is left as it is (DDP passes its own).
+        """
+        if opts.reduceOp != _AVG:
+            return opts, None
+        if self._local:  # answered from the own data, AVG as it is (local.py)
+            _check_avg(outputs)
+            return opts, None
+        return _sum_then_divide(opts, outputs, outputs if divided is None else divided, self.size())
 
     # ---- collectives ----------------------------------------------------
     # Each op takes the (tensors, opts) form that distributed_c10d and the C++
@@ -275,51 +335,64 @@ class GradwireProcessGroup(dist.ProcessGroup):
     # accept: hence the ``override`` ignores. The aliases give an op torch's
     # other name; the stub names their parameters differently.
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
-        opts = opts or c10d.AllreduceOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.AllreduceOptions, opts, tensors, self.size())
-        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post, opts=opts)
+        opts, post = self._reduction(opts or c10d.AllreduceOptions(), tensors)
+        return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce(tensors, opts), post=post,
+                            opts=opts, answer=lambda: local.reduce_(tensors, opts.reduceOp, self.size()))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         """One all_reduce of the tensors' total bytes, as the inner backend runs it (one flat buffer)."""
-        opts = opts or c10d.AllreduceCoalescedOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.AllreduceCoalescedOptions, opts, tensors, self.size())
+        opts, post = self._reduction(opts or c10d.AllreduceCoalescedOptions(), tensors)
         return self._launch("all_reduce", _nbytes(tensors), tensors, lambda b: b.allreduce_coalesced(tensors, opts),
-                            post=post, opts=opts)
+                            post=post, opts=opts, answer=lambda: local.reduce_(tensors, opts.reduceOp, self.size()))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.BroadcastOptions()
-        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts)
+        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts,
+                            answer=lambda: tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.ReduceOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            _check_avg(tensors)  # on every rank: a root-only error would leave the others waiting
-            root = opts.rootRank
-            opts, post = _sum_then_divide(c10d.ReduceOptions, opts, tensors if self.rank() == root else [], self.size())
-            opts.rootRank = root
-        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts)
+        # only the root holds the result; every rank checks (a root-only error would leave the others waiting)
+        root = self.rank() == opts.rootRank
+        opts, post = self._reduction(opts, tensors, divided=tensors if root else [])
+
+        def answer() -> Any:  # the root's result; the others' buffers stay as they are
+            local.reduce_(tensors if root else [], opts.reduceOp, self.size())
+            return tensors
+
+        return self._launch("reduce", _nbytes(tensors), tensors, lambda b: b.reduce(tensors, opts), post=post, opts=opts,
+                            answer=answer)
 
     def allgather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
+
+        def answer() -> Any:
+            for outs, inp in zip(output_lists, inputs):
+                local.all_gather(outs, inp)
+            return output_lists
+
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
+
+        def answer() -> Any:  # output_lists[rank][i] holds input i of that rank
+            for outs in output_lists:
+                for out, inp in zip(outs, inputs):
+                    out.copy_(inp)
+            return output_lists
+
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes([output]), [input],
-                            lambda b: b._allgather_base(output, input, opts), opts=opts)
+                            lambda b: b._allgather_base(output, input, opts), opts=opts,
+                            answer=lambda: self._gather_own([output], [input]))
 
     _allgather_base = all_gather_single
 
@@ -332,39 +405,39 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(outputs), inputs,
-                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts)
+                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts,
+                            answer=lambda: self._gather_own(outputs, inputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
     def reduce_scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
+
+        def answer() -> Any:
+            for out, ins in zip(outputs, input_lists):
+                out.copy_(ins[self.rank()])
+            return local.reduce_(outputs, opts.reduceOp, self.size())
+
         return self._launch("reduce_scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts)
+                            lambda b: b.reduce_scatter(outputs, input_lists, opts), post=post, opts=opts, answer=answer)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, [output], self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), [output])
         return self._launch("reduce_scatter", _nbytes([input]), [input],
-                            lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts)
+                            lambda b: b._reduce_scatter_base(output, input, opts), post=post, opts=opts,
+                            answer=lambda: self._scatter_own([output], [input], opts.reduceOp))
 
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> GradwireWork:
         """``reduce_scatter_tensor`` of several tensors in one launch; priced as one op of the inputs' total bytes."""
-        opts = opts or c10d.ReduceScatterOptions()
-        post = None
-        if opts.reduceOp == _AVG:
-            opts, post = _sum_then_divide(c10d.ReduceScatterOptions, opts, outputs, self.size())
+        opts, post = self._reduction(opts or c10d.ReduceScatterOptions(), outputs)
         return self._launch("reduce_scatter", _nbytes(inputs), inputs,
-                            lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts)
+                            lambda b: b.reduce_scatter_tensor_coalesced(outputs, inputs, opts), post=post, opts=opts,
+                            answer=lambda: self._scatter_own(outputs, inputs, opts.reduceOp))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
 
@@ -374,27 +447,44 @@ class GradwireProcessGroup(dist.ProcessGroup):
     ) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
         return self._launch("all_to_all", _nbytes([input]), [input],
-                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts)
+                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts,
+                            answer=lambda: local.all_to_all(output, input, output_split_sizes, input_split_sizes,
+                                                            self.rank(), self.size()))
 
     alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
-        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts)
+        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts,
+                            answer=lambda: [out.copy_(inputs[self.rank()]) for out in outputs])
 
     def gather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.GatherOptions()
+
+        def answer() -> Any:  # the root's slots; the others have none
+            if self.rank() == opts.rootRank:
+                for outs, inp in zip(output_lists, inputs):
+                    local.all_gather(outs, inp)
+            return output_lists
+
         return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.gather(output_lists, inputs, opts), opts=opts)
+                            lambda b: b.gather(output_lists, inputs, opts), opts=opts, answer=answer)
 
     def scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.ScatterOptions()
+
+        def answer() -> Any:  # the root keeps its own chunk; the others hold no data to answer with
+            if self.rank() == opts.rootRank:
+                for out, ins in zip(outputs, input_lists):
+                    out.copy_(ins[self.rank()])
+            return outputs
+
         return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
+                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts, answer=answer)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
         staged = self._host_staged(tensors)
@@ -435,7 +525,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BarrierOptions()
-        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
+        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts, answer=lambda: [])
 
     def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier on the inner group, priced as a barrier.
@@ -455,7 +545,20 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
         opts = c10d.BarrierOptions()
         opts.asyncOp = False
-        self._launch("barrier", 0, [], start, opts=opts).wait()
+        self._launch("barrier", 0, [], start, opts=opts, answer=lambda: []).wait()
+
+    # ---- the local network's answers (local.py) ------------------------
+    def _gather_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """all_gather_into_tensor: the own input in each of the output's ``size()`` slots."""
+        for out, inp in zip(outputs, inputs):
+            local.all_gather(list(out.view(self.size(), -1)), inp)
+        return outputs
+
+    def _scatter_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], op: Any) -> list[torch.Tensor]:
+        """reduce_scatter_tensor: the own chunk of each input, reduced as if every rank held it."""
+        for out, inp in zip(outputs, inputs):
+            out.copy_(local.chunk_of(inp, self.rank(), self.size()).view_as(out))
+        return local.reduce_(outputs, op, self.size())
 
     # ---- coalescing -------------------------------------------------------
     def start_coalescing(self, device: torch.device) -> None:
@@ -534,8 +637,9 @@ def _has_randomness(spec: NetSpec) -> bool:
 
 def _check_avg(tensors: Sequence[torch.Tensor]) -> None:
     for t in tensors:
-        if not (t.is_floating_point() or t.is_complex()):
-            raise ValueError(f"ReduceOp.AVG needs a floating point tensor, got {t.dtype}; use SUM and divide yourself")
+        if t.dtype == torch.bool:
+            raise TypeError("gradwire: cannot use ReduceOp.AVG with boolean inputs (NCCL refuses them too); "
+                            "use ReduceOp.MAX for any, ReduceOp.MIN for all, or convert to an integer dtype first")
 
 
 def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: int,
@@ -567,17 +671,26 @@ def _inner_group(backend: Any, device: str, store: dist.Store, rank: int, size: 
     return group
 
 
-def _sum_then_divide(options_type: type, opts: Any, tensors: Sequence[torch.Tensor], size: int) -> tuple[Any, Callable[[], Any]]:
-    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide."""
-    _check_avg(tensors)
-    summed = options_type()
+#: what a reducing op's options carry besides the op (torch 2.13), copied onto the SUM that stands in for AVG
+_OPTION_FIELDS = ("timeout", "asyncOp", "rootRank", "rootTensor")
+
+
+def _sum_then_divide(opts: Any, outputs: Sequence[torch.Tensor], divided: Sequence[torch.Tensor],
+                     size: int) -> tuple[Any, Callable[[], Any]]:
+    """ReduceOp.AVG on a backend without it (gloo): reduce with SUM, then divide (see ``_reduction``)."""
+    _check_avg(outputs)
+    summed = type(opts)()
+    for name in _OPTION_FIELDS:
+        if hasattr(opts, name):
+            setattr(summed, name, getattr(opts, name))
     summed.reduceOp = dist.ReduceOp.SUM
-    summed.timeout = opts.timeout
 
     def divide() -> list[torch.Tensor]:
-        for t in tensors:
-            t.div_(size)
-        return list(tensors)
+        for t in divided:
+            if t.is_floating_point() or t.is_complex():
+                t.div_(size)
+            else:
+                t.div_(size, rounding_mode="trunc")
+        return list(outputs)
 
     return summed, divide
-

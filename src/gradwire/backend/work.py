@@ -39,9 +39,10 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from gradwire.backend.accounting import LEDGER, Event
-from gradwire.backend.completer import CLOCK, COMPLETER
+from gradwire.backend.completer import CLOCK, COMPLETER, run_guarded
 
-__all__ = ["CoalescedWork", "DELIVERIES", "GradwireWork", "Pending", "seconds_of", "translate"]
+__all__ = ["CoalescedWork", "DELIVERIES", "GradwireWork", "Pending", "WAITERS", "close_threads", "seconds_of",
+           "translate"]
 
 _LOG = logging.getLogger("gradwire")
 
@@ -83,10 +84,15 @@ class Pending:
     thread, which costs more than the rest of the wrapper on small messages.
     An async call, or anyone asking for the future, chains a callback on the
     inner future, and the completer thread finishes it at the modelled time.
+
+    ``lock`` guards the state only, never a wait: the inline path claims the
+    op under it, then waits for the inner op and sleeps the modelled time
+    without it, so that another thread asking for the future (or settling a
+    timeout) is not held up until the op ends.
     """
 
     __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "backend", "timeout", "source", "future", "lock",
-                 "finished", "value", "error")
+                 "inline", "finished", "value", "error")
 
     def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
                  backend: str, timeout: float) -> None:
@@ -101,6 +107,8 @@ class Pending:
         self.source: Future | None = None
         self.future: Future | None = None
         self.lock = threading.Lock()
+        #: a caller's thread took the inline path: it completes the op, a future made meanwhile only listens
+        self.inline = False
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -113,8 +121,9 @@ class Pending:
             if self.future is None:
                 self.source = Future()
                 self.future = self.source.then(_unwrap)
-                # completed inline already: hand over the outcome; else follow the inner op
-                deliver, attach = self.finished, not self.finished
+                # completed already: hand over the outcome; being completed inline: that
+                # thread delivers; else follow the inner op
+                deliver, attach = self.finished, not self.finished and not self.inline
             future = self.future
         # outside the lock: user callbacks run on delivery, and an inner op that is
         # already done runs _on_inner in this thread, which settles under the lock
@@ -147,7 +156,7 @@ class Pending:
             with torch.cuda.device(device):
                 done = torch.cuda.Event()
                 done.record(torch.cuda.current_stream(device))
-            _pool().submit(self._after_device, done, value)
+            WAITERS.submit(self._after_device, done, value)
             return
         self._complete(value)
 
@@ -180,7 +189,7 @@ class Pending:
             if self.virtual or at <= time.perf_counter():
                 self._time_out()
             else:
-                COMPLETER.at(at, lambda: DELIVERIES.submit(self._time_out))
+                COMPLETER.at(at, lambda: DELIVERIES.submit(self._time_out, on_error=self._failed), self._failed)
             return
         done = e.modelled_done
         if self.virtual:
@@ -194,8 +203,8 @@ class Pending:
         else:
             # the completer thread only hands over: user callbacks that wait on another op
             # (PyTorch's PowerSGD hook does) run on a delivery thread, never on the thread
-            # that must complete that op
-            COMPLETER.at(done, lambda: DELIVERIES.submit(self._finish, value))
+            # that must complete that op. Either hand-off failing fails this op, not the thread.
+            COMPLETER.at(done, lambda: DELIVERIES.submit(self._finish, value, on_error=self._failed), self._failed)
 
     def _finish(self, value: Any) -> None:
         self._record()
@@ -204,8 +213,15 @@ class Pending:
     def _time_out(self) -> None:
         self._settle(None, self._fail(self.timeout_error()))
 
+    def _failed(self, exc: BaseException) -> None:
+        """A completion step raised (a hand-off, the accounting): the op fails with that error."""
+        if not self.finished:
+            self._settle(None, self._fail(exc))
+
     def _settle(self, value: Any, error: BaseException | None) -> None:
         with self.lock:
+            if self.finished:  # exactly once: a late failure of a step after the outcome changes nothing
+                return
             self.value, self.error, self.finished = value, error, True
             source = self.source
         if source is not None:
@@ -247,29 +263,34 @@ class Pending:
         """Block until done in this thread; raise the op's error."""
         with self.lock:
             chained = self.future
-            if chained is None and not self.finished:
-                self._run_inline()
-        if chained is not None:
+            run = chained is None and not self.finished and not self.inline
+            if run:
+                self.inline = True
+        if run:
+            self._run_inline()
+        elif not self.finished:  # a future follows the op, or another thread completes it inline
             try:
-                chained.wait()
+                self.chain().wait()
             except Exception:
                 if self.error is not None:
                     raise self.error from None
                 raise
-        elif self.error is not None:
+        if self.error is not None:
             raise self.error
 
     def _run_inline(self) -> None:
-        """Wait for the inner work and the modelled time (caller holds the lock; no future exists)."""
+        """Wait for the inner work and the modelled time, holding no lock (this thread claimed the op)."""
         try:
-            self.inner.wait()
-            self.inner = None
-            value = self._outcome(None)
+            inner, self.inner = self.inner, None
+            inner.wait()
+            # the outputs, for a future asked for later (the inner work's future value; None where it has none)
+            value = self._outcome(None) if self.post is not None else _value_of(inner)
         except Exception as exc:
-            self.error, self.finished = self._fail(exc), True
-            if self.error is exc:
+            error = self._fail(exc)
+            self._settle(None, error)
+            if error is exc:
                 raise
-            raise self.error from exc
+            raise error from exc
         e = self.event
         e.inner_done = CLOCK.now()
         if self._late():
@@ -278,8 +299,8 @@ class Pending:
                 CLOCK.advance_to(at)
             else:
                 time.sleep(max(0.0, at - time.perf_counter()))
-            self.error, self.finished = self._fail(self.timeout_error()), True
-            raise self.error
+            self._settle(None, self._fail(self.timeout_error()))
+            return
         if self.virtual:
             CLOCK.advance_to(e.modelled_done)
         else:
@@ -287,7 +308,7 @@ class Pending:
             if lag > 0:
                 time.sleep(lag)
         self._record()
-        self.value, self.finished = value, True
+        self._settle(value, None)
 
     def wait_for(self, limit: float) -> None:
         """Block at most ``limit`` seconds (simulated in virtual mode); raise if the op is not done by then."""
@@ -413,9 +434,6 @@ def translate(exc: BaseException, op: str, backend: str) -> BaseException:
     return exc
 
 
-_WAIT_POOL: Any = None
-
-
 class _Deliveries:
     """Daemon threads that complete ops handed over by the completer; one more whenever none is idle.
 
@@ -427,45 +445,99 @@ class _Deliveries:
     thread; the next delivery finds another (started if none is idle), so
     nested waits always make progress. Threads are daemons: a callback
     blocked forever (a dead peer and no timeout) does not hold up the
-    interpreter's exit.
+    interpreter's exit. A delivery that raises goes to its ``on_error`` (the
+    op fails with it) and its thread lives on.
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
+        self._threads: list[threading.Thread] = []
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+    def submit(self, fn: Callable[..., Any], *args: Any,
+               on_error: Callable[[BaseException], None] | None = None) -> None:
+        """Run ``fn(*args)`` on a delivery thread; ``on_error(exc)`` if it raises."""
         with self._lock:
             start = self._idle == 0
-            if not start:
+            if start:
+                thread = threading.Thread(target=self._work, name="gradwire-delivery", daemon=True)
+                self._threads.append(thread)
+            else:
                 self._idle -= 1  # an idle thread will take it
-        self._queue.put((fn, args))
+        self._queue.put((fn, args, on_error))
         if start:
-            threading.Thread(target=self._work, name="gradwire-delivery", daemon=True).start()
+            thread.start()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """End the idle threads, and each busy one when its delivery returns; wait up to ``timeout`` s in all."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+            self._idle = 0
+        for _ in threads:
+            self._queue.put(None)
+        end = time.perf_counter() + timeout
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, end - time.perf_counter()))
 
     def _work(self) -> None:
         while True:
-            fn, args = self._queue.get()
-            try:
-                fn(*args)
-            except BaseException:  # noqa: BLE001 - an op's outcome is delivered through its future
-                _LOG.exception("gradwire: a completion callback raised")
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args, on_error = item
+            run_guarded(lambda: fn(*args), on_error)
             with self._lock:
                 self._idle += 1
 
 
+class _Waiters:
+    """Threads that wait for inner works (and CUDA events) so that no caller blocks.
+
+    The executor is made once, under a lock, at the first wait; :meth:`close`
+    shuts it down, and a later :meth:`submit` makes a new one.
+    """
+
+    def __init__(self, workers: int = 4) -> None:
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._executor: Any = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="gradwire-wait")
+            executor = self._executor
+        executor.submit(fn, *args)
+
+    def close(self) -> None:
+        """Shut the threads down; waits still queued are dropped, running ones finish in the background."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
 DELIVERIES = _Deliveries()
+WAITERS = _Waiters()
 
 
-def _pool() -> Any:
-    """Threads that wait for inner works (and CUDA events) so that no caller blocks."""
-    global _WAIT_POOL
-    if _WAIT_POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
+def close_threads() -> None:
+    """Stop the backend's threads: the completer, the deliveries, the waiters (each starts again when needed)."""
+    COMPLETER.close()
+    DELIVERIES.close()
+    WAITERS.close()
 
-        _WAIT_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gradwire-wait")
-    return _WAIT_POOL
+
+def _value_of(work: Any) -> Any:
+    """A finished inner work's outputs, from its future (``Work.result()`` warns that it is deprecated)."""
+    try:
+        return work.get_future().value()
+    except RuntimeError:
+        return None
 
 
 def _cuda_device(value: Any) -> torch.device | None:
@@ -491,5 +563,5 @@ def _future_of(work: Any) -> Future:
             except Exception as exc:  # noqa: BLE001
                 fut.set_exception(exc)
 
-        _pool().submit(wait)
+        WAITERS.submit(wait)
         return fut

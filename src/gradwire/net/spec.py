@@ -4,7 +4,7 @@ Grammar: comma-separated tokens, applied left to right (later ones win)::
 
     spec   := token ("," token)*
     token  := PRESET | key "=" value
-    PRESET := loopback | 1gbe | 10gbe | 25gbe | 100gbe | ib-hdr | wan | nvlink | custom
+    PRESET := loopback | 1gbe | 10gbe | 25gbe | 100gbe | ib-hdr | wan | nvlink | local | custom
 
 A preset token sets ``name``, ``bandwidth``, ``latency`` and ``protocol``;
 other fields keep their value. Without a preset (or with ``custom``) the base
@@ -39,6 +39,10 @@ JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
 CLOCKS: tuple[str, ...] = ("realtime", "virtual")
 #: ``topology=auto``: read the layout in torchrun's environment (:func:`resolve_topology`)
 AUTO_TOPOLOGY = "auto"
+#: the preset of no communication at all (see :data:`PRESETS`)
+LOCAL = "local"
+#: what a ``local`` spec reads besides its name; its link fields reach no wire
+_LOCAL_KEYS = ("name", "clock", "seed", "topology")
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
 
 # Ranges of the numeric fields: far past any real network, while the times the
@@ -123,7 +127,14 @@ class Preset:
 #: ib-hdr    200 Gbit/s                   2 us     rdma
 #: wan       100 Mbit/s                   20 ms    tcp
 #: nvlink    300 GB/s (2.4 Tbit/s)        3 us     none
+#: local     no network at all (see below) 0        none
 #: ========  ===========================  =======  ========
+#:
+#: ``local`` is not a link but its absence, for an ideal that really is a
+#: bound: the backend answers every collective from the rank's own data, as
+#: if every rank held the same tensor, without running the inner collective
+#: (:data:`LOCAL`). ``loopback`` still runs the real collectives at 0 s of
+#: modelled time, so it measures the real transfers of the host.
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -135,6 +146,8 @@ PRESETS: dict[str, Preset] = {
         Preset("ib-hdr", 200e9, 2e-6, "rdma", "InfiniBand HDR, RDMA"),
         Preset("wan", 100e6, 20e-3, "tcp", "wide-area link between sites"),
         Preset("nvlink", 2.4e12, 3e-6, "none", "NVLink-style intra-node link; use as intra=nvlink"),
+        Preset("local", math.inf, 0.0, "none", "no communication at all: each rank answers every collective from "
+               "its own data, as if all ranks held the same (0 s, 0 bytes on the wire)"),
     )
 }
 
@@ -236,6 +249,22 @@ class NetSpec:
         if self.events:
             Schedule(self.events)  # one trace at most
 
+    @property
+    def is_local(self) -> bool:
+        """No communication at all: every collective answered from the rank's own data (preset ``local``).
+
+        The link fields of such a spec have no effect (:meth:`unused_by_local`
+        names the ones set); the spec still parses, so every spec round-trips.
+        """
+        return self.name == LOCAL
+
+    def unused_by_local(self) -> list[str]:
+        """The fields a ``local`` spec sets that nothing reads: there is no link to shape."""
+        if not self.is_local:
+            return []
+        return [f.name for f in fields(self) if f.name not in _LOCAL_KEYS
+                and getattr(self, f.name) != getattr(_LOCAL_BASE, f.name)]
+
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a field of a frozen dataclass
 
@@ -272,6 +301,14 @@ class NetSpec:
             else:
                 tokens.append(f"{f.name}={_FORMATTERS[f.name](value)}")
         return ",".join(tokens) or "custom"
+
+
+def _local_base() -> NetSpec:
+    p = PRESETS["loopback"]  # the same (absent) link; built before ``local`` may be named
+    return replace(NetSpec(), bandwidth=p.bandwidth, latency=p.latency, protocol=p.protocol)
+
+
+_LOCAL_BASE = _local_base()
 
 
 def _apply_preset(spec: NetSpec, name: str) -> NetSpec:

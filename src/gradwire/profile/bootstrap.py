@@ -4,17 +4,22 @@
 on PYTHONPATH, the spec in ``GRADWIRE_NET``, the output folder in
 ``GRADWIRE_PROFILE_DIR``. In every Python process of the job,
 ``_site/sitecustomize.py`` runs the sitecustomize it shadows, then waits for
-``torch.distributed`` to be imported and wraps its ``init_process_group``.
-Only a call of that imports gradwire; it lands in :func:`init_process_group`
-here, which:
+``torch.distributed`` to be imported and wraps its ``init_process_group`` and
+``destroy_process_group`` (before a script can import them by name). Only a
+call of init imports gradwire; it lands in :func:`init_process_group` here,
+which:
 
 1. makes ``init_process_group`` use backend ``gradwire`` whatever the script
    names (gloo, nccl, or the default), with the spec from ``GRADWIRE_NET``;
+   the group reports the name the script asked for (``get_backend()`` says
+   ``gloo``), so that libraries keep their per-backend paths
+   (:mod:`gradwire.backend.names`);
 2. starts a :class:`ProfileSession` right after init, so the rendezvous
    (waiting for the other ranks to start) is not profiled;
 3. writes ``$GRADWIRE_PROFILE_DIR/rank<N>.json`` (and a trace) when the script
-   calls ``destroy_process_group`` or exits — before teardown, because gloo
-   teardown occasionally aborts the process.
+   calls ``destroy_process_group`` (:func:`destroy_process_group`) or exits —
+   before teardown, because gloo teardown occasionally aborts the process.
+   The record says which (``ended_by``).
 
 A launcher that needs more in every rank names a module in
 ``GRADWIRE_AFTER_INIT`` (``child_env(..., after_init=...)``). The module
@@ -36,7 +41,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env", "init_process_group"]
+__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env",
+           "destroy_process_group", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
 NET_ENV = "GRADWIRE_NET"
@@ -91,6 +97,7 @@ def _dump(how: str = "exit") -> None:
     result = session.stop()
     result.rank = rank
     record = result.as_dict()
+    record["ended_by"] = how
     if summary is not None:
         record[extra.RECORD_KEY] = summary
     (out / f"rank{rank}.json").write_text(json.dumps(record))
@@ -100,19 +107,42 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
     """Stand-in for ``torch.distributed.init_process_group`` in a profiled job.
 
     ``real_init`` is torch's own; the backend the script names is replaced by
-    ``gradwire``, and ``device_id`` is dropped (it would bind a CUDA backend
-    that the gradwire group does not have).
+    ``gradwire`` and reported under the name the script asked for, and
+    ``device_id`` is dropped (it would bind a CUDA backend that the gradwire
+    group does not have).
     """
     global _session
+    import torch.distributed as dist
+
+    from gradwire.backend import names
     from gradwire.profile.session import ProfileSession
 
     _install()
-    kwargs.pop("device_id", None)
+    asked = names.requested_name(backend, kwargs.pop("device_id", None))
     real_init("gradwire", *args, **kwargs)
+    names.report_as(dist.distributed_c10d._get_default_group(), asked)
     _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
     extra = _after_init()
     if extra is not None:
         extra.start(Path(os.environ[DIR_ENV]))
+
+
+def destroy_process_group(real_destroy: Callable[..., Any], group: Any = None) -> Any:
+    """Stand-in for ``torch.distributed.destroy_process_group``: the rank's record first, when the default group goes.
+
+    The sitecustomize's wrapper calls it with torch's own function once an
+    init has imported this module (:func:`_install` wraps a torch that the
+    sitecustomize did not).
+    """
+    if group is None or group is _default_group():
+        _dump("destroy_process_group")
+    return real_destroy() if group is None else real_destroy(group)
+
+
+def _default_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.GroupMember.WORLD if dist.is_initialized() else None
 
 
 def _install() -> None:
@@ -121,17 +151,18 @@ def _install() -> None:
     if _installed:
         return
     _installed = True
+    import functools
+
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
     import gradwire  # noqa: F401 - registers the backend
 
     real_destroy = dist.destroy_process_group
+    if not getattr(real_destroy, "_gradwire_profile", False):  # no sitecustomize wrapped it at torch's load
+        @functools.wraps(real_destroy)
+        def destroy(group: Any = None) -> Any:
+            return destroy_process_group(real_destroy, group)
 
-    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-        if not args and not kwargs.get("group"):
-            _dump("destroy_process_group")
-        return real_destroy(*args, **kwargs)
-
-    dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group
+        dist.destroy_process_group = c10d.destroy_process_group = destroy
     atexit.register(_dump)

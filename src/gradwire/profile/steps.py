@@ -7,7 +7,10 @@ on the thread that trains (the one a :class:`ProfileSession` starts on):
    brackets every top-level ``backward()``: its call, the end of its compute
    (an autograd callback queued before DDP's) and its return.
 2. The optimizer: torch's global optimizer step hooks stamp every
-   ``optimizer.step()`` (pre and post).
+   outermost ``optimizer.step()`` (pre and post; a step that calls another
+   optimizer's step is one step). A closure passed to the step
+   (``optimizer.step(closure)``, as Lightning's automatic optimization and
+   LBFGS do) is wrapped by the pre-hook, which stamps each of its calls.
 3. Buckets: while recording, ``DistributedDataParallel.register_comm_hook``
    wraps the hook it is given. The wrapper stamps each bucket when DDP hands
    it over (its gradients are ready), when the hook returns (the hook's own
@@ -24,6 +27,21 @@ relative to the step's backward call. A step runs from the end of the
 previous one (its optimizer step, or its backward if there was none) to the
 end of its own optimizer step; the first backward has no previous step and
 only starts the series.
+
+A step with a closure is a step too: its forward and backward run inside
+``optimizer.step``. Every backward inside one optimizer step belongs to that
+step, however often the closure ran (LBFGS evaluates it several times). What
+is approximate there:
+
+- ``forward`` runs from the end of the previous step to the first backward's
+  call, as without a closure; it includes the step's own entry before the
+  closure (hooks, the closure's ``zero_grad``).
+- ``backward`` and the buckets are the first evaluation's.
+  ``after_backward`` runs from that backward's return to the return of the
+  closure call around it (Lightning clips gradients and runs its hooks there).
+- ``optimizer`` is the rest of the step: the update, and for a closure
+  called again (LBFGS) its later evaluations (their forward, backward and
+  all_reduces) too; ``evaluations`` says how many backwards the step ran.
 
 Trap: a hook registered before recording started (a ``ProfileSession``
 entered after the model was wrapped) is not wrapped; the event log then
@@ -65,6 +83,9 @@ class HookRecorder:
     def __init__(self, thread: int | None = None) -> None:
         self.thread = threading.get_ident() if thread is None else thread
         self.optimizer: list[tuple[float, float]] = []
+        #: every call of a closure passed to an outermost optimizer step: (call, return)
+        self.closures: list[tuple[float, float]] = []
+        self._depth = 0  # optimizer steps in progress on the thread (one step may call another's)
         self.buckets: list[BucketStamp] = []
         #: strategy label of each hook registered while recording (:func:`strategy_label`)
         self.hooks: list[str] = []
@@ -92,12 +113,36 @@ class HookRecorder:
                 if not _active:
                     _unpatch()
 
-    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() == self.thread:
-            self._pre = CLOCK.now()
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        if threading.get_ident() != self.thread:
+            return None
+        self._depth += 1
+        if self._depth > 1:
+            return None
+        self._pre = CLOCK.now()
+        # the closure, positional (``step(closure)``) or by name (Lightning's ``step(closure=...)``)
+        if args and callable(args[0]):
+            return (self._stamped(args[0]), *args[1:]), kwargs
+        if callable(kwargs.get("closure")):
+            return args, dict(kwargs, closure=self._stamped(kwargs["closure"]))
+        return None
+
+    def _stamped(self, closure: Callable[[], Any]) -> Callable[[], Any]:
+        @functools.wraps(closure)
+        def stamped() -> Any:
+            called = CLOCK.now()
+            try:
+                return closure()
+            finally:
+                self.closures.append((called, CLOCK.now()))
+
+        return stamped
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() == self.thread and self._pre is not None:
+        if threading.get_ident() != self.thread or self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._pre is not None:
             self.optimizer.append((self._pre, CLOCK.now()))
             self._pre = None
 
@@ -185,23 +230,25 @@ def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
 
 
 def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[float, float]],
-          buckets: list[BucketStamp], events: list[Any], waits: list[tuple[float, float]]) -> list[dict[str, Any]]:
+          buckets: list[BucketStamp], events: list[Any], waits: list[tuple[float, float]],
+          closures: list[tuple[float, float]] | None = None) -> list[dict[str, Any]]:
     """One dict per step (module doc); times relative to the step's backward call.
 
     Keys: ``forward``, ``backward`` (compute), ``backward_wait`` (compute end
     to return), ``after_backward`` (return to the optimizer), ``waited``
     (the training thread's waits for communication in ``after_backward``),
-    ``optimizer``, ``step`` (the whole step), ``buckets`` (index, nbytes,
-    element_size, ready, hook, done) and ``collectives`` (op, group, seq,
-    nbytes, issued, started, completed, inner).
+    ``optimizer``, ``step`` (the whole step), ``evaluations`` (backwards in
+    the step: more than one where a closure ran several times), ``buckets``
+    (index, nbytes, element_size, ready, hook, done) and ``collectives`` (op,
+    group, seq, nbytes, issued, started, completed, inner).
     """
     out: list[dict[str, Any]] = []
-    backwards = sorted(backwards)
+    units = _units(sorted(backwards), sorted(optimizer), sorted(closures or []))
     events = sorted(events, key=lambda e: e.issued)
     prev_end: float | None = None
-    for k, (b0, computed, returned) in enumerate(backwards):
-        nxt = backwards[k + 1][0] if k + 1 < len(backwards) else float("inf")
-        opt = next(((a, b) for a, b in optimizer if returned <= a < nxt), None)
+    for k, (first, opt, after, evaluations) in enumerate(units):
+        b0, computed, returned = first
+        nxt = units[k + 1][0][0] if k + 1 < len(units) else float("inf")
         end = opt[1] if opt else returned
         if prev_end is None or prev_end > b0:
             prev_end = end
@@ -218,9 +265,46 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
                   "started": e.started - b0, "completed": (e.completed - b0) if e.completed else None,
                   "inner": (e.inner_done - e.issued) if e.inner_done else None}
                  for e in events if b0 <= e.issued < nxt]
-        o0, o1 = opt if opt else (returned, returned)
+        o0, o1 = (after, opt[1]) if opt else (returned, returned)
         out.append({"forward": b0 - prev_end, "backward": computed - b0, "backward_wait": returned - computed,
                     "after_backward": o0 - returned, "waited": _between(waits, returned, o0),
-                    "optimizer": o1 - o0, "step": end - prev_end, "buckets": rows, "collectives": colls})
+                    "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations,
+                    "buckets": rows, "collectives": colls})
         prev_end = end
     return out
+
+
+_Backward = tuple[float, float, float]
+_Unit = tuple[_Backward, "tuple[float, float] | None", float, int]
+
+
+def _units(backwards: list[_Backward], optimizer: list[tuple[float, float]],
+           closures: list[tuple[float, float]]) -> list[_Unit]:
+    """Each step as (its first backward, its optimizer step, where its optimizer time starts, evaluations).
+
+    A backward inside an optimizer step ran in a closure: every such backward
+    of one optimizer step makes one unit, whose optimizer time starts when
+    the closure call around its first backward returned. Any other backward
+    takes the first optimizer step that starts after it returned and before
+    the next backward (none: a step without an optimizer, as before).
+    """
+    inside: dict[int, list[_Backward]] = {}
+    plain: list[_Backward] = []
+    for bw in backwards:
+        k = next((i for i, (a, b) in enumerate(optimizer) if a <= bw[0] and bw[2] <= b), None)
+        if k is None:
+            plain.append(bw)
+        else:
+            inside.setdefault(k, []).append(bw)
+    units: list[_Unit] = []
+    for k, mine in inside.items():
+        b0, _, returned = mine[0]
+        after = next((c1 for c0, c1 in closures if c0 <= b0 and returned <= c1), returned)
+        units.append((mine[0], optimizer[k], after, len(mine)))
+    free = [span for i, span in enumerate(optimizer) if i not in inside]
+    starts = sorted([bw[0] for bw in backwards])
+    for bw in plain:
+        nxt = next((t for t in starts if t > bw[0]), float("inf"))
+        opt = next(((a, b) for a, b in free if bw[2] <= a < nxt), None)
+        units.append((bw, opt, opt[0] if opt else bw[2], 1))
+    return sorted(units, key=lambda u: u[0][0])

@@ -8,15 +8,21 @@ nothing:
    would have run it, and becomes ``sys.modules["sitecustomize"]``.
 2. Nothing heavy is imported here. A finder on ``sys.meta_path`` waits for
    ``torch.distributed`` to be imported and then wraps its
-   ``init_process_group``; only a call of that imports gradwire
-   (:func:`gradwire.profile.bootstrap.init_process_group`). A shell tool, pip
-   or a data-loading helper starts as fast as without the profile, and so
-   does a process that imports torch but starts no process group.
+   ``init_process_group`` and ``destroy_process_group``; only a call of
+   init imports gradwire (:func:`gradwire.profile.bootstrap.init_process_group`).
+   A shell tool, pip or a data-loading helper starts as fast as without the
+   profile, and so does a process that imports torch but starts no process
+   group.
 
 Only the standard library may be imported here: this file runs before
-anything else in every interpreter of the job. Trap: ``import torch`` itself
+anything else in every interpreter of the job. Traps: ``import torch`` itself
 imports ``torch.distributed``, in the middle of torch's own import; the
-wrapper installed then must not touch torch until it is called.
+wrappers installed then must not touch torch until they are called. Both
+are wrapped at load, not when init runs: a script that imports them by name
+(``from torch.distributed import destroy_process_group``, as PyTorch's DDP
+tutorials do) holds torch's own functions from then on, and a destroy that
+the bootstrap never sees would leave the rank's record to the exit, after a
+teardown that may abort the process.
 """
 import functools
 import importlib.abc
@@ -49,9 +55,10 @@ def _run_shadowed() -> None:
 
 
 def _wrap_init(dist: object) -> None:
-    """Replace ``dist.init_process_group`` by one that hands over to gradwire's profile when called."""
+    """Replace ``dist.init_process_group`` and ``destroy_process_group`` by ones that hand over to the profile."""
     real_init = getattr(dist, "init_process_group", None)
-    if real_init is None or getattr(real_init, "_gradwire_profile", False):
+    real_destroy = getattr(dist, "destroy_process_group", None)
+    if real_init is None or real_destroy is None or getattr(real_init, "_gradwire_profile", False):
         return  # a torch built without distributed support, or wrapped already
 
     @functools.wraps(real_init)
@@ -60,11 +67,19 @@ def _wrap_init(dist: object) -> None:
 
         return profiled(real_init, *args, **kwargs)
 
-    init_process_group._gradwire_profile = True  # type: ignore[attr-defined]
-    dist.init_process_group = init_process_group  # type: ignore[attr-defined]
+    @functools.wraps(real_destroy)
+    def destroy_process_group(*args, **kwargs):  # type: ignore[no-untyped-def]
+        bootstrap = sys.modules.get("gradwire.profile.bootstrap")  # imported by the first init, if any
+        if bootstrap is None:
+            return real_destroy(*args, **kwargs)
+        return bootstrap.destroy_process_group(real_destroy, *args, **kwargs)
+
     c10d = sys.modules.get(_TARGET + ".distributed_c10d")
-    if c10d is not None:
-        c10d.init_process_group = init_process_group  # type: ignore[attr-defined]
+    for name, wrapper in (("init_process_group", init_process_group), ("destroy_process_group", destroy_process_group)):
+        wrapper._gradwire_profile = True  # type: ignore[attr-defined]
+        setattr(dist, name, wrapper)
+        if c10d is not None:
+            setattr(c10d, name, wrapper)
 
 
 class _WrapWhenLoaded(importlib.abc.Loader):

@@ -1,0 +1,63 @@
+"""A step whose forward and backward run in a closure inside ``optimizer.step`` is one step."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradwire.launch import free_port
+from gradwire.profile.steps import steps
+
+HERE = Path(__file__).parent
+
+
+def test_a_closure_step_is_one_step_with_its_forward_backward_and_optimizer():
+    # step k: optimizer.step at 10k+1 .. 10k+9; closure 10k+2 .. 10k+7; backward 10k+4 .. 10k+6 (computed 10k+5)
+    optimizer = [(10 * k + 1, 10 * k + 9) for k in range(3)]
+    closures = [(10 * k + 2, 10 * k + 7) for k in range(3)]
+    backwards = [(10 * k + 4, 10 * k + 5, 10 * k + 6) for k in range(3)]
+    got = steps(backwards, optimizer, [], [], [], closures)
+    assert len(got) == 2  # the first only starts the series, as without a closure
+    for s in got:
+        assert (s["forward"], s["backward"], s["backward_wait"]) == (5, 1, 1)  # 10(k-1)+9 .. 10k+4
+        assert (s["after_backward"], s["optimizer"], s["step"], s["evaluations"]) == (1, 2, 10, 1)
+
+
+def test_closure_evaluated_several_times_is_one_step():
+    # LBFGS: three evaluations in one optimizer.step
+    optimizer = [(0, 30), (31, 60)]
+    closures = [(1, 5), (10, 15), (20, 25), (32, 36), (40, 45)]
+    backwards = [(3, 4, 4.5), (12, 13, 14), (22, 23, 24), (34, 35, 35.5), (42, 43, 44)]
+    (s,) = steps(backwards, optimizer, [], [], [], closures)
+    assert s["evaluations"] == 2
+    assert (s["forward"], s["backward"], s["after_backward"]) == (4, 1, 0.5)  # 30 .. 34, then the first closure
+    assert s["optimizer"] == 60 - 36 and s["step"] == 30
+
+
+def test_steps_without_closures_are_as_before():
+    got = steps([(0, 1, 2), (5, 6, 7), (10, 11, 12)], [(3, 4), (8, 9), (13, 14)], [], [], [])
+    assert [(s["forward"], s["after_backward"], s["optimizer"], s["step"]) for s in got] == [(1, 1, 1, 5)] * 2
+
+
+@pytest.mark.parametrize("opt", ["sgd", "lbfgs"])
+def test_profile_of_a_closure_script_records_its_steps(tmp_path, opt):
+    out = tmp_path / "prof"
+    env = dict(os.environ, OMP_NUM_THREADS="1", CLOSURE_OPT=opt)
+    cmd = [sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe", "--out", str(out), "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           f"--master-port={free_port()}", str(HERE / "closure_ddp.py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
+    teardown_abort = "terminate called without an active exception" in proc.stderr
+    assert proc.returncode == 0 or teardown_abort, proc.stderr[-3000:]
+    for rank in range(2):
+        record = json.loads((out / f"rank{rank}.json").read_text())
+        assert len(record["steps"]) == 7, record["steps"]  # 8 optimizer steps; the first starts the series
+        for s in record["steps"]:
+            assert s["forward"] > 0 and s["backward"] > 0 and s["optimizer"] > 0 and s["buckets"]
+            assert s["step"] >= s["forward"] + s["backward"] + s["optimizer"]
+            assert (s["evaluations"] > 1) if opt == "lbfgs" else (s["evaluations"] == 1)
+    predicted = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "predict", "--profile", str(out)],
+                               capture_output=True, text=True, timeout=110)
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
