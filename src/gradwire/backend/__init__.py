@@ -25,7 +25,7 @@ from gradwire.net import NetworkModel
 from gradwire.net.spec import resolve_topology
 
 __all__ = [
-    "BACKEND_NAME", "ENV_VAR", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
+    "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
     "clock", "configure", "current_spec", "events", "export_trace", "groups", "is_gradwire", "network", "register",
     "report_as", "reset_stats", "stats",
 ]
@@ -33,13 +33,15 @@ __all__ = [
 BACKEND_NAME = "gradwire"
 _LOG = logging.getLogger("gradwire")
 _model: NetworkModel | None = None
+#: the clock's time when the default group was created: t = 0 of a changing network's schedule
+_origin = 0.0
 #: this process's live gradwire groups by group id (torch hides the Python object behind its wrapper)
 _groups: "weakref.WeakValueDictionary[str, GradwireProcessGroup]" = weakref.WeakValueDictionary()
 
 
 def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     """Creator called by torch.distributed for the default group and new_group()."""
-    global _model
+    global _model, _origin
     global_ranks = list(opts.global_ranks_in_group)
     if not global_ranks or _model is None:  # the default group: (re)build the model
         world = opts.group_size if not global_ranks else dist.get_world_size()
@@ -49,10 +51,11 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
             _LOG.warning("gradwire: the local network has no links; %s in the spec have no effect",
                          ", ".join(spec.unused_by_local()))
         _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
+        _origin = CLOCK.now()
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
-                                 global_ranks, str(opts.group_id), _model)
+                                 global_ranks, str(opts.group_id), _model, _origin)
     _groups[group.group_id] = group
     return group
 
@@ -95,8 +98,35 @@ def events() -> list[Event]:
 
 
 def export_trace(path: str | Path) -> Path:
-    """Write this rank's event log as a Chrome/Perfetto trace JSON."""
-    return LEDGER.export_trace(path)
+    """Write this rank's event log as a Chrome/Perfetto trace JSON (with the link's condition on a changing network)."""
+    return LEDGER.export_trace(path, condition_events())
+
+
+def condition_events(until: float | None = None) -> list[dict[str, Any]]:
+    """Chrome trace counter events of the link's condition over time, on a network that changes (else none).
+
+    One "link" counter track per rank: the inter-node bandwidth in Mbit/s (0
+    while the link is down) and the latency in ms, a sample at every change
+    from the default group's creation until ``until`` (default: now, on the
+    backend's clock).
+    """
+    model = _model
+    if model is None or model.schedule is None:
+        return []
+    from gradwire.backend.accounting import _PERF_TO_UNIX
+
+    end = (CLOCK.now() if until is None else until) - _origin
+    out: list[dict[str, Any]] = []
+    t = 0.0
+    for change, cond in model.schedule.segments(0.0, model.spec.bandwidth):
+        rate = 0.0 if cond.down else (model.spec.bandwidth if cond.bandwidth is None else cond.bandwidth)
+        latency = model.spec.latency if cond.latency is None else cond.latency
+        out.append({"name": "link", "ph": "C", "pid": LEDGER.rank, "ts": (_origin + t + _PERF_TO_UNIX) * 1e6,
+                    "args": {"Mbit/s": rate / 1e6, "latency ms": latency * 1e3}})
+        if change >= end or len(out) >= 100_000:
+            break
+        t = change
+    return out
 
 
 def clock() -> float:

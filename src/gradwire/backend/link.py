@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Iterable
+from typing import Callable, Iterable
 
 __all__ = ["Link", "link_for"]
 
@@ -43,11 +43,16 @@ class Link:
         self._tx_busy = 0.0
         self._rx_busy = 0.0
 
-    def reserve(self, now: float, seconds: float, sends: bool, receives: bool) -> tuple[float, float]:
-        """Queue an op of ``seconds`` issued at ``now`` on the sides it uses; return its (start, done)."""
+    def reserve(self, now: float, seconds: float | Callable[[float], float], sends: bool,
+                receives: bool) -> tuple[float, float]:
+        """Queue an op issued at ``now`` on the sides it uses; return its (start, done).
+
+        ``seconds`` is its modelled time, or (a network that changes) a function
+        of the instant it starts at, which only the queue knows.
+        """
         with self._lock:
             start = max(now, self._tx_busy if sends else now, self._rx_busy if receives else now)
-            done = start + seconds
+            done = start + (seconds(start) if callable(seconds) else seconds)
             if sends:
                 self._tx_busy = done
             if receives:

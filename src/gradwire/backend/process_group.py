@@ -100,6 +100,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         global_ranks: Sequence[int],
         group_id: str,
         model: NetworkModel,
+        origin: float = 0.0,
     ) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lacks the (rank, size) constructor
         from torch.distributed.distributed_c10d import ProcessGroupGloo
@@ -112,6 +113,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         #: torch names every group (``setGroupName``); functional collectives find it by that name
         self._group_name = group_id
         self._model = model
+        #: the clock's time at t = 0 of the network's schedule (the default group's creation)
+        self._origin = origin
         self._virtual = model.spec.clock == "virtual"
         #: the ``local`` network: ops answered from this rank's data, no inner op runs (local.py)
         self._local = model.spec.is_local
@@ -265,6 +268,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
         sends, receives = (src == me, dst == me) if op == "send" else (True, True)
+        cause = ""
         with self._lock:
             seq = self._seq
             self._seq += 1
@@ -272,9 +276,14 @@ class GradwireProcessGroup(dist.ProcessGroup):
             # a full-duplex NIC: a send holds the transmit side, a recv the
             # receive side, a collective both; groups of the same ranks share it
             now = CLOCK.now()
-            start, done = self._link.reserve(now, cost.seconds, sends, receives)
+            if self._model.schedule is None:
+                start, done = self._link.reserve(now, cost.seconds, sends, receives)
+            else:  # a network that changes: priced on the conditions from the instant the queue lets it start
+                start, done = self._link.reserve(now, lambda at: self._price_at(op, nbytes, seq, src, dst, at),
+                                                 sends, receives)
+                cause = self._outage_in(start, done)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
-                      cost.seconds, now, start, done)
+                      done - start, now, start, done)
         try:
             work = start_inner(inner)
         except RuntimeError as exc:
@@ -282,7 +291,31 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if new is exc:
                 raise
             raise new from exc
-        return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of)
+        return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of,
+                           cause)
+
+    def _price_at(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None, at: float) -> float:
+        """Modelled seconds of an op that starts at ``at`` (the clock's time) on the network's schedule.
+
+        Past the group's timeout the op cannot end in time: it is priced just
+        beyond it, so that it fails as gloo's would, at the timeout.
+        """
+        horizon = self._timeout_s if math.isfinite(self._timeout_s) else 24 * 3600.0
+        seconds = self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst,
+                                   start=at - self._origin, horizon=horizon).seconds
+        return seconds if math.isfinite(seconds) else horizon * 2 + 1.0
+
+    def _outage_in(self, start: float, done: float) -> str:
+        """Words for an outage of the schedule that the op from ``start`` to ``done`` meets ("" if none)."""
+        assert self._model.schedule is not None
+        t, end = start - self._origin, min(done, start + self._timeout_s) - self._origin
+        while t < end:
+            cond, change = self._model.condition(t)
+            if cond.down:
+                return (f"the simulated link is down from {t:.3f} s to {change:.3f} s of the network's schedule "
+                        f"(t = 0 when the default group was created)")
+            t = change
+        return ""
 
     def _answer_locally(self, op: str, nbytes: int, answer: Callable[[], Any], opts: Any) -> GradwireWork:
         """The ``local`` network's op: answered now from this rank's data, counted with 0 s and 0 wire bytes."""
@@ -297,10 +330,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._track(event, 0, work, None, "local", opts, None)
 
     def _track(self, event: Event, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
-               source_of: Callable[[], int] | None) -> GradwireWork:
+               source_of: Callable[[], int] | None, cause: str = "") -> GradwireWork:
         """The Work of a launched op: completes when its inner work and the modelled time are done."""
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
-        pending = Pending(event, sent, work, post, self._virtual, backend, timeout)
+        pending = Pending(event, sent, work, post, self._virtual, backend, timeout, cause)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
         result = GradwireWork(pending, event.op, source_of)

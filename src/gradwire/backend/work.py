@@ -91,11 +91,11 @@ class Pending:
     timeout) is not held up until the op ends.
     """
 
-    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "backend", "timeout", "source", "future", "lock",
-                 "inline", "finished", "value", "error")
+    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "backend", "timeout", "cause", "source", "future",
+                 "lock", "inline", "finished", "value", "error")
 
     def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
-                 backend: str, timeout: float) -> None:
+                 backend: str, timeout: float, cause: str = "") -> None:
         self.event = event
         self.sent_bytes = sent_bytes
         self.inner = inner
@@ -104,6 +104,8 @@ class Pending:
         self.backend = backend
         #: seconds from issue after which the op fails (the group's or the op's timeout)
         self.timeout = timeout
+        #: what on the network holds the op up, in words (an outage of the schedule), for its timeout's message
+        self.cause = cause
         self.source: Future | None = None
         self.future: Future | None = None
         self.lock = threading.Lock()
@@ -253,7 +255,8 @@ class Pending:
         behind = f" after {queued:.3f} s queued behind earlier ops" if queued > 5e-4 else ""
         return dist.DistBackendError(
             f"gradwire: {e.op} of {e.payload_bytes} bytes (group {e.group}, seq {e.seq}) timed out: the simulated "
-            f"network needs {e.model_seconds:.3f} s for it{behind}, past the timeout of {self.timeout:g} s "
+            f"network needs {e.model_seconds:.3f} s for it{behind}"
+            f"{' (' + self.cause + ')' if self.cause else ''}, past the timeout of {self.timeout:g} s "
             f"(Timeout(ms)={round(self.timeout * 1000)}). Pass a longer timeout to init_process_group or "
             f"new_group, or simulate a faster network."
         )

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import gradwire
+from gradwire.backend import condition_events
 from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
 from gradwire.profile.steps import HookRecorder, steps
@@ -147,7 +148,7 @@ class ProfileSession:
             self.result.hooks = hooks.hooks
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
-            self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events(), torch_trace)))
+            self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events() + condition_events(), torch_trace)))
         return self.result
 
 

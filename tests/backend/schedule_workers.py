@@ -1,0 +1,79 @@
+"""Rank functions for networks that change: ops timed against the model of the condition they ran in."""
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+
+def _init(rank: int, world: int, net: str, timeout_s: float) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import gradwire
+
+    torch.set_num_threads(1)
+    gradwire.configure(net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def ops_across_a_drop(rank: int, world: int, net: str, nbytes: int, seconds: float) -> list[tuple[float, float]]:
+    """Blocking all_reduces back to back for about ``seconds``: each op's (start on the schedule, seconds taken).
+
+    Every rank runs the same number of ops (one that stopped on its own clock would leave its peer's last
+    collective unmatched): as many as the model fits into ``seconds``, with 2 ms of host time per op.
+    """
+    import torch
+    import torch.distributed as dist
+
+    import gradwire.backend as backend
+    from gradwire.net import NetworkModel
+
+    model, t, count = NetworkModel(net, world), 0.0, 0
+    while t < seconds:
+        t += model.cost("all_reduce", nbytes, start=t).seconds + 0.002
+        count += 1
+    _init(rank, world, net, 60)
+    buf = torch.ones(nbytes // 4)
+    out = []
+    origin = backend._origin
+    for _ in range(count):
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        out.append((t0 - origin, time.perf_counter() - t0))
+    return out
+
+
+def ddp_through_an_outage(rank: int, world: int, net: str, steps: int, timeout_s: float) -> dict[str, Any]:
+    """A few DDP steps of a small model; each step's seconds and the final parameters (or the error)."""
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import gradwire.backend as backend
+
+    _init(rank, world, net, timeout_s)
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(rank)
+    times: list[float] = []
+    starts: list[float] = []
+    began = time.perf_counter()  # when the work that may fail began: DDP's construction, then each step
+    try:
+        model = DDP(nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 8)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(steps):
+            x = torch.randn(16, 64, generator=gen)
+            t0 = began = time.perf_counter()
+            starts.append(t0 - backend._origin)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), x[:, :8]).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            time.sleep(0.1)  # the step's other work
+    except Exception as exc:  # noqa: BLE001 - the test reads what every rank raised, and when
+        now = time.perf_counter()
+        failed = [e for e in backend.events() if e.error]
+        issued = failed[0].issued if failed else began  # the op that timed out
+        return {"error": f"{type(exc).__name__}: {exc}", "raised_after": now - issued, "times": times,
+                "starts": starts}
+    return {"times": times, "starts": starts, "params": [p.detach().clone() for p in model.parameters()]}

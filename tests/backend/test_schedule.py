@@ -1,0 +1,70 @@
+"""The realtime backend on a network that changes: each op takes what the model of its conditions says,
+an outage holds a training's step and it goes on, an outage past the timeout fails every rank."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from gradwire.launch import spawn
+from gradwire.net import NetworkModel
+
+from . import schedule_workers as w
+
+#: slow enough that the modelled time dominates the real collective on a loaded 2-core host
+DROP = "bandwidth=200mbit,latency=1ms,drop=20mbit:for=1.5s:at=1s"
+
+
+@pytest.mark.slow
+def test_each_op_takes_the_time_of_the_conditions_it_met() -> None:
+    nbytes = 1 << 20
+    got = spawn(w.ops_across_a_drop, 2, (DROP, nbytes, 3.5), timeout=90)[0]
+    model = NetworkModel(DROP, 2)
+    crossing = 0
+    for start, seconds in got[1:]:  # the first op also waits for the peer's first call
+        expected = model.cost("all_reduce", nbytes, start=start).seconds
+        static = model.cost("all_reduce", nbytes, start=0.0).seconds
+        if 1.0 - expected < start < 2.5:
+            crossing += start < 1.0 or start + expected > 2.5
+        # the op ends at max(model, real collective), and its start is read a little after issue
+        assert expected * 0.95 - 0.01 <= seconds <= expected * 1.05 + 0.02, (start, seconds, expected, static)
+    slow = [s for t, s in got if 1.1 < t < 2.3]
+    assert slow and min(slow) > 5 * model.cost("all_reduce", nbytes, start=0.0).seconds
+    assert crossing >= 1  # an op that ran across a change was priced piecewise and still matched
+
+
+@pytest.mark.slow
+def test_an_outage_holds_the_step_and_training_goes_on() -> None:
+    base = "bandwidth=1gbit,latency=100us"
+    plain = spawn(w.ddp_through_an_outage, 2, (base, 40, 30.0), timeout=90)
+    # an outage of 1 s in every 3 s: the training meets some wherever its first step falls on a loaded host
+    held = spawn(w.ddp_through_an_outage, 2, (base + ",outage=1s:at=1s:every=3s", 40, 30.0), timeout=90)
+
+    def down(t: float) -> bool:
+        return t >= 1.0 and (t - 1.0) % 3.0 < 1.0
+
+    for a, b in zip(plain, held):
+        assert "error" not in b, b.get("error")
+        for x, y in zip(a["params"], b["params"]):
+            assert torch.equal(x, y)  # the outage changes when, never what
+        # a step that starts in an outage waits for its end (its collectives cannot start before), within 0.2 s
+        met = [(s, t) for s, t in zip(b["starts"], b["times"]) if down(s + 0.01)]
+        assert met, "the training met no outage"
+        for s, t in met:
+            left = 1.0 - ((s - 1.0) % 3.0)
+            assert t >= left - 0.05, (s, t, left)
+        clear = sorted(t for s, t in zip(b["starts"], b["times"]) if not any(down(s + d / 10) for d in range(11)))
+        assert clear and clear[len(clear) // 2] < 0.1
+
+
+@pytest.mark.slow
+def test_an_outage_past_the_timeout_fails_every_rank_at_the_timeout() -> None:
+    t0 = time.perf_counter()
+    outs = spawn(w.ddp_through_an_outage, 2, ("bandwidth=1gbit,latency=100us,outage=20s:at=1s", 30, 2.0),
+                 timeout=60)
+    for out in outs:
+        assert "DistBackendError" in out["error"] and "down from" in out["error"], out["error"]
+        # every rank raises within 1 s of its op's timeout (2 s after the work that met the outage began)
+        assert 2.0 - 0.05 <= out["raised_after"] <= 3.0, out["raised_after"]
+    assert time.perf_counter() - t0 < 30
