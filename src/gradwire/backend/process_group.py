@@ -21,6 +21,9 @@ is *when* the op completes:
    the modelled time (realtime clock, via the completer thread) or at once,
    moving the simulated clock (virtual clock). The caller's thread never sleeps.
 
+On the ``local`` network none of this runs: each op is answered at once from
+the rank's own data (``local.py``), at 0 s and 0 bytes on the wire.
+
 Traps:
 - Ranks price ops independently and identically: the modelled time is a pure
   function of (op, bytes, group, seq, spec), and jitter is drawn from
