@@ -20,12 +20,15 @@ is replaced by the seed (every run also gets ``GRADWIRE_SEED``). The script's
 ``gradwire.report(step=..., name=value)`` calls give the table its metric;
 without them it shows the training loss gradwire saw.
 
-Ctrl-C stops it with one line: the trainings that finished are kept in
+Ctrl-C (or SIGTERM, SIGHUP) stops it with one line: every process of the
+training in flight is stopped, in whatever session it runs (torchrun's
+workers, their DataLoader workers), the trainings that finished are kept in
 ``results.json``, the runs that did not finish are marked ``"finished": false``.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,6 +205,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.processes import Stopped
     from gradwire.compare.report import why
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TrainingEvent
@@ -227,10 +231,12 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
                 progress.advance(task, 1 + t.dropped)
 
             results = start(done)
-    except KeyboardInterrupt:
-        print(f"gradwire compare: interrupted; {trained[0]} of {total} trainings finished and kept in "
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
-        return 130
+        return 128 + signum
     rows = rows_of(results)
     print_table(rows, target)
     results.rows = rows

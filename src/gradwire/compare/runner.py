@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
+from gradwire.compare.processes import signals_stop
 from gradwire.compare.results import FAILED, NOT_FINISHED, OK, Curve, Results, Run, SeedResult, TrainingEvent
 from gradwire.net import parse_spec
 from gradwire.overlap import parse_strategy
@@ -210,39 +211,40 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None]
         if on_training is not None:
             on_training(event)
 
-    try:
-        for trainings in schedule(cfg):
-            pending = trainings
-            while pending:
-                finished: set[int] = set()
+    with signals_stop():  # SIGTERM and SIGHUP as Ctrl-C: spawn stops its ranks on the way out
+        try:
+            for trainings in schedule(cfg):
+                pending = trainings
+                while pending:
+                    finished: set[int] = set()
 
-                def done(t: Training, ranks: list[SeedResult]) -> None:
-                    finished.add(t.index)
-                    run = runs[t.run]
-                    run.seeds.append(ranks[0])
-                    run.seconds += ranks[0].seconds
-                    run.ranks_agree = bool(run.ranks_agree) and _agree(ranks)
-                    if len(run.seeds) == len(cfg.seeds):
-                        run.status, run.error = OK, ""
-                    else:
-                        run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
-                    tell(TrainingEvent(t.strategy, t.net, t.config.seed, OK, ranks[0].seconds))
+                    def done(t: Training, ranks: list[SeedResult]) -> None:
+                        finished.add(t.index)
+                        run = runs[t.run]
+                        run.seeds.append(ranks[0])
+                        run.seconds += ranks[0].seconds
+                        run.ranks_agree = bool(run.ranks_agree) and _agree(ranks)
+                        if len(run.seeds) == len(cfg.seeds):
+                            run.status, run.error = OK, ""
+                        else:
+                            run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
+                        tell(TrainingEvent(t.strategy, t.net, t.config.seed, OK, ranks[0].seconds))
 
-                error = _run_set(cfg, pending, done)
-                if error is None or len(finished) == len(pending):
-                    break
-                failed = next(t for t in pending if t.index not in finished)
-                left = [t for t in pending if t.index not in finished and t is not failed]
-                pending = [t for t in left if t.run != failed.run]
-                runs[failed.run].status, runs[failed.run].error = FAILED, error
-                tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, FAILED, 0.0, error,
-                                   dropped=len(left) - len(pending)))
-    except KeyboardInterrupt:
-        # Ctrl-C: keep every finished training, say which runs did not finish, then stop.
-        for run in runs.values():
-            if not run.finished:
-                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
-        results.interrupted = True
-        results.save(path)
-        raise
+                    error = _run_set(cfg, pending, done)
+                    if error is None or len(finished) == len(pending):
+                        break
+                    failed = next(t for t in pending if t.index not in finished)
+                    left = [t for t in pending if t.index not in finished and t is not failed]
+                    pending = [t for t in left if t.run != failed.run]
+                    runs[failed.run].status, runs[failed.run].error = FAILED, error
+                    tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, FAILED, 0.0, error,
+                                       dropped=len(left) - len(pending)))
+        except KeyboardInterrupt:
+            # Ctrl-C: keep every finished training, say which runs did not finish, then stop.
+            for run in runs.values():
+                if not run.finished:
+                    run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
+            results.interrupted = True
+            results.save(path)
+            raise
     return results

@@ -52,6 +52,7 @@ import signal
 import statistics
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +61,7 @@ from gradwire._files import keep_previous
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named
+from gradwire.compare.processes import ProcessTree, deferred_signals, signals_stop, subreaper
 from gradwire.compare.results import (
     FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
 )
@@ -81,6 +83,9 @@ ERROR_LINES = 30
 
 #: the message gloo's teardown leaves when it aborts a finished process
 TEARDOWN_ABORT = "terminate called without an active exception"
+
+#: how a training stopped at its timeout is said (its error's first line follows "exit code N (")
+TIMED_OUT_PREFIX = "timed out after"
 
 
 @dataclass(frozen=True)
@@ -160,20 +165,20 @@ def _runs(cfg: ScriptConfig) -> list[tuple[str, str]]:
 
 @dataclass
 class _Launched:
-    """The processes of one training."""
+    """The processes of one training: the ones started and all they start (:mod:`gradwire.compare.processes`)."""
 
-    procs: list[subprocess.Popen]
+    tree: ProcessTree
     started: float
+    ended: float = 0.0
+    """when the last process exited or was told to stop"""
+
+    @property
+    def procs(self) -> list[subprocess.Popen[bytes]]:
+        return self.tree.roots
 
     def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            p.wait()
+        """Stop every process of the training, in whatever session, and reap them."""
+        self.tree.stop()
 
 
 def _launch(cfg: ScriptConfig, cmd: list[str], env: dict[str, str], folder: Path) -> _Launched:
@@ -181,45 +186,59 @@ def _launch(cfg: ScriptConfig, cmd: list[str], env: dict[str, str], folder: Path
 
     stdout = (folder / "stdout.log").open("wb")
     stderr = (folder / "stderr.log").open("wb")
-    procs = []
+    tree = ProcessTree()
     try:
         if cfg.workers is None:
             env = dict(env, PET_MASTER_PORT=str(free_port()))
-            procs.append(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
+            tree.add(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
         else:
             common = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(cfg.workers),
                           LOCAL_WORLD_SIZE=str(cfg.workers))
             common.setdefault("OMP_NUM_THREADS", "1")
             for rank in range(cfg.workers):
                 rank_env = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
-                procs.append(subprocess.Popen(cmd, env=rank_env, stdout=stdout, stderr=stderr,
-                                              start_new_session=True))
+                tree.add(subprocess.Popen(cmd, env=rank_env, stdout=stdout, stderr=stderr, start_new_session=True))
+    except BaseException:
+        tree.stop()  # the copies started before one could not be
+        raise
     finally:
         stdout.close()
         stderr.close()
-    return _Launched(procs, time.perf_counter())
+    return _Launched(tree, time.perf_counter())
 
 
 def _wait(launched: _Launched, timeout: float, grace: float = 10.0) -> tuple[int, str]:
-    """Wait for every process; (exit code, why it was stopped). The first non-zero code wins."""
+    """Wait for every process; (exit code, why it was stopped). The first non-zero code wins.
+
+    However it ends, every process the training started is stopped and
+    reaped before this returns: a rank's DataLoader workers, a torchrun
+    worker in its own session, what a finished script left running.
+    """
     deadline = launched.started + timeout
     failed_at: float | None = None
-    while True:
-        codes = [p.poll() for p in launched.procs]
-        if all(c is not None for c in codes):
-            bad = [c for c in codes if c]
-            return (bad[0] if bad else 0), ""
-        now = time.perf_counter()
-        if failed_at is None and any(c for c in codes if c is not None):
-            failed_at = now  # a rank failed: its peers may wait in a collective for it
-        if failed_at is not None and now - failed_at > grace:
+    watched = 0.0
+    try:
+        while True:
+            codes = [p.poll() for p in launched.procs]
+            if all(c is not None for c in codes):
+                bad = [c for c in codes if c]
+                return (bad[0] if bad else 0), ""
+            now = time.perf_counter()
+            if now - watched > 0.5:  # remember the tree while its parents live (processes module doc)
+                launched.tree.watch()
+                watched = now
+            if failed_at is None and any(c for c in codes if c is not None):
+                failed_at = now  # a rank failed: its peers may wait in a collective for it
+            if failed_at is not None and now - failed_at > grace:
+                bad = [c for c in codes if c]
+                return bad[0], "the other ranks were stopped after one failed"
+            if now > deadline:
+                return -signal.SIGKILL, f"{TIMED_OUT_PREFIX} {timeout:.0f} s"
+            time.sleep(0.05)
+    finally:
+        launched.ended = time.perf_counter()
+        with deferred_signals():
             launched.kill()
-            bad = [c for c in codes if c]
-            return bad[0], "the other ranks were stopped after one failed"
-        if now > deadline:
-            launched.kill()
-            return -signal.SIGKILL, f"stopped: it ran past --timeout ({timeout:.0f} s)"
-        time.sleep(0.05)
 
 
 def _tail(path: Path, lines: int = ERROR_LINES) -> str:
@@ -342,9 +361,14 @@ def _command(cfg: ScriptConfig, seed: int) -> list[str]:
 def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
     """Run the script under every (net, strategy) and seed, plus compute-only; save results.json as trainings end.
 
+    While it runs, this process is a child subreaper (:mod:`gradwire.compare.processes`)
+    and SIGTERM or SIGHUP stop it as Ctrl-C does.
+
     Raises:
-        KeyboardInterrupt: after stopping the training in flight and saving
-            results.json with the unfinished runs marked ``not finished``.
+        KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
+            SIGTERM or SIGHUP) after stopping every process of the training in
+            flight and saving results.json with the unfinished runs marked
+            ``not finished``.
     """
     from gradwire.profile.bootstrap import child_env
 
@@ -359,48 +383,52 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
     results.save(path)
     nets = dict(zip(cfg.net_names, cfg.nets))
     launched: _Launched | None = None
-    try:
-        for index, (net, strategy, seed) in enumerate(rotation(list(runs), cfg.seeds)):
-            run = runs[(net, strategy)]
-            if run.finished:  # refused, not applied or failed on an earlier seed
-                continue
-            folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
-            folder.mkdir(parents=True, exist_ok=True)
-            name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
-            env = child_env(spec, folder, after_init=child.__name__)
-            env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
-            try:
-                launched = _launch(cfg, _command(cfg, seed), env, folder)
-            except OSError as exc:  # the program could not start at all
-                code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
-            else:
-                code, why = _wait(launched, cfg.timeout)
-                seconds = time.perf_counter() - launched.started
-                launched = None
-            status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
-            run.applied = run.applied or applied
-            dropped = 0
-            if status == OK:
-                assert seed_result is not None
-                run.seeds.append(seed_result)
-                run.seconds += seconds
-                if len(run.seeds) == len(cfg.seeds):
-                    run.status, run.error = OK, ""
+    with subreaper() as no_reaper, signals_stop():
+        if no_reaper:
+            warnings.warn(f"gradwire compare: {no_reaper}", RuntimeWarning, stacklevel=2)
+        try:
+            for index, (net, strategy, seed) in enumerate(rotation(list(runs), cfg.seeds)):
+                run = runs[(net, strategy)]
+                if run.finished:  # refused, not applied or failed on an earlier seed
+                    continue
+                folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
+                folder.mkdir(parents=True, exist_ok=True)
+                name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
+                env = child_env(spec, folder, after_init=child.__name__)
+                env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
+                try:
+                    launched = _launch(cfg, _command(cfg, seed), env, folder)
+                except OSError as exc:  # the program could not start at all
+                    code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
                 else:
-                    run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
-            else:
-                dropped = len(cfg.seeds) - len(run.seeds) - 1
-                run.status, run.error = status, error
+                    code, why = _wait(launched, cfg.timeout)
+                    seconds = launched.ended - launched.started
+                    launched = None
+                status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
+                run.applied = run.applied or applied
+                dropped = 0
+                if status == OK:
+                    assert seed_result is not None
+                    run.seeds.append(seed_result)
+                    run.seconds += seconds
+                    if len(run.seeds) == len(cfg.seeds):
+                        run.status, run.error = OK, ""
+                    else:
+                        run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
+                else:
+                    dropped = len(cfg.seeds) - len(run.seeds) - 1
+                    run.status, run.error = status, error
+                results.save(path)
+                if on_training is not None:
+                    on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped))
+        except KeyboardInterrupt:
+            if launched is not None:
+                with deferred_signals():
+                    launched.kill()
+            for run in runs.values():
+                if not run.finished:
+                    run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
+            results.interrupted = True
             results.save(path)
-            if on_training is not None:
-                on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped))
-    except KeyboardInterrupt:
-        if launched is not None:
-            launched.kill()
-        for run in runs.values():
-            if not run.finished:
-                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
-        results.interrupted = True
-        results.save(path)
-        raise
+            raise
     return results
