@@ -78,7 +78,7 @@ def test_sigterm_stops_every_process_of_a_hung_torchrun_job(tmp_path):
     out = tmp_path / "cmp"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradwire.cli.main", "compare", "--strategies", "sync", "--timeout", "600",
-         "--out", str(out), "--", *hang_cmd(pids)],
+         "--out", str(out), "--", *hang_cmd(pids, "sync")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90

@@ -1,11 +1,12 @@
-"""A DDP script whose ranks hang inside a training step, each with a child in a session of its own.
+"""A DDP script whose ranks hang inside a training step under one strategy, each with a child in a session of its own.
 
-``hang_ddp.py PIDS [MARKER]``: every process it starts is written to the
+``hang_ddp.py PIDS STRATEGY``: every process it starts is written to the
 folder PIDS as a file named ``<pid>-<start time>`` (the launcher that
 started the rank too), first thing, so a test can check each by pid
 whatever happens later. The child stands for a DataLoader worker: it
-sleeps in a session of its own. With MARKER, only the first start hangs
-(it creates MARKER); a later one fails at once.
+sleeps in a session of its own. Under STRATEGY (``GRADWIRE_STRATEGY``, which
+is ``sync`` for compute-only too) a rank hangs between forward and backward;
+under any other it trains a few steps and ends.
 """
 import os
 import subprocess
@@ -21,19 +22,12 @@ def note(folder: str, pid: int) -> None:
 
 
 def main() -> None:
-    folder = sys.argv[1]
-    marker = sys.argv[2] if len(sys.argv) > 2 else None
-    launcher = str(os.getppid())  # the ranks of one start share their launcher (torchrun)
-    if marker and os.path.exists(marker):
-        with open(marker) as f:
-            if f.read() != launcher:
-                raise SystemExit("not the first start: failing at once")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-    for pid in (os.getpid(), os.getppid(), child.pid):
-        note(folder, pid)
-    if marker:
-        with open(marker, "w") as f:
-            f.write(launcher)
+    folder, hang_under = sys.argv[1], sys.argv[2]
+    hang = os.environ.get("GRADWIRE_STRATEGY") == hang_under
+    if hang:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        for pid in (os.getpid(), os.getppid(), child.pid):
+            note(folder, pid)
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -41,10 +35,14 @@ def main() -> None:
     dist.init_process_group("gloo")
     model = DDP(torch.nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss = model(torch.randn(4, 8)).sum()
-    time.sleep(600)  # hung between forward and backward, as a rank waiting on a dead peer would be
-    loss.backward()
-    opt.step()
+    for _ in range(4):
+        loss = model(torch.randn(4, 8)).square().mean()
+        if hang:
+            time.sleep(600)  # hung between forward and backward, as a rank waiting on a dead peer would be
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

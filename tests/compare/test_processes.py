@@ -39,26 +39,46 @@ def kill_noted(folder: Path) -> None:
     psutil.wait_procs(noted(folder), timeout=5)
 
 
-def hang_cmd(pids: Path, marker: Path | None = None) -> list[str]:
-    """torchrun, 2 ranks of hang_ddp.py; with ``marker`` only the first start hangs."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", HANG, str(pids),
-            *([str(marker)] if marker else [])]
+def hang_cmd(pids: Path, hang_under: str) -> list[str]:
+    """torchrun, 2 ranks of hang_ddp.py, hung under ``hang_under``."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", HANG, str(pids), hang_under]
+
+
+def test_the_default_time_limit_is_derived_from_the_baseline():
+    from gradwire.compare.script import FIRST_TIMEOUT, training_timeout
+
+    assert training_timeout(30.0, [1000.0]) == (30.0, "--timeout")  # given: as given
+    assert training_timeout(None, [])[0] == FIRST_TIMEOUT  # the baseline trains first, under the old cap
+    limit, rule = training_timeout(None, [20.0, 50.0])
+    assert limit == 200.0 and "4 x the baseline's 50 s, at least 120 s" in rule  # its slowest seed
+    assert training_timeout(None, [3.0])[0] == 120.0  # a floor for start-up and a loaded machine
 
 
 @pytest.mark.slow
-def test_a_timed_out_torchrun_job_leaves_no_process(tmp_path):
+def test_a_hung_torchrun_job_times_out_and_leaves_no_process(tmp_path, monkeypatch):
+    from gradwire.compare import script
+
+    monkeypatch.setattr(script, "TIMEOUT_FLOOR", 5.0)  # the rule as it is, on a short scale
+    monkeypatch.setattr(script, "TIMEOUT_FACTOR", 1.5)
     pids = tmp_path / "pids"
     pids.mkdir()
     out = tmp_path / "out"
     try:
-        # compute-only (the first training) hangs; sync, the second, fails at once
-        main(["compare", "--strategies", "sync", "--timeout", "20", "--out", str(out), "--",
-              *hang_cmd(pids, tmp_path / "marker")])
+        # compute-only and sync train; fp16 hangs and is stopped at 1.5 x sync's measured time (at least 5 s)
+        rc = main(["compare", "--strategies", "sync,fp16", "--out", str(out), "--", *hang_cmd(pids, "fp16")])
         assert len(os.listdir(pids)) == 5, os.listdir(pids)  # the launcher, 2 ranks and a child of each
         left = noted(pids)
         assert not left, [(p.pid, p.cmdline()) for p in left]
-        runs = {r["strategy"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
-        assert "timed out after 20 s" in runs["compute-only"]["error"]
-        assert runs["sync"]["error"].startswith("exit code 1")
     finally:
         kill_noted(pids)
+    assert rc == 1
+    saved = json.loads((out / "results.json").read_text())
+    runs = {r["strategy"]: r for r in saved["runs"]}
+    assert runs["compute-only"]["ok"] and runs["sync"]["ok"]
+    limit = max(5.0, 1.5 * runs["sync"]["seeds"][0]["seconds"])
+    fp16 = runs["fp16"]
+    assert fp16["status"] == "timed out" and not fp16["ok"] and fp16["finished"], fp16
+    assert fp16["error"].startswith(f"timed out after {limit:.0f} s (1.5 x the baseline's"), fp16["error"]
+    row = next(r for r in saved["rows"] if r["strategy"] == "fp16")
+    assert row["status"] == "timed out" and row["error"] == fp16["error"].splitlines()[0]
+    assert f"| fp16 | TIMED OUT |" in (out / "table.md").read_text()

@@ -66,7 +66,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=output_dir, default="gradwire-compare",
                    help="output folder, created if missing (default: %(default)s)")
     p.add_argument("--timeout", type=seconds, default=None,
-                   help="seconds one training may take (default: 900)")
+                   help="seconds one training may take; past it every process of the training is stopped and the "
+                        "row says 'timed out' (default, with a command: 900 for the baseline, which trains first, "
+                        "and compute-only before it, then max(120, 4 x the baseline's longest measured seed); "
+                        "bundled models: 900 per strategy)")
     models = p.add_argument_group("the bundled digits models (without a command)")
     models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
     models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
@@ -175,7 +178,7 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
     cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
-                       timeout=900.0 if args.timeout is None else args.timeout,
+                       timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
                        metric=args.metric)
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
@@ -206,9 +209,9 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
 
     from gradwire.compare import print_table, rows_of, to_markdown
     from gradwire.compare.processes import Stopped
-    from gradwire.compare.report import why
+    from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
-    from gradwire.compare.results import FAILED, TrainingEvent
+    from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
 
     console = Console(stderr=True)
     trained = [0]
@@ -223,9 +226,9 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
                 if t.ok:
                     status = "ok"
                 else:
-                    reason = why(t.error)[:120]
+                    said = reason(t.status, t.error)[:120]
                     dropped = f"; its {t.dropped} other seeds dropped" if t.dropped else ""
-                    status = f"{t.status.upper()}{dropped}: {reason}"
+                    status = f"{t.status.upper()}{dropped}: {said}"
                 line = f"  {t.strategy:<22} {t.net:<36} seed {t.seed}  {status} ({t.seconds:.0f} s)"
                 progress.console.print(escape(line))
                 progress.advance(task, 1 + t.dropped)
@@ -256,7 +259,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     plot_metric(results, plots[0])
     plot_breakdown(rows, plots[1])
     console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
-    failed = [r for r in results.runs if r.status == FAILED]
+    failed = [r for r in results.runs if r.status in (FAILED, TIMED_OUT)]
     for r in failed:
-        console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} failed:[/]\n{escape(r.error)}")
+        console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} {r.status}:[/]\n{escape(r.error)}")
     return 1 if failed else 0

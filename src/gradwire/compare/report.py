@@ -47,9 +47,9 @@ from dataclasses import replace
 from typing import Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.results import OK, Results, Row, Run
+from gradwire.compare.results import OK, TIMED_OUT, Results, Row, Run
 
-__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict", "why"]
+__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "reason", "to_markdown", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -74,8 +74,15 @@ def metric_name(results: Results) -> str:
     return TRAIN_LOSS
 
 
+def reason(status: str, error: str) -> str:
+    """The line a table or a progress line gives a run that is not ok: a time limit's own line, else :func:`why`."""
+    if status == TIMED_OUT:
+        return error.splitlines()[0] if error else "timed out"
+    return why(error)
+
+
 def _error_line(run: Run) -> str:
-    return why(run.error)
+    return reason(run.status, run.error)
 
 
 def why(error: str) -> str:

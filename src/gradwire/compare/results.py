@@ -10,8 +10,10 @@ gradwire, and :meth:`Results.from_json` reads it back.
 A run's ``status``:
 
 - ``ok``: every seed trained;
-- ``failed``: a training raised, timed out, or the command failed (``error``
-  holds its own error text);
+- ``failed``: a training raised or the command failed (``error`` holds its
+  own error text);
+- ``timed out``: a training ran past its time limit and was stopped
+  (``error`` says after how many seconds, and the rule that set them);
 - ``refused``: the strategy cannot be applied to this script (``error`` says
   why); nothing was trained under it;
 - ``not applied``: the script never built a DDP model, so the strategy had
@@ -28,10 +30,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "Curve", "Results", "Run", "SeedResult",
+__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "Curve", "Results", "Run", "SeedResult",
            "TrainingEvent"]
 
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
+TIMED_OUT = "timed out"
 
 
 class _Status:

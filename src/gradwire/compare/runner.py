@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
 from gradwire.compare.processes import signals_stop
-from gradwire.compare.results import FAILED, NOT_FINISHED, OK, Curve, Results, Run, SeedResult, TrainingEvent
+from gradwire.compare.results import FAILED, NOT_FINISHED, OK, TIMED_OUT, Curve, Results, Run, SeedResult, TrainingEvent
 from gradwire.net import parse_spec
 from gradwire.overlap import parse_strategy
 
@@ -157,10 +157,11 @@ def _agree(ranks: list[SeedResult]) -> bool:
 
 
 def _run_set(cfg: CompareConfig, trainings: list[Training],
-             on_done: Callable[[Training, list[SeedResult]], None]) -> str | None:
+             on_done: Callable[[Training, list[SeedResult]], None]) -> tuple[str, str] | None:
     """Run ``trainings`` in one set of fresh processes; ``on_done`` each as all its ranks report.
 
-    Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
+    Returns None, or (status, error) of what stopped the set: ``failed`` with
+    a rank's traceback, or ``timed out``.
     """
     from gradwire.launch import RankError, spawn
     from gradwire.train.loop import CPU_ONLY
@@ -175,10 +176,13 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
             on_done(by_index[index], [parts[index][r] for r in range(cfg.workers)])
 
     runs = len({t.run for t in trainings})
+    limit = cfg.timeout * runs
     try:
-        spawn(_ranks, cfg.workers, (trainings,), timeout=cfg.timeout * runs, on_report=arrived, env=CPU_ONLY)
-    except (RankError, TimeoutError) as exc:
-        return str(exc)
+        spawn(_ranks, cfg.workers, (trainings,), timeout=limit, on_report=arrived, env=CPU_ONLY)
+    except RankError as exc:
+        return FAILED, str(exc)
+    except TimeoutError as exc:
+        return TIMED_OUT, f"timed out after {limit:.0f} s ({runs} runs x --timeout {cfg.timeout:.0f} s): {exc}"
     return None
 
 
@@ -230,14 +234,15 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None]
                             run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
                         tell(TrainingEvent(t.strategy, t.net, t.config.seed, OK, ranks[0].seconds))
 
-                    error = _run_set(cfg, pending, done)
-                    if error is None or len(finished) == len(pending):
+                    stopped = _run_set(cfg, pending, done)
+                    if stopped is None or len(finished) == len(pending):
                         break
+                    status, error = stopped
                     failed = next(t for t in pending if t.index not in finished)
                     left = [t for t in pending if t.index not in finished and t is not failed]
                     pending = [t for t in left if t.run != failed.run]
-                    runs[failed.run].status, runs[failed.run].error = FAILED, error
-                    tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, FAILED, 0.0, error,
+                    runs[failed.run].status, runs[failed.run].error = status, error
+                    tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, status, 0.0, error,
                                        dropped=len(left) - len(pending)))
         except KeyboardInterrupt:
             # Ctrl-C: keep every finished training, say which runs did not finish, then stop.

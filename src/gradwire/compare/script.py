@@ -29,9 +29,13 @@ Outcome of a training (:mod:`gradwire.compare.results`):
   ``status.rank<N>.json``, written before the refusal was raised); a script
   that never built a DDP model is ``not applied`` for every strategy but
   ``sync`` (and compute-only), which are the script as written;
-- ``failed``: the command exited with an error, timed out, or wrote no
-  results; the error is the command's own stderr (its last lines), so a bad
-  path or a syntax error reads as Python wrote it;
+- ``timed out``: it ran past its limit (:func:`training_timeout`: by
+  default 900 s for the baseline, which trains first, then
+  ``max(120 s, 4 x`` the baseline's measured time``)``) and was stopped with
+  every process it started;
+- ``failed``: the command exited with an error or wrote no results; the
+  error is the command's own stderr (its last lines), so a bad path or a
+  syntax error reads as Python wrote it;
 - ``ok``: it exited 0, or every rank had written its results at
   ``destroy_process_group`` and only teardown failed (gloo now and then
   aborts a process after training: "terminate called without an active
@@ -63,14 +67,14 @@ from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATE
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named
 from gradwire.compare.processes import ProcessTree, deferred_signals, signals_stop, subreaper
 from gradwire.compare.results import (
-    FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
+    FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, TIMED_OUT, Curve, Results, Run, SeedResult, TrainingEvent,
 )
 from gradwire.compare.runner import rotation
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
-__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare"]
+__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare", "training_timeout"]
 
 #: baseline, gradwire's compressed exchange with and without overlap, PyTorch's hooks as peers
 DEFAULT_SCRIPT_STRATEGIES = ("sync", "onebit", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
@@ -84,8 +88,35 @@ ERROR_LINES = 30
 #: the message gloo's teardown leaves when it aborts a finished process
 TEARDOWN_ABORT = "terminate called without an active exception"
 
-#: how a training stopped at its timeout is said (its error's first line follows "exit code N (")
+#: how a training stopped at its time limit is said
 TIMED_OUT_PREFIX = "timed out after"
+
+#: the time limit of a training before the baseline has one measured (the baseline itself, compute-only before it)
+FIRST_TIMEOUT = 900.0
+#: the derived limit is at least this (seconds): process start-up and a loaded machine vary
+TIMEOUT_FLOOR = 120.0
+#: the derived limit is this many times the baseline's longest seed so far
+TIMEOUT_FACTOR = 4.0
+
+
+def training_timeout(given: float | None, baseline_seconds: list[float]) -> tuple[float, str]:
+    """(seconds one training may take, the rule that gave them, in words).
+
+    ``--timeout`` when given. Otherwise the baseline has not been measured
+    yet (it trains first, with compute-only before it: :data:`FIRST_TIMEOUT`)
+    or it has: ``max(TIMEOUT_FLOOR, TIMEOUT_FACTOR x`` its longest measured
+    seed), its wall time with process start-up. A strategy 4x slower than
+    the baseline (PowerSGD on CPU measured 2.1x) still finishes; a hung one
+    is stopped minutes, not a quarter of an hour, later.
+    """
+    if given is not None:
+        return given, "--timeout"
+    if not baseline_seconds:
+        return FIRST_TIMEOUT, "the limit before the baseline is measured"
+    slowest = max(baseline_seconds)
+    limit = max(TIMEOUT_FLOOR, TIMEOUT_FACTOR * slowest)
+    return limit, (f"{TIMEOUT_FACTOR:g} x the baseline's {slowest:.0f} s, at least {TIMEOUT_FLOOR:.0f} s; "
+                   "--timeout sets it")
 
 
 @dataclass(frozen=True)
@@ -102,8 +133,8 @@ class ScriptConfig(Named):
     workers: int | None = None
     """start this many copies of the command (``python train.py``); None: the command starts its ranks"""
     out: Path = field(default_factory=lambda: Path("gradwire-compare"))
-    timeout: float = 900.0
-    """seconds one training may take"""
+    timeout: float | None = None
+    """seconds one training may take; None: derived from the baseline's measured time (:func:`training_timeout`)"""
     adam_warmup: int = DEFAULT_ADAM_WARMUP
     """optimizer steps of full-precision Adam before the variance freezes (compressed strategies)"""
     metric: str | None = None
@@ -130,7 +161,7 @@ class ScriptConfig(Named):
             if launch_form(self.cmd) == "torchrun":
                 raise ValueError("--workers starts the ranks itself: give `python train.py ...` with it, or "
                                  "torchrun without it")
-        if not self.timeout > 0:
+        if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
         if self.adam_warmup < 1:
             raise ValueError(f"--adam-warmup must be >= 1 step (Adam needs a variance to freeze), got {self.adam_warmup}")
@@ -332,6 +363,8 @@ def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str
     world = compared[0]["world"] if compared else 0
     complete = bool(compared) and len(compared) == world
     clean_end = complete and all(c["ended"] == "destroy_process_group" for c in compared)
+    if why.startswith(TIMED_OUT_PREFIX):
+        return TIMED_OUT, f"{why}\n{stderr}".strip(), None, applied
     if code != 0 and not (clean_end and not why and (code in (-signal.SIGABRT, 128 + signal.SIGABRT) or
                                                      TEARDOWN_ABORT in stderr)):
         head = f"exit code {code}" + (f" ({why})" if why else "")
@@ -401,7 +434,11 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
                 except OSError as exc:  # the program could not start at all
                     code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
                 else:
-                    code, why = _wait(launched, cfg.timeout)
+                    base = runs[(net if strategy != COMPUTE_ONLY else cfg.net_names[0], cfg.strategy_names[0])]
+                    limit, rule = training_timeout(cfg.timeout, [r.seconds for r in base.seeds])
+                    code, why = _wait(launched, limit)
+                    if why.startswith(TIMED_OUT_PREFIX):
+                        why += f" ({rule})"
                     seconds = launched.ended - launched.started
                     launched = None
                 status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
