@@ -166,3 +166,33 @@ def test_launch_forms_and_config_checks():
         ScriptConfig(cmd=("python", "t.py"), strategies=("sync", "sync"))
     with pytest.raises(ValueError, match="--adam-warmup must be >= 1"):
         ScriptConfig(cmd=("python", "t.py"), adam_warmup=0)
+
+
+def test_a_checkpoint_written_in_the_working_directory_is_moved_not_resumed_from(tmp_path, monkeypatch):
+    """PyTorch's DDP tutorial saves snapshot.pt where it runs and resumes from it: each training must start afresh."""
+    import torch
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.txt").write_text("the user's")
+    monkeypatch.chdir(work)
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot")
+    assert [r["status"] for r in res["runs"]] == [OK, OK], [r["error"] for r in res["runs"]]
+    assert [r["seeds"][0]["steps"] for r in res["runs"]] == [4, 4]  # the second did not resume at step 5
+    assert sorted(p.name for p in work.iterdir()) == ["cmp", "data.txt"] and (work / "data.txt").read_text() == "the user's"
+    assert [(e["training"], e["moved"], e["modified"]) for e in res["workdir"]] == [
+        ("000-compute-only-seed0", ["snapshot.pt"], []), ("001-sync-seed0", ["snapshot.pt"], [])]
+    first = Path(res["workdir"][0]["into"]) / "snapshot.pt"
+    assert torch.load(first)["step"] == 4
+    # a snapshot already in the working directory (the user ran the script before): the first training
+    # resumes from it and writes it, the comparison stops there and says why; the file stays where it was
+    torch.save({"model": torch.load(first)["model"], "step": 2}, work / "snapshot.pt")
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot")
+    assert "000-compute-only-seed0 modified snapshot.pt" in res["stopped"] and "--allow-modified" in res["stopped"]
+    runs = {r["strategy"]: r for r in res["runs"]}
+    assert runs["compute-only"]["seeds"][0]["steps"] == 2  # resumed: what the comparison warns of
+    assert runs["sync"]["status"] == NOT_FINISHED and "stopped after 000-compute-only-seed0" in runs["sync"]["error"]
+    assert res["workdir"] == [{"training": "000-compute-only-seed0", "into": res["workdir"][0]["into"], "moved": [],
+                               "modified": ["snapshot.pt"], "removed": []}]
+    assert torch.load(work / "snapshot.pt")["step"] == 4 and (tmp_path / "work/cmp").is_dir()
+    assert len(list((tmp_path / "work/cmp").glob("previous-*/runs/000-compute-only-seed0/workdir/snapshot.pt"))) == 1

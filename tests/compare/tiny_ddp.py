@@ -2,8 +2,11 @@
 
 ``--optimizer sgd|nesterov|adamw`` picks what gradwire has to work with,
 ``--no-ddp`` trains without DDP, ``--report`` calls ``gradwire.report``.
+``--snapshot`` resumes from ``snapshot.pt`` in the working directory when it
+is there and saves it every 2 steps, as PyTorch's DDP tutorial does.
 """
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -18,6 +21,7 @@ def main() -> None:
     p.add_argument("--report", action="store_true")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--snapshot", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -29,7 +33,12 @@ def main() -> None:
     else:
         opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9, nesterov=args.optimizer == "nesterov")
     data = torch.Generator().manual_seed(100 * args.seed + rank)
-    for step in range(1, args.steps + 1):
+    first = 1
+    if args.snapshot and os.path.exists("snapshot.pt"):
+        saved = torch.load("snapshot.pt")
+        model.load_state_dict(saved["model"])
+        first = saved["step"] + 1
+    for step in range(first, args.steps + 1):
         x = torch.randn(16, 32, generator=data)
         loss = nn.functional.mse_loss(module(x), x[:, :4])
         opt.zero_grad()
@@ -39,6 +48,8 @@ def main() -> None:
             import gradwire
 
             gradwire.report(step=step, score=float(step) + args.seed)
+        if args.snapshot and rank == 0 and step % 2 == 0:
+            torch.save({"model": model.state_dict(), "step": step}, "snapshot.pt")
     dist.destroy_process_group()
 
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 #: options of the bundled models only, and of a command only (for the refusals)
 _MODEL_ONLY = ("model", "epochs", "batch_size", "lr", "target")
-_CMD_ONLY = ("adam_warmup", "metric")
+_CMD_ONLY = ("adam_warmup", "metric", "allow_modified")
 
 
 def add_parser(sub: Any) -> None:
@@ -87,6 +87,10 @@ def add_parser(sub: Any) -> None:
     script.add_argument("--metric", default=None,
                         help="the gradwire.report metric the table shows (default: the first one reported, "
                              "else the training loss gradwire saw)")
+    script.add_argument("--allow-modified", action="store_true", default=None,
+                        help="go on when a training modified or removed a file the working directory held before "
+                             "(default: stop there, as the next trainings could resume from it). What a training "
+                             "creates there is always moved into its folder, <out>/runs/<nnn>-.../workdir/")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -180,7 +184,7 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
                        timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
-                       metric=args.metric)
+                       metric=args.metric, allow_modified=bool(args.allow_modified))
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
     if world is not None and world > 1:
         for net in cfg.nets:
@@ -231,6 +235,8 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
                     status = f"{t.status.upper()}{dropped}: {said}"
                 line = f"  {t.strategy:<22} {t.net:<36} seed {t.seed}  {status} ({t.seconds:.0f} s)"
                 progress.console.print(escape(line))
+                if t.note:
+                    progress.console.print(escape(f"    {t.note}"))
                 progress.advance(task, 1 + t.dropped)
 
             results = start(done)
@@ -262,4 +268,6 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     failed = [r for r in results.runs if r.status in (FAILED, TIMED_OUT)]
     for r in failed:
         console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} {r.status}:[/]\n{escape(r.error)}")
-    return 1 if failed else 0
+    if results.stopped:
+        console.print(f"[red]gradwire compare stopped:[/] {escape(results.stopped)}")
+    return 1 if failed or results.stopped else 0

@@ -177,7 +177,10 @@ class Run(_Status):
 
 @dataclass(frozen=True)
 class TrainingEvent:
-    """One training ended (for progress lines): ``status`` as a run's; ``dropped`` seeds of the run won't run."""
+    """One training ended (for progress lines): ``status`` as a run's; ``dropped`` seeds of the run won't run.
+
+    ``note``: what else to say of it (the files it left in the working directory, moved).
+    """
 
     strategy: str
     net: str
@@ -186,6 +189,7 @@ class TrainingEvent:
     seconds: float
     error: str = ""
     dropped: int = 0
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -264,6 +268,11 @@ class Results:
     """the table's rows (:func:`gradwire.compare.report.rows_of`), filled by the CLI after the runs"""
     predicted: dict[str, Any] | None = None
     """the predicted speedup against bandwidth (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
+    workdir: list[dict[str, Any]] = field(default_factory=list)
+    """per training of a script: what it created in the working directory (``moved`` into its folder's
+    ``workdir/``), and what was there before that it ``modified`` or ``removed`` (:mod:`gradwire.compare.workdir`)"""
+    stopped: str = ""
+    """why the comparison stopped before its last training, when it did (not a Ctrl-C: see ``interrupted``)"""
 
     def run(self, net: str, strategy: str) -> Run:
         return next(r for r in self.runs if r.net == net and r.strategy == strategy)
@@ -276,6 +285,10 @@ class Results:
             d["rows"] = [r.as_dict() for r in self.rows]
         if self.predicted is not None:
             d["predicted"] = self.predicted
+        if self.workdir:
+            d["workdir"] = self.workdir
+        if self.stopped:
+            d["stopped"] = self.stopped
         return d
 
     def save(self, path: Path) -> None:
@@ -285,7 +298,8 @@ class Results:
     def from_json(cls, d: dict[str, Any]) -> Results:
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
-                   bool(d.get("interrupted", False)), rows, d.get("predicted"))
+                   bool(d.get("interrupted", False)), rows, d.get("predicted"), list(d.get("workdir", [])),
+                   d.get("stopped", ""))
 
 
 def _scalar(x: Any) -> bool:

@@ -43,7 +43,12 @@ Outcome of a training (:mod:`gradwire.compare.results`):
 
 A run that is not ``ok`` drops its remaining seeds; the other runs go on.
 Every training's files stay in ``<out>/runs/<nnn>-<strategy>-seed<k>/``:
-the ranks' results, ``stdout.log`` and ``stderr.log``.
+the ranks' results, ``stdout.log`` and ``stderr.log``, and in ``workdir/``
+what the training created in the working directory, moved there so that
+the next training starts from the directory the first one did; a training
+that modified or removed what the working directory held before stops the
+comparison (:mod:`gradwire.compare.workdir`). ``results.json`` lists both
+under ``workdir``.
 """
 from __future__ import annotations
 
@@ -70,6 +75,7 @@ from gradwire.compare.results import (
     FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, TIMED_OUT, Curve, Results, Run, SeedResult, TrainingEvent,
 )
 from gradwire.compare.runner import rotation
+from gradwire.compare.workdir import Changes, WorkDir
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
@@ -139,6 +145,9 @@ class ScriptConfig(Named):
     """optimizer steps of full-precision Adam before the variance freezes (compressed strategies)"""
     metric: str | None = None
     """the reported metric the table shows (None: the first the script reports, else the training loss)"""
+    allow_modified: bool = False
+    """go on when a training modified or removed a file the working directory held before the comparison
+    (:mod:`gradwire.compare.workdir`); by default the comparison stops there"""
 
     def __post_init__(self) -> None:
         if not self.cmd:
@@ -170,7 +179,7 @@ class ScriptConfig(Named):
         return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
                 "strategies": list(self.strategy_names), "seeds": list(self.seeds), "workers": self.workers,
                 "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
-                "metric": self.metric, "launch": launch_form(self.cmd)}
+                "metric": self.metric, "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
 
 
 def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
@@ -387,6 +396,41 @@ def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str
     return OK, "", _seed_result(seed, seconds, compared, code), applied
 
 
+def _collect(workdir: WorkDir, folder: Path, results: Results) -> Changes:
+    """Move what the training created in the working directory into its folder; note what it changed."""
+    found = workdir.collect(folder / "workdir")
+    if found.created or found.touched:
+        results.workdir.append({"training": folder.name, "into": str(folder / "workdir"), **found.as_dict()})
+    return found
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _moved_note(found: Changes) -> str:
+    """The progress line's word on the working directory: what was moved, what was changed."""
+    said = []
+    if found.created:
+        said.append(f"moved what it created in the working directory into its folder's workdir/: "
+                    f"{_listed(found.created)}")
+    if found.modified:
+        said.append(f"MODIFIED files that were there before: {_listed(found.modified)}")
+    if found.removed:
+        said.append(f"REMOVED files that were there before: {_listed(found.removed)}")
+    return "; ".join(said)
+
+
+def _touched_error(found: Changes, training: str, root: Path) -> str:
+    what = " and ".join(x for x in (f"modified {_listed(found.modified)}" if found.modified else "",
+                                    f"removed {_listed(found.removed)}" if found.removed else "") if x)
+    return (f"the training {training} {what} in the working directory {root}, which held them before the "
+            "comparison started: every training after it would start from another directory (a script that "
+            "resumes from a checkpoint there resumes from the previous training's), so the comparison stopped "
+            "here; the finished trainings are kept. Move those files out of the working directory (or have the "
+            "script write them elsewhere) and compare again, or give --allow-modified to go on regardless")
+
+
 def _command(cfg: ScriptConfig, seed: int) -> list[str]:
     return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
 
@@ -415,7 +459,9 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
     results = Results(cfg.as_dict(), datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
     results.save(path)
     nets = dict(zip(cfg.net_names, cfg.nets))
+    workdir = WorkDir(Path.cwd(), skip=(out,))
     launched: _Launched | None = None
+    folder: Path | None = None
     with subreaper() as no_reaper, signals_stop():
         if no_reaper:
             warnings.warn(f"gradwire compare: {no_reaper}", RuntimeWarning, stacklevel=2)
@@ -442,6 +488,8 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
                     seconds = launched.ended - launched.started
                     launched = None
                 status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
+                found = _collect(workdir, folder, results)
+                trained, folder = folder, None
                 run.applied = run.applied or applied
                 dropped = 0
                 if status == OK:
@@ -455,13 +503,23 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
                 else:
                     dropped = len(cfg.seeds) - len(run.seeds) - 1
                     run.status, run.error = status, error
+                touched = found.touched and not cfg.allow_modified
+                if touched:
+                    results.stopped = _touched_error(found, trained.name, workdir.root)
+                    for other in runs.values():
+                        if not other.finished:
+                            other.error = f"not run: the comparison stopped after {trained.name} (see \"stopped\")"
                 results.save(path)
                 if on_training is not None:
-                    on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped))
+                    on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped, _moved_note(found)))
+                if touched:
+                    break
         except KeyboardInterrupt:
-            if launched is not None:
-                with deferred_signals():
+            with deferred_signals():
+                if launched is not None:
                     launched.kill()
+                if folder is not None:
+                    _collect(workdir, folder, results)
             for run in runs.values():
                 if not run.finished:
                     run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
