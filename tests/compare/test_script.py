@@ -82,8 +82,8 @@ def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int |
 
 
 def test_a_script_under_strategies_table_json_plots(tmp_path):
-    res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--steps", "8",
-                   "--seed", "{seed}", seeds=1)
+    res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--val", "--steps",
+                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1)
     runs = {r["strategy"]: r for r in res["runs"]}
     assert res["config"]["mode"] == "script" and res["config"]["workers"] == 2
     assert [r["status"] for r in res["runs"]] == [OK] * 4, [r["error"] for r in res["runs"]]
@@ -96,12 +96,18 @@ def test_a_script_under_strategies_table_json_plots(tmp_path):
         assert seed["curves"]["score"]["steps"] == [2, 4, 6, 8] and "train_loss" in seed["metrics"]
         assert seed["detail"]["ended"] == ["destroy_process_group"] * 2
     rows = {r["strategy"]: r for r in res["rows"]}
-    assert rows["sync"]["metric"] == "score" and rows["sync"]["unit"] == "step"
+    assert rows["sync"]["metric"] == "val_loss" and rows["sync"]["unit"] == "step"
+    # the training that climbed its loss ran to the end ("ok" as a run), but its row is not sound
+    assert [rows[s]["status"] for s in ("compute-only", "sync", "onebit")] == [OK] * 3
+    bad = rows["onebit+delayed"]
+    assert bad["status"] == "unsound" and "clearly worse than sync's" in bad["error"], bad
+    assert "Faster but UNSOUND" in (tmp_path / "ok" / "table.md").read_text() or "UNSOUND: onebit+delayed" in (
+        tmp_path / "ok" / "table.md").read_text()
     # one compressed bucket of 2372 elements per step, after the uncompressed first step
     assert rows["onebit"]["reduction"] > 3 and rows["onebit+delayed"]["reduction"] > 3
     for name in ("table.md", "metric.png", "breakdown.png"):
         assert (tmp_path / "ok" / name).stat().st_size > 0
-    assert "gradwire.report(score=...)" in (tmp_path / "ok" / "table.md").read_text()
+    assert "gradwire.report(val_loss=...)" in (tmp_path / "ok" / "table.md").read_text()
 
 
 def test_refused_and_not_applied_runs_are_reported_not_trained(tmp_path):

@@ -30,11 +30,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "Curve", "Results", "Run", "SeedResult",
+__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "UNSOUND", "Curve", "Results", "Run", "SeedResult",
            "TrainingEvent"]
 
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
 TIMED_OUT = "timed out"
+#: a row (never a run) whose final metric is clearly worse than the baseline's (:mod:`gradwire.compare.report`)
+UNSOUND = "unsound"
 
 
 class _Status:
