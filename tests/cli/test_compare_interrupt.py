@@ -76,10 +76,11 @@ def test_sigterm_stops_every_process_of_a_hung_torchrun_job(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
     out = tmp_path / "cmp"
+    (tmp_path / "cwd").mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradwire.cli.main", "compare", "--strategies", "sync", "--timeout", "600",
          "--out", str(out), "--", *hang_cmd(pids, "sync")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path / "cwd")
     try:
         deadline = time.monotonic() + 90
         while len(os.listdir(pids)) < 5 and time.monotonic() < deadline and proc.poll() is None:
@@ -90,6 +91,7 @@ def test_sigterm_stops_every_process_of_a_hung_torchrun_job(tmp_path):
         proc.send_signal(signal.SIGTERM)  # compare itself only, as `kill PID` does
         stdout, err = proc.communicate(timeout=30)
         took = time.monotonic() - signalled
+        assert len(os.listdir(pids)) == 5  # still there to check (the pids folder is outside the working directory)
         left = noted(pids)
         assert not left, [(p.pid, p.cmdline()) for p in left]
     finally:

@@ -60,6 +60,8 @@ def test_a_hung_torchrun_job_times_out_and_leaves_no_process(tmp_path, monkeypat
 
     monkeypatch.setattr(script, "TIMEOUT_FLOOR", 5.0)  # the rule as it is, on a short scale
     monkeypatch.setattr(script, "TIMEOUT_FACTOR", 1.5)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # a working directory of its own (the pids folder is not in it)
     pids = tmp_path / "pids"
     pids.mkdir()
     out = tmp_path / "out"
@@ -81,4 +83,4 @@ def test_a_hung_torchrun_job_times_out_and_leaves_no_process(tmp_path, monkeypat
     assert fp16["error"].startswith(f"timed out after {limit:.0f} s (1.5 x the baseline's"), fp16["error"]
     row = next(r for r in saved["rows"] if r["strategy"] == "fp16")
     assert row["status"] == "timed out" and row["error"] == fp16["error"].splitlines()[0]
-    assert f"| fp16 | TIMED OUT |" in (out / "table.md").read_text()
+    assert "| fp16 | TIMED OUT |" in (out / "table.md").read_text()

@@ -138,17 +138,18 @@ def test_metric_direction_from_its_name() -> None:
 def test_clearly_worse_is_outside_the_baselines_range_widened_by_a_tolerance() -> None:
     from gradwire.compare.report import unsound_reason
 
-    # 1 seed: 5% of the baseline's mean. 0.958 -> below 0.910 is worse
+    # 1 seed: 10% of the baseline's mean. 0.958 -> below 0.862 is worse
     said = unsound_reason("test_accuracy", [0.414], [0.958], "sync")
-    assert said.startswith("test_accuracy 0.414 is clearly worse than sync's 0.958") and "below 0.9101" in said
-    assert unsound_reason("test_accuracy", [0.915], [0.958], "sync") == ""
+    assert said.startswith("test_accuracy 0.414 is clearly worse than sync's 0.958") and "below 0.8622" in said
+    assert unsound_reason("test_accuracy", [0.80], [0.958], "sync") != ""
+    assert unsound_reason("test_accuracy", [0.87], [0.958], "sync") == ""
     assert unsound_reason("test_accuracy", [0.99], [0.958], "sync") == ""  # better is never unsound
     # seeds: the spread widens it when larger; the strategy's mean over its seeds is judged
     assert unsound_reason("test_accuracy", [0.80, 0.84], [0.80, 0.95], "sync") == ""  # 0.82 > 0.80 - 0.15
     assert unsound_reason("test_accuracy", [0.60, 0.70], [0.80, 0.95], "sync") != ""
     # lower is better: above max + tolerance
-    assert unsound_reason("train_loss", [0.52], [0.50], "sync") == ""
-    assert "above 0.525" in unsound_reason("train_loss", [0.60], [0.50], "sync")
+    assert unsound_reason("train_loss", [0.54], [0.50], "sync") == ""
+    assert "above 0.55" in unsound_reason("train_loss", [0.60], [0.50], "sync")
     assert unsound_reason("score", [0.0], [100.0], "sync") == ""  # direction unknown: not judged
     assert unsound_reason("test_accuracy", [float("nan")], [0.9], "sync") == ""
 
@@ -164,7 +165,7 @@ def test_an_unsound_strategy_is_flagged_and_never_named_fastest() -> None:
     bad = by["onebit+delayed"]
     assert bad.status == "unsound" and not bad.ok and bad.speedup == pytest.approx(4.1)  # its figures stand
     assert bad.error.startswith("test_accuracy 0.414 is clearly worse than sync's [0.93, 0.95]")
-    assert by["fp16"].ok and by[COMPUTE_ONLY].ok  # 0.9 is within 0.93 - 0.047
+    assert by["fp16"].ok and by[COMPUTE_ONLY].ok  # 0.9 is within 0.93 - 0.094
     said = verdict(rows, "100mbit")
     assert "Fastest: fp16 1.64x" in said and "Faster but UNSOUND (not counted): onebit+delayed 4.10x" in said
     line = next(l for l in to_markdown(rows, None).splitlines() if l.startswith("| onebit+delayed "))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,11 +74,20 @@ def test_no_ddp_means_not_applied_and_sync_is_the_script_as_written(injected):
     assert "raised" not in injected["sync_second_ddp"]  # sync applies nothing, so two DDPs are fine
 
 
-def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None) -> dict:
+def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None,
+             cwd: Path | None = None) -> dict:
+    """``gradwire compare`` in a working directory of the test's own (what a training leaves there is moved)."""
     out = tmp_path / name
     argv = ["compare", "--workers", "2", "--strategies", strategies, "--net", "bandwidth=100mbit,latency=200us",
             "--out", str(out)] + (["--seeds", str(seeds)] if seeds else []) + ["--", *cmd]
-    main(argv)
+    cwd = cwd or tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        main(argv)
+    finally:
+        os.chdir(here)
     return json.loads((out / "results.json").read_text())
 
 
@@ -174,15 +184,14 @@ def test_launch_forms_and_config_checks():
         ScriptConfig(cmd=("python", "t.py"), adam_warmup=0)
 
 
-def test_a_checkpoint_written_in_the_working_directory_is_moved_not_resumed_from(tmp_path, monkeypatch):
+def test_a_checkpoint_written_in_the_working_directory_is_moved_not_resumed_from(tmp_path):
     """PyTorch's DDP tutorial saves snapshot.pt where it runs and resumes from it: each training must start afresh."""
     import torch
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "data.txt").write_text("the user's")
-    monkeypatch.chdir(work)
-    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot")
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot", cwd=work)
     assert [r["status"] for r in res["runs"]] == [OK, OK], [r["error"] for r in res["runs"]]
     assert [r["seeds"][0]["steps"] for r in res["runs"]] == [4, 4]  # the second did not resume at step 5
     assert sorted(p.name for p in work.iterdir()) == ["cmp", "data.txt"] and (work / "data.txt").read_text() == "the user's"
@@ -193,7 +202,7 @@ def test_a_checkpoint_written_in_the_working_directory_is_moved_not_resumed_from
     # a snapshot already in the working directory (the user ran the script before): the first training
     # resumes from it and writes it, the comparison stops there and says why; the file stays where it was
     torch.save({"model": torch.load(first)["model"], "step": 2}, work / "snapshot.pt")
-    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot")
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot", cwd=work)
     assert "000-compute-only-seed0 modified snapshot.pt" in res["stopped"] and "--allow-modified" in res["stopped"]
     runs = {r["strategy"]: r for r in res["runs"]}
     assert runs["compute-only"]["seeds"][0]["steps"] == 2  # resumed: what the comparison warns of

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from gradwire.compare.workdir import Entry, WorkDir, changes, snapshot
+from gradwire.compare.workdir import Entry, WorkDir, changes
 
 
 def test_changes_between_snapshots_created_topmost_modified_removed():
@@ -27,6 +27,8 @@ def test_collect_moves_what_a_training_created_and_keeps_what_was_there(tmp_path
     out.mkdir()
     (work / "data" / "train.csv").write_text("the user's data")
     (work / "notes.txt").write_text("the user's notes")
+    (work / ".mypy_cache").mkdir()
+    (work / ".mypy_cache" / "cache.db").write_text("0")
     wd = WorkDir(work, skip=(out,))
     assert set(wd.before) == {"data", "data/train.csv", "notes.txt"}  # the comparison's own folder left out
     # a training: a snapshot, a log folder, bytecode, its results in the output folder, and a user's file changed
@@ -37,12 +39,13 @@ def test_collect_moves_what_a_training_created_and_keeps_what_was_there(tmp_path
     (work / "__pycache__" / "m.pyc").write_bytes(b"")
     (out / "rank0.json").write_text("{}")
     (work / "notes.txt").write_text("the user's notes, and a line the script wrote")
+    (work / ".mypy_cache" / "cache.db").write_text("1")  # a tool run beside the comparison: not the training's
     into = out / "runs" / "000-sync-seed0" / "workdir"
     (into / "snapshot.pt").parent.mkdir(parents=True)
     (into / "snapshot.pt").write_bytes(b"already here")  # never overwritten
     found = wd.collect(into)
     assert found.created == ["logs", "snapshot.pt"] and found.modified == ["notes.txt"] and found.removed == []
-    assert sorted(os.listdir(work)) == ["__pycache__", "cmp", "data", "notes.txt"]
+    assert sorted(os.listdir(work)) == [".mypy_cache", "__pycache__", "cmp", "data", "notes.txt"]
     assert (into / "logs" / "v0" / "events").read_text() == "1" and (into / "snapshot.pt.1").read_bytes() == b"state"
     assert (into / "snapshot.pt").read_bytes() == b"already here"
     assert (work / "data" / "train.csv").read_text() == "the user's data"  # nothing that was there is moved

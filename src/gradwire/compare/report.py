@@ -45,7 +45,9 @@ gradwire does not know):
   mean over seeds lies outside the baseline's [min, max] over seeds widened
   by a tolerance, the larger of :data:`SOUND_TOLERANCE` x |baseline mean|
   and the baseline's own spread (max - min): with 1 seed only the relative
-  tolerance. Accuracy 0.414 against sync's 0.958 is unsound; 0.93 is not.
+  tolerance (one seed says nothing of the run-to-run noise, so 10% is
+  wide: more seeds judge more sharply). Accuracy 0.414 against sync's
+  0.958 is unsound, 0.80 too; 0.90 is not.
   Such a row keeps its figures, is marked ``unsound`` (its ``error`` says
   by how much), and is never named fastest: the verdict names the fastest
   sound strategy, and a faster unsound one as unsound. With a target (time
@@ -61,7 +63,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.results import OK, TIMED_OUT, UNSOUND, Results, Row, Run
+from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
            "print_table", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
@@ -71,7 +73,7 @@ TRAIN_LOSS = "train_loss"
 
 
 #: a metric clearly worse than the baseline's by more than this share of its mean (and its seeds' spread) is unsound
-SOUND_TOLERANCE = 0.05
+SOUND_TOLERANCE = 0.10
 
 #: words of a metric's name that say which way is better (the name split at ``_``, ``/``, ``-``, ``.``)
 _HIGHER = frozenset({"acc", "accuracy", "f1", "auc", "auroc", "precision", "recall", "bleu", "rouge", "iou", "map",

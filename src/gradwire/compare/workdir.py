@@ -38,8 +38,10 @@ from typing import Any
 
 __all__ = ["Changes", "Entry", "WorkDir", "changes", "snapshot"]
 
-#: folder names never looked into
-SKIPPED = (".git", "__pycache__")
+#: folder names never looked into: version control, and the caches of Python and its tools (they change
+#: as the tools like, while a comparison runs too, and no training reads them)
+SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox",
+                     ".nox", ".ipynb_checkpoints"})
 
 
 @dataclass(frozen=True)
