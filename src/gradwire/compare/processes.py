@@ -40,11 +40,11 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Iterator
+from typing import Any, Iterator
 
 import psutil
 
-__all__ = ["GRACE", "ProcessTree", "Stopped", "become_subreaper", "signals_stop", "subreaper"]
+__all__ = ["GRACE", "ProcessTree", "Stopped", "become_subreaper", "deferred_signals", "signals_stop", "subreaper"]
 
 #: seconds between SIGTERM and SIGKILL
 GRACE = 3.0
@@ -100,41 +100,42 @@ def subreaper() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def signals_stop(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Inside the block, each of ``signums`` raises :class:`Stopped` (once; the next is ignored while stopping).
-
-    Only the main thread can set handlers; elsewhere the block changes nothing.
-    """
+def _handling(handlers: dict[int, Any]) -> Iterator[None]:
+    """Signal handlers set inside the block, the previous ones after. Only the main thread can set them:
+    elsewhere the block changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_stop(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Inside the block, each of ``signums`` raises :class:`Stopped` (once; the next is ignored while stopping)."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         for s in signums:  # stopping takes seconds: a second kill must not cut it short
             signal.signal(s, signal.SIG_IGN)
         raise Stopped(signum)
 
-    previous = {s: signal.signal(s, stop) for s in signums}
-    try:
+    with _handling({s: stop for s in signums}):
         yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
-    """Ignore SIGINT, SIGTERM and SIGHUP inside the block (a cleanup a second Ctrl-C must not interrupt)."""
-    if threading.current_thread() is not threading.main_thread():
+    """Ignore SIGINT, SIGTERM and SIGHUP inside the block (a cleanup a second Ctrl-C must not interrupt).
+
+    Trap: an ignored signal stays ignored across ``exec``; nothing may be
+    started inside the block.
+    """
+    with _handling({s: signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}):
         yield
-        return
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def _key(p: psutil.Process) -> tuple[int, float]:

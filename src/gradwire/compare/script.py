@@ -52,11 +52,8 @@ under ``workdir``.
 """
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -66,15 +63,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gradwire._files import keep_previous
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named
-from gradwire.compare.processes import ProcessTree, deferred_signals, signals_stop, subreaper
+from gradwire.compare.ledger import Ledger
+from gradwire.compare.processes import ProcessTree, deferred_signals, subreaper
 from gradwire.compare.results import (
-    FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, TIMED_OUT, Curve, Results, Run, SeedResult, TrainingEvent,
+    FAILED, NOT_APPLIED, OK, REFUSED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent,
 )
-from gradwire.compare.runner import rotation
 from gradwire.compare.workdir import Changes, WorkDir
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
@@ -153,15 +149,7 @@ class ScriptConfig(Named):
         if not self.cmd:
             raise ValueError("no command given: use `gradwire compare [options] -- torchrun ... train.py`")
         object.__setattr__(self, "cmd", tuple(self.cmd))
-        if not self.nets:
-            raise ValueError("at least one --net is needed")
-        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
-        if not self.strategies:
-            raise ValueError("at least one strategy is needed")
-        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
-        names = [str(s) for s in self.strategies]
-        if len(set(names)) != len(names):
-            raise ValueError(f"strategies repeat: {', '.join(names)}")
+        self._parse_named()
         if not self.seeds:
             raise ValueError("at least one seed is needed")
         if self.workers is not None:
@@ -196,11 +184,6 @@ def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", name)
-
-
-def _runs(cfg: ScriptConfig) -> list[tuple[str, str]]:
-    nets = cfg.net_names
-    return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in cfg.strategy_names]
 
 
 @dataclass
@@ -435,95 +418,68 @@ def _command(cfg: ScriptConfig, seed: int) -> list[str]:
     return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
 
 
+def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Path,
+           baseline_seconds: list[float]) -> tuple[int, str, float]:
+    """Run one training and stop all it started, however it ends: (exit code, why it was stopped, seconds)."""
+    from gradwire.profile.bootstrap import child_env
+
+    name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, net.to_string())
+    env = child_env(spec, folder, after_init=child.__name__)
+    env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
+    try:
+        launched = _launch(cfg, _command(cfg, seed), env, folder)  # stops what it started if it raises
+    except OSError as exc:  # the program could not start at all
+        return 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
+    limit, rule = training_timeout(cfg.timeout, baseline_seconds)
+    code, why = _wait(launched, limit)  # stops every process on the way out, on Ctrl-C too
+    if why.startswith(TIMED_OUT_PREFIX):
+        why += f" ({rule})"
+    return code, why, launched.ended - launched.started
+
+
 def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
     """Run the script under every (net, strategy) and seed, plus compute-only; save results.json as trainings end.
 
-    While it runs, this process is a child subreaper (:mod:`gradwire.compare.processes`)
-    and SIGTERM or SIGHUP stop it as Ctrl-C does.
+    The books (rotation, results as trainings end, seeds dropped, Ctrl-C)
+    are a :class:`~gradwire.compare.ledger.Ledger`'s. While it runs, this
+    process is a child subreaper (:mod:`gradwire.compare.processes`), and
+    SIGTERM or SIGHUP stop it as Ctrl-C does.
 
     Raises:
         KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
             SIGTERM or SIGHUP) after stopping every process of the training in
-            flight and saving results.json with the unfinished runs marked
-            ``not finished``.
+            flight, moving what it created in the working directory, and saving
+            results.json with the unfinished runs marked ``not finished``.
     """
-    from gradwire.profile.bootstrap import child_env
-
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    kept = keep_previous(out, OUTPUTS)
-    if kept is not None and (out / "runs").is_dir():
-        shutil.move(str(out / "runs"), str(kept / "runs"))
-    path = out / "results.json"
-    runs = {(net, s): Run(s, net, NOT_FINISHED, "not run yet", ranks_agree=None) for net, s in _runs(cfg)}
-    results = Results(cfg.as_dict(), datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
-    results.save(path)
+    ledger = Ledger(out, OUTPUTS, cfg.as_dict(), cfg.run_names, cfg.seeds, on_training, ranks_agree=None)
     nets = dict(zip(cfg.net_names, cfg.nets))
     workdir = WorkDir(Path.cwd(), skip=(out,))
-    launched: _Launched | None = None
-    folder: Path | None = None
-    with subreaper() as no_reaper, signals_stop():
+    baseline = cfg.strategy_names[0]
+    with subreaper() as no_reaper, ledger.running():
         if no_reaper:
             warnings.warn(f"gradwire compare: {no_reaper}", RuntimeWarning, stacklevel=2)
-        try:
-            for index, (net, strategy, seed) in enumerate(rotation(list(runs), cfg.seeds)):
-                run = runs[(net, strategy)]
-                if run.finished:  # refused, not applied or failed on an earlier seed
-                    continue
-                folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
-                folder.mkdir(parents=True, exist_ok=True)
-                name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
-                env = child_env(spec, folder, after_init=child.__name__)
-                env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
-                try:
-                    launched = _launch(cfg, _command(cfg, seed), env, folder)
-                except OSError as exc:  # the program could not start at all
-                    code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
-                else:
-                    base = runs[(net if strategy != COMPUTE_ONLY else cfg.net_names[0], cfg.strategy_names[0])]
-                    limit, rule = training_timeout(cfg.timeout, [r.seconds for r in base.seeds])
-                    code, why = _wait(launched, limit)
-                    if why.startswith(TIMED_OUT_PREFIX):
-                        why += f" ({rule})"
-                    seconds = launched.ended - launched.started
-                    launched = None
-                status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
-                found = _collect(workdir, folder, results)
-                trained, folder = folder, None
-                run.applied = run.applied or applied
-                dropped = 0
-                if status == OK:
-                    assert seed_result is not None
-                    run.seeds.append(seed_result)
-                    run.seconds += seconds
-                    if len(run.seeds) == len(cfg.seeds):
-                        run.status, run.error = OK, ""
-                    else:
-                        run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
-                else:
-                    dropped = len(cfg.seeds) - len(run.seeds) - 1
-                    run.status, run.error = status, error
-                touched = found.touched and not cfg.allow_modified
-                if touched:
-                    results.stopped = _touched_error(found, trained.name, workdir.root)
-                    for other in runs.values():
-                        if not other.finished:
-                            other.error = f"not run: the comparison stopped after {trained.name} (see \"stopped\")"
-                results.save(path)
-                if on_training is not None:
-                    on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped, _moved_note(found)))
-                if touched:
-                    break
-        except KeyboardInterrupt:
-            with deferred_signals():
-                if launched is not None:
-                    launched.kill()
-                if folder is not None:
-                    _collect(workdir, folder, results)
-            for run in runs.values():
-                if not run.finished:
-                    run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
-            results.interrupted = True
-            results.save(path)
-            raise
-    return results
+        for index, (net, strategy, seed) in enumerate(ledger.order()):
+            if not ledger.pending(net, strategy):  # refused, not applied or failed on an earlier seed
+                continue
+            folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            base = ledger.runs[(net if strategy != COMPUTE_ONLY else cfg.net_names[0], baseline)]
+            try:
+                code, why, seconds = _train(cfg, nets[net], strategy, seed, folder, [r.seconds for r in base.seeds])
+            except KeyboardInterrupt:
+                with deferred_signals():
+                    _collect(workdir, folder, ledger.results)
+                raise
+            status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
+            found = _collect(workdir, folder, ledger.results)
+            run = ledger.runs[(net, strategy)]
+            run.applied = run.applied or applied
+            if status == OK:
+                assert seed_result is not None
+                ledger.ok(net, strategy, seed_result, seconds, _moved_note(found))
+            else:
+                ledger.not_ok(net, strategy, seed, status, error, seconds, _moved_note(found))
+            if found.touched and not cfg.allow_modified:
+                ledger.stop(_touched_error(found, folder.name, workdir.root), folder.name)
+    return ledger.results
