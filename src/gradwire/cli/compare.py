@@ -18,7 +18,15 @@ cannot apply is reported as refused, with the reason. ``--workers N`` starts
 N copies of a ``python train.py`` command itself; ``{seed}`` in the command
 is replaced by the seed (every run also gets ``GRADWIRE_SEED``). The script's
 ``gradwire.report(step=..., name=value)`` calls give the table its metric;
-without them it shows the training loss gradwire saw.
+without them it shows the training loss gradwire saw. Every training
+starts from the working directory the first one did: what a training
+creates there (a ``snapshot.pt`` it would resume from) is moved into its
+folder, ``<out>/runs/<nnn>-.../workdir/``, and a training that modifies a
+file that was there before stops the comparison, saying which.
+
+A row is ``ok`` only if its final metric is not clearly worse than the
+baseline's (:mod:`gradwire.compare.report`); an unsound strategy keeps its
+figures but is never named fastest.
 
 Ctrl-C (or SIGTERM, SIGHUP) stops it with one line: every process of the
 training in flight is stopped, in whatever session it runs (torchrun's
