@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from gradwire.compare.workdir import Entry, WorkDir, changes
 
@@ -17,6 +18,12 @@ def test_changes_between_snapshots_created_topmost_modified_removed():
     assert found.modified == ["ckpt.pt", "latest"] and found.removed == ["old.log"]
     assert found.touched == ["ckpt.pt", "latest", "old.log"]
     assert changes(before, before).as_dict() == {"moved": [], "modified": [], "removed": []}
+    assert changes(before, before).note() == ""
+    assert found.note() == ("moved what it created in the working directory into its folder's workdir/: data/b.csv, "
+                            "runs; MODIFIED files that were there before: ckpt.pt, latest; REMOVED files that were "
+                            "there before: old.log")
+    assert found.refusal("003-sync-seed1", Path("/w")).startswith(
+        "the training 003-sync-seed1 modified ckpt.pt, latest and removed old.log in the working directory /w, ")
     replaced = dict(before, **{"ckpt.pt": f(5, ino=2)})  # torch.save to a temporary file, then a rename
     assert changes(before, replaced).modified == ["ckpt.pt"]
 

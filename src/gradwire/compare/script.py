@@ -387,33 +387,6 @@ def _collect(workdir: WorkDir, folder: Path, results: Results) -> Changes:
     return found
 
 
-def _listed(paths: list[str], most: int = 5) -> str:
-    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
-
-
-def _moved_note(found: Changes) -> str:
-    """The progress line's word on the working directory: what was moved, what was changed."""
-    said = []
-    if found.created:
-        said.append(f"moved what it created in the working directory into its folder's workdir/: "
-                    f"{_listed(found.created)}")
-    if found.modified:
-        said.append(f"MODIFIED files that were there before: {_listed(found.modified)}")
-    if found.removed:
-        said.append(f"REMOVED files that were there before: {_listed(found.removed)}")
-    return "; ".join(said)
-
-
-def _touched_error(found: Changes, training: str, root: Path) -> str:
-    what = " and ".join(x for x in (f"modified {_listed(found.modified)}" if found.modified else "",
-                                    f"removed {_listed(found.removed)}" if found.removed else "") if x)
-    return (f"the training {training} {what} in the working directory {root}, which held them before the "
-            "comparison started: every training after it would start from another directory (a script that "
-            "resumes from a checkpoint there resumes from the previous training's), so the comparison stopped "
-            "here; the finished trainings are kept. Move those files out of the working directory (or have the "
-            "script write them elsewhere) and compare again, or give --allow-modified to go on regardless")
-
-
 def _command(cfg: ScriptConfig, seed: int) -> list[str]:
     return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
 
@@ -477,9 +450,9 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
             run.applied = run.applied or applied
             if status == OK:
                 assert seed_result is not None
-                ledger.ok(net, strategy, seed_result, seconds, _moved_note(found))
+                ledger.ok(net, strategy, seed_result, seconds, found.note())
             else:
-                ledger.not_ok(net, strategy, seed, status, error, seconds, _moved_note(found))
+                ledger.not_ok(net, strategy, seed, status, error, seconds, found.note())
             if found.touched and not cfg.allow_modified:
-                ledger.stop(_touched_error(found, folder.name, workdir.root), folder.name)
+                ledger.stop(found.refusal(folder.name, workdir.root), folder.name)
     return ledger.results

@@ -74,6 +74,32 @@ class Changes:
     def as_dict(self) -> dict[str, Any]:
         return {"moved": self.created, "modified": self.modified, "removed": self.removed}
 
+    def note(self) -> str:
+        """A progress line's word on the training: what was moved, what was changed ('' when nothing)."""
+        said = []
+        if self.created:
+            said.append(f"moved what it created in the working directory into its folder's workdir/: "
+                        f"{_listed(self.created)}")
+        if self.modified:
+            said.append(f"MODIFIED files that were there before: {_listed(self.modified)}")
+        if self.removed:
+            said.append(f"REMOVED files that were there before: {_listed(self.removed)}")
+        return "; ".join(said)
+
+    def refusal(self, training: str, root: Path) -> str:
+        """Why the comparison stops after ``training``, which changed what ``root`` held, and what would do."""
+        what = " and ".join(x for x in (f"modified {_listed(self.modified)}" if self.modified else "",
+                                        f"removed {_listed(self.removed)}" if self.removed else "") if x)
+        return (f"the training {training} {what} in the working directory {root}, which held them before the "
+                "comparison started: every training after it would start from another directory (a script that "
+                "resumes from a checkpoint there resumes from the previous training's), so the comparison stopped "
+                "here; the finished trainings are kept. Move those files out of the working directory (or have "
+                "the script write them elsewhere) and compare again, or give --allow-modified to go on regardless")
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
 
 def snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, Entry]:
     """Every entry below ``root`` (relative path -> :class:`Entry`), without following links.
