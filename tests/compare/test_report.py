@@ -175,3 +175,23 @@ def test_an_unsound_strategy_is_flagged_and_never_named_fastest() -> None:
     assert "Fastest: fp16 reached 0.90 in 2.50 s (sync 3.05 s)." in said and "onebit+delayed 4.10x" in said
     assert Results.from_json(json.loads(json.dumps({**results.to_json(), "rows": [r.as_dict() for r in rows]}))
                              ).rows[3].status == "unsound"
+
+
+def test_a_scripts_time_to_target_reached_from_above_for_a_loss() -> None:
+    results = _script_results()
+    results.config["target"] = 1.6
+    curve = lambda *values: Curve([1.0, 2.0, 3.0], list(values), [10, 20, 30])  # noqa: E731
+    results.runs[1].seeds[0].curves["val_loss"] = curve(2.0, 1.55, 1.5)  # sync: 2.0 s
+    results.runs[1].seeds[1].curves["val_loss"] = curve(2.0, 1.8, 1.7)  # never at or below 1.6
+    results.runs[2].seeds[0].curves["val_loss"] = curve(1.6, 1.6, 1.65)  # onebit: 1.0 s
+    rows = {r.strategy: r for r in rows_of(results)}
+    assert (rows["sync"].time_to_target, rows["sync"].reached) == (2.0, 1)
+    assert (rows["onebit"].time_to_target, rows["onebit"].reached, rows["onebit"].seeds) == (1.0, 1, 1)
+    text = to_markdown(list(rows.values()), 1.6)
+    assert "time to 1.6" in text and "| time to target (s) |" in text
+    line = next(l for l in text.splitlines() if l.startswith("| onebit "))
+    assert "| 1.00 (1/1) |" in line
+    refused = next(l for l in text.splitlines() if l.startswith("| onebit+delayed "))
+    assert refused.count("|") == line.count("|")  # a refused row keeps the columns
+    # sync did not reach it on every seed: onebit, which did, is the fastest to it
+    assert "Fastest: onebit reached 1.60 in 1.00 s (sync did not)." in to_markdown(list(rows.values()), 1.6)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from gradwire.overlap import StrategyChoice
 
 #: options of the bundled models only, and of a command only (for the refusals)
-_MODEL_ONLY = ("model", "epochs", "batch_size", "lr", "target")
+_MODEL_ONLY = ("model", "epochs", "batch_size", "lr")
 _CMD_ONLY = ("adam_warmup", "metric", "allow_modified")
 
 
@@ -84,8 +84,11 @@ def add_parser(sub: Any) -> None:
     models.add_argument("--batch-size", type=positive_int(1), default=None,
                         help=f"per worker (default: {d['batch_size'].default})")
     models.add_argument("--lr", type=float, default=None, help=f"(default: {d['lr'].default})")
-    models.add_argument("--target", type=float, default=None,
-                        help=f"test accuracy for time-to-accuracy (default: {d['target_accuracy'].default})")
+    p.add_argument("--target", type=float, default=None,
+                   help=f"the metric's value for the time to target, and the verdict's fastest: the sound strategy "
+                        f"that reached it soonest on every seed (bundled models: test accuracy, default "
+                        f"{d['target_accuracy'].default}; with a command: the table's metric, reached from above "
+                        f"for a loss; default: none)")
     models.add_argument("--no-interleave", dest="interleave", action="store_false",
                         help="run each strategy in processes of its own, one after another (default: take turns)")
     script = p.add_argument_group("your own script (after --)")
@@ -192,13 +195,14 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
                        timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
-                       metric=args.metric, allow_modified=bool(args.allow_modified))
+                       metric=args.metric, target=args.target, allow_modified=bool(args.allow_modified))
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
     if world is not None and world > 1:
         for net in cfg.nets:
             check_net_fits(net, world)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
-    return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, None, "metric.png")
+    return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, cfg.target,
+                           "metric.png")
 
 
 def _predicted(cfg: Any, rows: list[Any]) -> Any:

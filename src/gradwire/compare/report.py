@@ -35,8 +35,10 @@ gradwire does not know):
   the losses gradwire saw (the scalars ``.backward()`` was called on) over
   the last tenth of the steps (at least 1, at most 50) of the first rank.
   Mean and [min, max] over seeds;
-- time to accuracy (bundled models): training time until the test accuracy
-  first reaches the target, averaged over the seeds that reach it;
+- time to target: training time until the metric first reaches the target
+  (bundled models: the test accuracy, ``--target``; a script: the table's
+  metric, with ``--target``, reached from above for a lower-is-better
+  one), averaged over the seeds that reach it;
 - sound: a strategy's row is ``ok`` only if its final metric is not clearly
   worse than the baseline's on that network. The metric's direction comes
   from its name (:func:`direction`: ``acc``, ``accuracy``, ``f1``, ...
@@ -188,7 +190,9 @@ def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
         for s in seeds:
             curve = s.curves.get(metric)
             if curve is not None:
-                hit = next((t for t, v in zip(curve.seconds, curve.values) if v >= target), None)
+                lower = direction(metric) == -1  # a loss reaches its target from above
+                hit = next((t for t, v in zip(curve.seconds, curve.values) if (v <= target if lower else v >= target)),
+                           None)
                 if hit is not None:
                     reach.append(hit)
     row = Row(run.net, run.strategy, run.status, unit, step_ms=_mean(s.step_ms for s in seeds), metric=metric,
@@ -210,7 +214,7 @@ def rows_of(results: Results) -> list[Row]:
     cfg = results.config
     unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
     metric = metric_name(results)
-    target = cfg.get("target_accuracy") if unit == "epoch" else None
+    target = cfg.get("target_accuracy") if unit == "epoch" else cfg.get("target")
     measured = [_base_row(run, unit, metric, target) for run in results.runs]
     ideal = next((r for r in measured if r.strategy == COMPUTE_ONLY and r.ok), None)
     strategies = cfg["strategies"]
@@ -247,7 +251,8 @@ def rows_of(results: Results) -> list[Row]:
     return rows
 
 
-def _columns(rows: list[Row]) -> list[str]:
+def _columns(rows: list[Row], target: float | None = None) -> list[str]:
+    """The table's columns: per epoch (bundled models) or per step (a script; time to target when one is set)."""
     unit = rows[0].unit if rows else "epoch"
     metric = next((r.metric for r in rows), "test_accuracy")
     name = "accuracy" if metric == "test_accuracy" else metric
@@ -255,14 +260,21 @@ def _columns(rows: list[Row]) -> list[str]:
         return ["strategy", "time/epoch (s)", "speedup", "of ideal", "wire MiB/epoch", "reduction",
                 f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
     return ["strategy", "time/step (ms)", "speedup", "of ideal", "wire KiB/step", "reduction",
-            f"{name} (mean [min, max])", "exposed comm", "other waits", "optimizer / note"]
+            f"{name} (mean [min, max])"] + (["time to target (s)"] if target is not None else []) + [
+            "exposed comm", "other waits", "optimizer / note"]
 
 
-def _cells(r: Row) -> list[str]:
+def _ttt(r: Row) -> str:
+    return (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
+            else f"not reached (0/{r.seeds})")
+
+
+def _cells(r: Row, target: float | None = None) -> list[str]:
+    width = 10 + (r.unit == "step" and target is not None)
     if not r.ok and r.status != UNSOUND:
         status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
         if r.unit == "step":  # the reason goes in the wide last column
-            return [r.strategy, status, "", "", "", "", "", "", "", r.error]
+            return [r.strategy, status] + [""] * (width - 3) + [r.error]
         return [r.strategy, status, "", "", "", "", r.error, "", "", ""]
     metric = f"{r.metric_mean:.4f} [{r.metric_min:.3f}, {r.metric_max:.3f}]" if not math.isnan(r.metric_mean) else "—"
     note = r.applied
@@ -270,13 +282,12 @@ def _cells(r: Row) -> list[str]:
         metric = f"UNSOUND {metric}"
         note = f"UNSOUND: {r.error}" + (f" ({r.applied})" if r.applied else "")
     if r.unit == "epoch":
-        ttt = (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
-               else f"not reached (0/{r.seeds})")
         return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", _share(r.of_ideal),
-                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, ttt, _share(r.exposed_share),
+                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, _ttt(r), _share(r.exposed_share),
                 _share(r.peer_wait_share)]
     return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", _share(r.of_ideal), f"{r.wire_mb_per_step * 1024:.1f}",
-            f"{r.reduction:.1f}x", metric, _share(r.exposed_share), _share(r.peer_wait_share), note]
+            f"{r.reduction:.1f}x", metric] + ([_ttt(r)] if target is not None else []) + [
+            _share(r.exposed_share), _share(r.peer_wait_share), note]
 
 
 def _share(x: float) -> str:
@@ -354,14 +365,14 @@ def _title(net: str, rows: list[Row], target: float | None) -> str:
         metric = rows[0].metric
         how = ("the loss gradwire saw (scalars .backward() was called on), last tenth of the steps"
                if metric == TRAIN_LOSS else f"the script's last gradwire.report({metric}=...)")
-        return f"network {net} — metric: {how}"
+        return f"network {net} — metric: {how}" + (f"; time to {target:g}" if target is not None else "")
     return f"network {net} — time to accuracy {target:.2f}" if target is not None else f"network {net}"
 
 
 def to_markdown(rows: list[Row], target: float | None) -> str:
     """Markdown tables, one per network."""
     out = []
-    columns = _columns(rows)
+    columns = _columns(rows, target)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         title = _title(f"`{net}`", rows, target)
         out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
@@ -369,7 +380,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r)) + " |")
+                out.append("| " + " | ".join(_cells(r, target)) + " |")
         out.append("")
         said = verdict(rows, net, target)
         if said:
@@ -383,14 +394,14 @@ def print_table(rows: list[Row], target: float | None) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 150))
-    columns = _columns(rows)
+    columns = _columns(rows, target)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         table = Table(title=escape(_title(net, rows, target)))
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r)))
+                table.add_row(*(escape(c) for c in _cells(r, target)))
         console.print(table)
         said = verdict(rows, net, target)
         if said:

@@ -141,6 +141,8 @@ class ScriptConfig(Named):
     """optimizer steps of full-precision Adam before the variance freezes (compressed strategies)"""
     metric: str | None = None
     """the reported metric the table shows (None: the first the script reports, else the training loss)"""
+    target: float | None = None
+    """the metric's value to measure the time to (reached from above for a loss); None: no time to target"""
     allow_modified: bool = False
     """go on when a training modified or removed a file the working directory held before the comparison
     (:mod:`gradwire.compare.workdir`); by default the comparison stops there"""
@@ -167,7 +169,7 @@ class ScriptConfig(Named):
         return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
                 "strategies": list(self.strategy_names), "seeds": list(self.seeds), "workers": self.workers,
                 "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
-                "metric": self.metric, "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
+                "metric": self.metric, "target": self.target, "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
 
 
 def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
