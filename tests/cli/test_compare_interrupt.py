@@ -66,3 +66,42 @@ def test_unfinished_run_shows_as_not_finished_in_the_table():
     (row,) = rows_of(results)
     assert not row.ok and not row.finished
     assert "NOT FINISHED" in to_markdown([row], 0.9) and "interrupted after 0 of 3 seeds" in to_markdown([row], 0.9)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_process_of_a_hung_torchrun_job(tmp_path):
+    """torchrun puts each worker in a session of its own: SIGTERM to compare must still end them all, and their children."""
+    from tests.compare.test_processes import hang_cmd, kill_noted, noted
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    out = tmp_path / "cmp"
+    (tmp_path / "cwd").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradwire.cli.main", "compare", "--strategies", "sync", "--timeout", "600",
+         "--out", str(out), "--", *hang_cmd(pids, "sync")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path / "cwd")
+    try:
+        deadline = time.monotonic() + 90
+        while len(os.listdir(pids)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert len(os.listdir(pids)) == 5, proc.communicate(timeout=30)  # the launcher, 2 ranks, a child of each
+        time.sleep(0.5)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # compare itself only, as `kill PID` does
+        stdout, err = proc.communicate(timeout=30)
+        took = time.monotonic() - signalled
+        assert len(os.listdir(pids)) == 5  # still there to check (the pids folder is outside the working directory)
+        left = noted(pids)
+        assert not left, [(p.pid, p.cmdline()) for p in left]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_noted(pids)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert took < 15, took  # SIGTERM, a 3 s grace, SIGKILL: within seconds
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "gradwire compare: interrupted by SIGTERM; 0 of 2 trainings finished"), err
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["interrupted"] is True and not any(r["ok"] for r in saved["runs"])

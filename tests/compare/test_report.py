@@ -123,3 +123,75 @@ def test_results_round_trip_through_json() -> None:
     again = Results.from_json(json.loads(json.dumps(results.to_json())))
     assert again.to_json() == results.to_json()
     assert again.runs[3].status == "refused" and not again.runs[3].ok and again.runs[3].finished
+
+
+def test_metric_direction_from_its_name() -> None:
+    from gradwire.compare.report import direction
+
+    for name in ("test_accuracy", "val_acc", "eval/f1", "top1", "acc5"):
+        assert direction(name) == 1, name
+    for name in ("train_loss", "eval_loss", "val/perplexity", "wer", "valLoss"):
+        assert direction(name) == -1, name
+    assert direction("score") is None and direction("throughput") is None  # not judged
+
+
+def test_clearly_worse_is_outside_the_baselines_range_widened_by_a_tolerance() -> None:
+    from gradwire.compare.report import unsound_reason
+
+    # 1 seed: 10% of the baseline's mean. 0.958 -> below 0.862 is worse
+    said = unsound_reason("test_accuracy", [0.414], [0.958], "sync")
+    assert said.startswith("test_accuracy 0.414 is clearly worse than sync's 0.958") and "below 0.8622" in said
+    assert unsound_reason("test_accuracy", [0.80], [0.958], "sync") != ""
+    assert unsound_reason("test_accuracy", [0.87], [0.958], "sync") == ""
+    assert unsound_reason("test_accuracy", [0.99], [0.958], "sync") == ""  # better is never unsound
+    # seeds: the spread widens it when larger; the strategy's mean over its seeds is judged
+    assert unsound_reason("test_accuracy", [0.80, 0.84], [0.80, 0.95], "sync") == ""  # 0.82 > 0.80 - 0.15
+    assert unsound_reason("test_accuracy", [0.60, 0.70], [0.80, 0.95], "sync") != ""
+    # lower is better: above max + tolerance
+    assert unsound_reason("train_loss", [0.54], [0.50], "sync") == ""
+    assert "above 0.55" in unsound_reason("train_loss", [0.60], [0.50], "sync")
+    assert unsound_reason("score", [0.0], [100.0], "sync") == ""  # direction unknown: not judged
+    assert unsound_reason("test_accuracy", [float("nan")], [0.9], "sync") == ""
+
+
+def test_an_unsound_strategy_is_flagged_and_never_named_fastest() -> None:
+    from gradwire.compare.report import verdict
+
+    results = _results()  # sync 0.94 [0.93, 0.95], fp16 0.90, both reach 0.9
+    results.runs.insert(3, Run("onebit+delayed", "100mbit", "ok", seeds=[
+        _seed([0.5, 0.5], [0.40, 0.414], 10 * MiB, [0.012, 0.012], [0.011, 0.011], 0.414)]))
+    rows = rows_of(results)
+    by = {r.strategy: r for r in rows}
+    bad = by["onebit+delayed"]
+    assert bad.status == "unsound" and not bad.ok and bad.speedup == pytest.approx(4.1)  # its figures stand
+    assert bad.error.startswith("test_accuracy 0.414 is clearly worse than sync's [0.93, 0.95]")
+    assert by["fp16"].ok and by[COMPUTE_ONLY].ok  # 0.9 is within 0.93 - 0.094
+    said = verdict(rows, "100mbit")
+    assert "Fastest: fp16 1.64x" in said and "Faster but UNSOUND (not counted): onebit+delayed 4.10x" in said
+    line = next(l for l in to_markdown(rows, None).splitlines() if l.startswith("| onebit+delayed "))
+    assert "UNSOUND 0.4140" in line
+    # with a target: the sound strategy that reached it soonest on every seed, against the baseline's time
+    said = verdict(rows, "100mbit", 0.9)
+    assert "Fastest: fp16 reached 0.90 in 2.50 s (sync 3.05 s)." in said and "onebit+delayed 4.10x" in said
+    assert Results.from_json(json.loads(json.dumps({**results.to_json(), "rows": [r.as_dict() for r in rows]}))
+                             ).rows[3].status == "unsound"
+
+
+def test_a_scripts_time_to_target_reached_from_above_for_a_loss() -> None:
+    results = _script_results()
+    results.config["target"] = 1.6
+    curve = lambda *values: Curve([1.0, 2.0, 3.0], list(values), [10, 20, 30])  # noqa: E731
+    results.runs[1].seeds[0].curves["val_loss"] = curve(2.0, 1.55, 1.5)  # sync: 2.0 s
+    results.runs[1].seeds[1].curves["val_loss"] = curve(2.0, 1.8, 1.7)  # never at or below 1.6
+    results.runs[2].seeds[0].curves["val_loss"] = curve(1.6, 1.6, 1.65)  # onebit: 1.0 s
+    rows = {r.strategy: r for r in rows_of(results)}
+    assert (rows["sync"].time_to_target, rows["sync"].reached) == (2.0, 1)
+    assert (rows["onebit"].time_to_target, rows["onebit"].reached, rows["onebit"].seeds) == (1.0, 1, 1)
+    text = to_markdown(list(rows.values()), 1.6)
+    assert "time to 1.6" in text and "| time to target (s) |" in text
+    line = next(l for l in text.splitlines() if l.startswith("| onebit "))
+    assert "| 1.00 (1/1) |" in line
+    refused = next(l for l in text.splitlines() if l.startswith("| onebit+delayed "))
+    assert refused.count("|") == line.count("|")  # a refused row keeps the columns
+    # sync did not reach it on every seed: onebit, which did, is the fastest to it
+    assert "Fastest: onebit reached 1.60 in 1.00 s (sync did not)." in to_markdown(list(rows.values()), 1.6)

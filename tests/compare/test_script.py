@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,17 +74,26 @@ def test_no_ddp_means_not_applied_and_sync_is_the_script_as_written(injected):
     assert "raised" not in injected["sync_second_ddp"]  # sync applies nothing, so two DDPs are fine
 
 
-def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None) -> dict:
+def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None,
+             cwd: Path | None = None) -> dict:
+    """``gradwire compare`` in a working directory of the test's own (what a training leaves there is moved)."""
     out = tmp_path / name
     argv = ["compare", "--workers", "2", "--strategies", strategies, "--net", "bandwidth=100mbit,latency=200us",
             "--out", str(out)] + (["--seeds", str(seeds)] if seeds else []) + ["--", *cmd]
-    main(argv)
+    cwd = cwd or tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        main(argv)
+    finally:
+        os.chdir(here)
     return json.loads((out / "results.json").read_text())
 
 
 def test_a_script_under_strategies_table_json_plots(tmp_path):
-    res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--steps", "8",
-                   "--seed", "{seed}", seeds=1)
+    res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--val", "--steps",
+                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1)
     runs = {r["strategy"]: r for r in res["runs"]}
     assert res["config"]["mode"] == "script" and res["config"]["workers"] == 2
     assert [r["status"] for r in res["runs"]] == [OK] * 4, [r["error"] for r in res["runs"]]
@@ -96,12 +106,18 @@ def test_a_script_under_strategies_table_json_plots(tmp_path):
         assert seed["curves"]["score"]["steps"] == [2, 4, 6, 8] and "train_loss" in seed["metrics"]
         assert seed["detail"]["ended"] == ["destroy_process_group"] * 2
     rows = {r["strategy"]: r for r in res["rows"]}
-    assert rows["sync"]["metric"] == "score" and rows["sync"]["unit"] == "step"
+    assert rows["sync"]["metric"] == "val_loss" and rows["sync"]["unit"] == "step"
+    # the training that climbed its loss ran to the end ("ok" as a run), but its row is not sound
+    assert [rows[s]["status"] for s in ("compute-only", "sync", "onebit")] == [OK] * 3
+    bad = rows["onebit+delayed"]
+    assert bad["status"] == "unsound" and "clearly worse than sync's" in bad["error"], bad
+    assert "Faster but UNSOUND" in (tmp_path / "ok" / "table.md").read_text() or "UNSOUND: onebit+delayed" in (
+        tmp_path / "ok" / "table.md").read_text()
     # one compressed bucket of 2372 elements per step, after the uncompressed first step
     assert rows["onebit"]["reduction"] > 3 and rows["onebit+delayed"]["reduction"] > 3
     for name in ("table.md", "metric.png", "breakdown.png"):
         assert (tmp_path / "ok" / name).stat().st_size > 0
-    assert "gradwire.report(score=...)" in (tmp_path / "ok" / "table.md").read_text()
+    assert "gradwire.report(val_loss=...)" in (tmp_path / "ok" / "table.md").read_text()
 
 
 def test_refused_and_not_applied_runs_are_reported_not_trained(tmp_path):
@@ -166,3 +182,32 @@ def test_launch_forms_and_config_checks():
         ScriptConfig(cmd=("python", "t.py"), strategies=("sync", "sync"))
     with pytest.raises(ValueError, match="--adam-warmup must be >= 1"):
         ScriptConfig(cmd=("python", "t.py"), adam_warmup=0)
+
+
+def test_a_checkpoint_written_in_the_working_directory_is_moved_not_resumed_from(tmp_path):
+    """PyTorch's DDP tutorial saves snapshot.pt where it runs and resumes from it: each training must start afresh."""
+    import torch
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.txt").write_text("the user's")
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot", cwd=work)
+    assert [r["status"] for r in res["runs"]] == [OK, OK], [r["error"] for r in res["runs"]]
+    assert [r["seeds"][0]["steps"] for r in res["runs"]] == [4, 4]  # the second did not resume at step 5
+    assert sorted(p.name for p in work.iterdir()) == ["cmp", "data.txt"] and (work / "data.txt").read_text() == "the user's"
+    assert [(e["training"], e["moved"], e["modified"]) for e in res["workdir"]] == [
+        ("000-compute-only-seed0", ["snapshot.pt"], []), ("001-sync-seed0", ["snapshot.pt"], [])]
+    first = Path(res["workdir"][0]["into"]) / "snapshot.pt"
+    assert torch.load(first)["step"] == 4
+    # a snapshot already in the working directory (the user ran the script before): the first training
+    # resumes from it and writes it, the comparison stops there and says why; the file stays where it was
+    torch.save({"model": torch.load(first)["model"], "step": 2}, work / "snapshot.pt")
+    res = _compare(tmp_path, "work/cmp", "sync", sys.executable, TINY, "--steps", "4", "--snapshot", cwd=work)
+    assert "000-compute-only-seed0 modified snapshot.pt" in res["stopped"] and "--allow-modified" in res["stopped"]
+    runs = {r["strategy"]: r for r in res["runs"]}
+    assert runs["compute-only"]["seeds"][0]["steps"] == 2  # resumed: what the comparison warns of
+    assert runs["sync"]["status"] == NOT_FINISHED and "stopped after 000-compute-only-seed0" in runs["sync"]["error"]
+    assert res["workdir"] == [{"training": "000-compute-only-seed0", "into": res["workdir"][0]["into"], "moved": [],
+                               "modified": ["snapshot.pt"], "removed": []}]
+    assert torch.load(work / "snapshot.pt")["step"] == 4 and (tmp_path / "work/cmp").is_dir()
+    assert len(list((tmp_path / "work/cmp").glob("previous-*/runs/000-compute-only-seed0/workdir/snapshot.pt"))) == 1

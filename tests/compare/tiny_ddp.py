@@ -2,8 +2,14 @@
 
 ``--optimizer sgd|nesterov|adamw`` picks what gradwire has to work with,
 ``--no-ddp`` trains without DDP, ``--report`` calls ``gradwire.report``.
+``--val`` reports a held-out ``val_loss`` (before ``score``), and
+``--diverge-under NAME`` climbs the loss instead of descending it under the
+strategy NAME (a training that goes wrong, as a broken exchange would make
+it). ``--snapshot`` resumes from ``snapshot.pt`` in the working directory when it
+is there and saves it every 2 steps, as PyTorch's DDP tutorial does.
 """
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -18,6 +24,9 @@ def main() -> None:
     p.add_argument("--report", action="store_true")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--snapshot", action="store_true")
+    p.add_argument("--val", action="store_true")
+    p.add_argument("--diverge-under", default=None)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -29,16 +38,27 @@ def main() -> None:
     else:
         opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9, nesterov=args.optimizer == "nesterov")
     data = torch.Generator().manual_seed(100 * args.seed + rank)
-    for step in range(1, args.steps + 1):
+    held_out = torch.randn(64, 32, generator=torch.Generator().manual_seed(12345))
+    sign = -1.0 if args.diverge_under and os.environ.get("GRADWIRE_STRATEGY") == args.diverge_under else 1.0
+    first = 1
+    if args.snapshot and os.path.exists("snapshot.pt"):
+        saved = torch.load("snapshot.pt")
+        model.load_state_dict(saved["model"])
+        first = saved["step"] + 1
+    for step in range(first, args.steps + 1):
         x = torch.randn(16, 32, generator=data)
         loss = nn.functional.mse_loss(module(x), x[:, :4])
         opt.zero_grad()
-        loss.backward()
+        (sign * loss).backward()
         opt.step()
         if args.report and rank == 0 and step % 2 == 0:
             import gradwire
 
-            gradwire.report(step=step, score=float(step) + args.seed)
+            with torch.no_grad():
+                val = {"val_loss": nn.functional.mse_loss(model(held_out), held_out[:, :4]).item()} if args.val else {}
+            gradwire.report(step=step, **val, score=float(step) + args.seed)
+        if args.snapshot and rank == 0 and step % 2 == 0:
+            torch.save({"model": model.state_dict(), "step": step}, "snapshot.pt")
     dist.destroy_process_group()
 
 

@@ -18,14 +18,25 @@ cannot apply is reported as refused, with the reason. ``--workers N`` starts
 N copies of a ``python train.py`` command itself; ``{seed}`` in the command
 is replaced by the seed (every run also gets ``GRADWIRE_SEED``). The script's
 ``gradwire.report(step=..., name=value)`` calls give the table its metric;
-without them it shows the training loss gradwire saw.
+without them it shows the training loss gradwire saw. Every training
+starts from the working directory the first one did: what a training
+creates there (a ``snapshot.pt`` it would resume from) is moved into its
+folder, ``<out>/runs/<nnn>-.../workdir/``, and a training that modifies a
+file that was there before stops the comparison, saying which.
 
-Ctrl-C stops it with one line: the trainings that finished are kept in
+A row is ``ok`` only if its final metric is not clearly worse than the
+baseline's (:mod:`gradwire.compare.report`); an unsound strategy keeps its
+figures but is never named fastest.
+
+Ctrl-C (or SIGTERM, SIGHUP) stops it with one line: every process of the
+training in flight is stopped, in whatever session it runs (torchrun's
+workers, their DataLoader workers), the trainings that finished are kept in
 ``results.json``, the runs that did not finish are marked ``"finished": false``.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,8 +48,8 @@ if TYPE_CHECKING:
     from gradwire.overlap import StrategyChoice
 
 #: options of the bundled models only, and of a command only (for the refusals)
-_MODEL_ONLY = ("model", "epochs", "batch_size", "lr", "target")
-_CMD_ONLY = ("adam_warmup", "metric")
+_MODEL_ONLY = ("model", "epochs", "batch_size", "lr")
+_CMD_ONLY = ("adam_warmup", "metric", "allow_modified")
 
 
 def add_parser(sub: Any) -> None:
@@ -63,15 +74,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=output_dir, default="gradwire-compare",
                    help="output folder, created if missing (default: %(default)s)")
     p.add_argument("--timeout", type=seconds, default=None,
-                   help="seconds one training may take (default: 900)")
+                   help="seconds one training may take; past it every process of the training is stopped and the "
+                        "row says 'timed out' (default, with a command: 900 for the baseline, which trains first, "
+                        "and compute-only before it, then max(120, 4 x the baseline's longest measured seed); "
+                        "bundled models: 900 per strategy)")
     models = p.add_argument_group("the bundled digits models (without a command)")
     models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
     models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
     models.add_argument("--batch-size", type=positive_int(1), default=None,
                         help=f"per worker (default: {d['batch_size'].default})")
     models.add_argument("--lr", type=float, default=None, help=f"(default: {d['lr'].default})")
-    models.add_argument("--target", type=float, default=None,
-                        help=f"test accuracy for time-to-accuracy (default: {d['target_accuracy'].default})")
+    p.add_argument("--target", type=float, default=None,
+                   help=f"the metric's value for the time to target, and the verdict's fastest: the sound strategy "
+                        f"that reached it soonest on every seed (bundled models: test accuracy, default "
+                        f"{d['target_accuracy'].default}; with a command: the table's metric, reached from above "
+                        f"for a loss; default: none)")
     models.add_argument("--no-interleave", dest="interleave", action="store_false",
                         help="run each strategy in processes of its own, one after another (default: take turns)")
     script = p.add_argument_group("your own script (after --)")
@@ -81,6 +98,10 @@ def add_parser(sub: Any) -> None:
     script.add_argument("--metric", default=None,
                         help="the gradwire.report metric the table shows (default: the first one reported, "
                              "else the training loss gradwire saw)")
+    script.add_argument("--allow-modified", action="store_true", default=None,
+                        help="go on when a training modified or removed a file the working directory held before "
+                             "(default: stop there, as the next trainings could resume from it). What a training "
+                             "creates there is always moved into its folder, <out>/runs/<nnn>-.../workdir/")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -172,15 +193,16 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
     cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
-                       timeout=900.0 if args.timeout is None else args.timeout,
+                       timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
-                       metric=args.metric)
+                       metric=args.metric, target=args.target, allow_modified=bool(args.allow_modified))
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
     if world is not None and world > 1:
         for net in cfg.nets:
             check_net_fits(net, world)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
-    return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, None, "metric.png")
+    return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, cfg.target,
+                           "metric.png")
 
 
 def _predicted(cfg: Any, rows: list[Any]) -> Any:
@@ -202,9 +224,10 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
-    from gradwire.compare.report import why
+    from gradwire.compare.processes import Stopped
+    from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
-    from gradwire.compare.results import FAILED, TrainingEvent
+    from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
 
     console = Console(stderr=True)
     trained = [0]
@@ -219,18 +242,22 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
                 if t.ok:
                     status = "ok"
                 else:
-                    reason = why(t.error)[:120]
+                    said = reason(t.status, t.error)[:120]
                     dropped = f"; its {t.dropped} other seeds dropped" if t.dropped else ""
-                    status = f"{t.status.upper()}{dropped}: {reason}"
+                    status = f"{t.status.upper()}{dropped}: {said}"
                 line = f"  {t.strategy:<22} {t.net:<36} seed {t.seed}  {status} ({t.seconds:.0f} s)"
                 progress.console.print(escape(line))
+                if t.note:
+                    progress.console.print(escape(f"    {t.note}"))
                 progress.advance(task, 1 + t.dropped)
 
             results = start(done)
-    except KeyboardInterrupt:
-        print(f"gradwire compare: interrupted; {trained[0]} of {total} trainings finished and kept in "
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
-        return 130
+        return 128 + signum
     rows = rows_of(results)
     print_table(rows, target)
     results.rows = rows
@@ -250,7 +277,9 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     plot_metric(results, plots[0])
     plot_breakdown(rows, plots[1])
     console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
-    failed = [r for r in results.runs if r.status == FAILED]
+    failed = [r for r in results.runs if r.status in (FAILED, TIMED_OUT)]
     for r in failed:
-        console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} failed:[/]\n{escape(r.error)}")
-    return 1 if failed else 0
+        console.print(f"[red]{escape(r.strategy)} on {escape(r.net)} {r.status}:[/]\n{escape(r.error)}")
+    if results.stopped:
+        console.print(f"[red]gradwire compare stopped:[/] {escape(results.stopped)}")
+    return 1 if failed or results.stopped else 0

@@ -1,8 +1,9 @@
 """`gradwire compare`: every strategy on real training, on simulated networks.
 
 Two kinds of training: the bundled digits models (:mod:`.runner`) and a
-user's own script, run unchanged (:mod:`.script`); both give
-:mod:`.results` dataclasses, turned into rows (:mod:`.report`) and plots.
+user's own script, run unchanged (:mod:`.script`); both keep their books
+in a :class:`.ledger.Ledger` and give :mod:`.results` dataclasses, turned
+into rows (:mod:`.report`) and plots.
 """
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, DEFAULT_STRATEGIES, CompareConfig
 from gradwire.compare.report import Row, print_table, rows_of, to_markdown

@@ -55,10 +55,28 @@ class Named:
     nets: tuple[NetSpec, ...]
     strategies: tuple[StrategyChoice, ...]
 
+    def _parse_named(self) -> None:
+        """Parse the networks and strategies given as strings, in place (a frozen dataclass's ``__post_init__``)."""
+        if not self.nets:
+            raise ValueError("at least one --net is needed")
+        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
+        if not self.strategies:
+            raise ValueError("at least one strategy is needed")
+        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
+        names = [str(s) for s in self.strategies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"strategies repeat: {', '.join(names)}")
+
     @property
     def net_names(self) -> tuple[str, ...]:
         """The networks as spec strings, in order."""
         return tuple(net.to_string() for net in self.nets)
+
+    @property
+    def run_names(self) -> list[tuple[str, str]]:
+        """(net, strategy) of every run, in table order: compute-only first, on the first network (its ideal)."""
+        nets = self.net_names
+        return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in self.strategy_names]
 
     @property
     def strategy_names(self) -> tuple[str, ...]:
@@ -101,15 +119,7 @@ class CompareConfig(Named):
     def __post_init__(self) -> None:
         from gradwire.train.models import MODELS
 
-        if not self.nets:
-            raise ValueError("at least one --net is needed")
-        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
-        if not self.strategies:
-            raise ValueError("at least one strategy is needed")
-        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
-        names = [str(s) for s in self.strategies]
-        if len(set(names)) != len(names):
-            raise ValueError(f"strategies repeat: {', '.join(names)}")
+        self._parse_named()
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(sorted(MODELS))}")
         if not 2 <= self.workers <= 16:

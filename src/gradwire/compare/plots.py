@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.report import Row, metric_name
-from gradwire.compare.results import Results
+from gradwire.compare.results import UNSOUND, Results
 
 __all__ = ["plot_accuracy", "plot_bandwidth", "plot_breakdown", "plot_metric"]
 
@@ -64,8 +64,8 @@ def plot_breakdown(rows: list[Row], path: Path) -> Path:
     nets = list(dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY))
     fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4.2), squeeze=False)
     for ax, net in zip(axes[0], nets):
-        sel = [r for r in rows if r.ok and r.net == net]
-        names = [r.strategy for r in sel]
+        sel = [r for r in rows if (r.ok or r.status == UNSOUND) and r.net == net]  # an unsound row's time stands
+        names = [r.strategy + (" (unsound)" if r.status == UNSOUND else "") for r in sel]
         comp = [r.compute_ms for r in sel]
         over = [r.overhead_ms for r in sel]
         expo = [r.exposed_ms for r in sel]

@@ -35,8 +35,26 @@ gradwire does not know):
   the losses gradwire saw (the scalars ``.backward()`` was called on) over
   the last tenth of the steps (at least 1, at most 50) of the first rank.
   Mean and [min, max] over seeds;
-- time to accuracy (bundled models): training time until the test accuracy
-  first reaches the target, averaged over the seeds that reach it.
+- time to target: training time until the metric first reaches the target
+  (bundled models: the test accuracy, ``--target``; a script: the table's
+  metric, with ``--target``, reached from above for a lower-is-better
+  one), averaged over the seeds that reach it;
+- sound: a strategy's row is ``ok`` only if its final metric is not clearly
+  worse than the baseline's on that network. The metric's direction comes
+  from its name (:func:`direction`: ``acc``, ``accuracy``, ``f1``, ...
+  higher is better; ``loss``, ``error``, ``perplexity``, ... lower); a
+  metric of neither kind is not judged. *Clearly worse*: the strategy's
+  mean over seeds lies outside the baseline's [min, max] over seeds widened
+  by a tolerance, the larger of :data:`SOUND_TOLERANCE` x |baseline mean|
+  and the baseline's own spread (max - min): with 1 seed only the relative
+  tolerance (one seed says nothing of the run-to-run noise, so 10% is
+  wide: more seeds judge more sharply). Accuracy 0.414 against sync's
+  0.958 is unsound, 0.80 too; 0.90 is not.
+  Such a row keeps its figures, is marked ``unsound`` (its ``error`` says
+  by how much), and is never named fastest: the verdict names the fastest
+  sound strategy, and a faster unsound one as unsound. With a target (time
+  to accuracy), the fastest is the one that reached it soonest on every
+  seed.
 """
 from __future__ import annotations
 
@@ -47,12 +65,73 @@ from dataclasses import replace
 from typing import Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.results import OK, Results, Row, Run
+from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run
 
-__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "Row", "metric_name", "print_table", "rows_of", "to_markdown", "verdict", "why"]
+__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
+           "print_table", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
+
+
+#: a metric clearly worse than the baseline's by more than this share of its mean (and its seeds' spread) is unsound
+SOUND_TOLERANCE = 0.10
+
+#: words of a metric's name that say which way is better (the name split at ``_``, ``/``, ``-``, ``.``)
+_HIGHER = frozenset({"acc", "accuracy", "f1", "auc", "auroc", "precision", "recall", "bleu", "rouge", "iou", "map",
+                     "top1", "top5", "r2", "correct", "dice", "mcc"})
+_LOWER = frozenset({"loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "wer", "cer", "bpb",
+                    "bpc"})
+
+
+def direction(metric: str) -> int | None:
+    """+1 when higher is better (an accuracy), -1 when lower is (a loss), None when the name does not say."""
+    words = {w for w in re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", metric).lower()) if w}
+    words |= {w.rstrip("0123456789") for w in words}  # acc5, loss2
+    if words & _LOWER:
+        return -1
+    if words & _HIGHER:
+        return 1
+    return None
+
+
+def unsound_reason(metric: str, values: list[float], baseline: list[float], baseline_name: str) -> str:
+    """Why a strategy's final metric is clearly worse than the baseline's (module doc), or '' when it is not.
+
+    Args:
+        metric: its name, which gives its direction (:func:`direction`).
+        values: the strategy's final value, one per seed.
+        baseline: the baseline's, one per seed.
+        baseline_name: the baseline strategy, for the sentence.
+    """
+    sign = direction(metric)
+    values = [v for v in values if not math.isnan(v)]
+    baseline = [v for v in baseline if not math.isnan(v)]
+    if sign is None or not values or not baseline:
+        return ""
+    mean, lo, hi = statistics.fmean(values), min(baseline), max(baseline)
+    tolerance = max(SOUND_TOLERANCE * abs(statistics.fmean(baseline)), hi - lo)
+    worse = mean < lo - tolerance if sign > 0 else mean > hi + tolerance
+    if not worse:
+        return ""
+    spread = f"{lo:.4g}" if lo == hi else f"[{lo:.4g}, {hi:.4g}]"
+    bound = lo - tolerance if sign > 0 else hi + tolerance
+    return (f"{metric} {mean:.4g} is clearly worse than {baseline_name}'s {spread} ({'higher' if sign > 0 else 'lower'} "
+            f"is better; {'below' if sign > 0 else 'above'} {bound:.4g}, the bound with a tolerance of {tolerance:.3g})")
+
+
+def judge(rows: list[Row], values: dict[tuple[str, str], list[float]], baseline: str) -> None:
+    """Mark ``unsound`` each ok row whose final metric is clearly worse than ``baseline``'s on its network.
+
+    ``values``: (net, strategy) -> the final metric of each seed.
+    """
+    for r in rows:
+        base = values.get((r.net, baseline))
+        if not r.ok or r.strategy == baseline or base is None:
+            continue
+        said = unsound_reason(r.metric, values.get((r.net, r.strategy), []), base, baseline)
+        if said:
+            r.status, r.error = UNSOUND, said
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -74,8 +153,15 @@ def metric_name(results: Results) -> str:
     return TRAIN_LOSS
 
 
+def reason(status: str, error: str) -> str:
+    """The line a table or a progress line gives a run that is not ok: a time limit's own line, else :func:`why`."""
+    if status == TIMED_OUT:
+        return error.splitlines()[0] if error else "timed out"
+    return why(error)
+
+
 def _error_line(run: Run) -> str:
-    return why(run.error)
+    return reason(run.status, run.error)
 
 
 def why(error: str) -> str:
@@ -104,7 +190,9 @@ def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
         for s in seeds:
             curve = s.curves.get(metric)
             if curve is not None:
-                hit = next((t for t, v in zip(curve.seconds, curve.values) if v >= target), None)
+                lower = direction(metric) == -1  # a loss reaches its target from above
+                hit = next((t for t, v in zip(curve.seconds, curve.values) if (v <= target if lower else v >= target)),
+                           None)
                 if hit is not None:
                     reach.append(hit)
     row = Row(run.net, run.strategy, run.status, unit, step_ms=_mean(s.step_ms for s in seeds), metric=metric,
@@ -126,7 +214,7 @@ def rows_of(results: Results) -> list[Row]:
     cfg = results.config
     unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
     metric = metric_name(results)
-    target = cfg.get("target_accuracy") if unit == "epoch" else None
+    target = cfg.get("target_accuracy") if unit == "epoch" else cfg.get("target")
     measured = [_base_row(run, unit, metric, target) for run in results.runs]
     ideal = next((r for r in measured if r.strategy == COMPUTE_ONLY and r.ok), None)
     strategies = cfg["strategies"]
@@ -154,10 +242,17 @@ def rows_of(results: Results) -> list[Row]:
             r.compute_ms = base_compute
             r.exposed_share = r.exposed_ms / r.step_ms if r.step_ms else float("nan")
             r.peer_wait_share = r.peer_wait_ms / r.step_ms if r.step_ms else float("nan")
+    finals = {(run.net, run.strategy): [s.metrics.get(metric, float("nan")) for s in run.seeds]
+              for run in results.runs if run.ok}
+    ideal_finals = next((v for (_, name), v in finals.items() if name == COMPUTE_ONLY), None)
+    if ideal_finals is not None:  # compute-only is judged on each network's table
+        finals.update({(net, COMPUTE_ONLY): ideal_finals for net in dict.fromkeys(r.net for r in rows)})
+    judge(rows, finals, strategies[0])
     return rows
 
 
-def _columns(rows: list[Row]) -> list[str]:
+def _columns(rows: list[Row], target: float | None = None) -> list[str]:
+    """The table's columns: per epoch (bundled models) or per step (a script; time to target when one is set)."""
     unit = rows[0].unit if rows else "epoch"
     metric = next((r.metric for r in rows), "test_accuracy")
     name = "accuracy" if metric == "test_accuracy" else metric
@@ -165,24 +260,34 @@ def _columns(rows: list[Row]) -> list[str]:
         return ["strategy", "time/epoch (s)", "speedup", "of ideal", "wire MiB/epoch", "reduction",
                 f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
     return ["strategy", "time/step (ms)", "speedup", "of ideal", "wire KiB/step", "reduction",
-            f"{name} (mean [min, max])", "exposed comm", "other waits", "optimizer / note"]
+            f"{name} (mean [min, max])"] + (["time to target (s)"] if target is not None else []) + [
+            "exposed comm", "other waits", "optimizer / note"]
 
 
-def _cells(r: Row) -> list[str]:
-    if not r.ok:
+def _ttt(r: Row) -> str:
+    return (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
+            else f"not reached (0/{r.seeds})")
+
+
+def _cells(r: Row, target: float | None = None) -> list[str]:
+    width = 10 + (r.unit == "step" and target is not None)
+    if not r.ok and r.status != UNSOUND:
         status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
         if r.unit == "step":  # the reason goes in the wide last column
-            return [r.strategy, status, "", "", "", "", "", "", "", r.error]
+            return [r.strategy, status] + [""] * (width - 3) + [r.error]
         return [r.strategy, status, "", "", "", "", r.error, "", "", ""]
     metric = f"{r.metric_mean:.4f} [{r.metric_min:.3f}, {r.metric_max:.3f}]" if not math.isnan(r.metric_mean) else "—"
+    note = r.applied
+    if r.status == UNSOUND:  # its figures stand; its metric says why it is not ok
+        metric = f"UNSOUND {metric}"
+        note = f"UNSOUND: {r.error}" + (f" ({r.applied})" if r.applied else "")
     if r.unit == "epoch":
-        ttt = (f"{r.time_to_target:.2f} ({r.reached}/{r.seeds})" if r.time_to_target is not None
-               else f"not reached (0/{r.seeds})")
         return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", _share(r.of_ideal),
-                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, ttt, _share(r.exposed_share),
+                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, _ttt(r), _share(r.exposed_share),
                 _share(r.peer_wait_share)]
     return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", _share(r.of_ideal), f"{r.wire_mb_per_step * 1024:.1f}",
-            f"{r.reduction:.1f}x", metric, _share(r.exposed_share), _share(r.peer_wait_share), r.applied]
+            f"{r.reduction:.1f}x", metric] + ([_ttt(r)] if target is not None else []) + [
+            _share(r.exposed_share), _share(r.peer_wait_share), note]
 
 
 def _share(x: float) -> str:
@@ -197,9 +302,38 @@ COMPUTE_BOUND = 0.15
 TIE = 0.97
 
 
-def verdict(rows: list[Row], net: str) -> str:
-    """One or two sentences under a network's table: the regime, and the strategies that do not pay there."""
+def _reached(r: Row) -> bool:
+    return r.time_to_target is not None and r.reached == r.seeds > 0
+
+
+def _fastest(base: Row, candidates: list[Row], target: float | None) -> tuple[Row | None, str]:
+    """The fastest of ``candidates`` if faster than ``base``, and how it is said: by time to the target
+    (reached on every seed) where one is set and reached, else by speedup."""
+    reached = [r for r in candidates if _reached(r)] if target is not None else []
+    if reached:
+        soonest = min(reached, key=lambda r: r.time_to_target or math.inf)
+        base_time = base.time_to_target if _reached(base) else None
+        if base_time is not None and not (soonest.time_to_target or math.inf) < base_time:
+            return None, ""
+        than = f"{base.strategy} {base_time:.2f} s" if base_time is not None else f"{base.strategy} did not"
+        return soonest, f"{soonest.strategy} reached {target:.2f} in {soonest.time_to_target:.2f} s ({than})"
+    best = max(candidates, key=lambda r: r.speedup, default=None)
+    if best is None or not best.speedup >= 1.0:
+        return None, ""
+    ideal = f" ({best.of_ideal:.0%} of ideal)" if not math.isnan(best.of_ideal) else ""
+    return best, f"{best.strategy} {best.speedup:.2f}x{ideal}"
+
+
+def verdict(rows: list[Row], net: str, target: float | None = None) -> str:
+    """A few sentences under a network's table: the regime, the strategies that do not pay, the fastest sound one.
+
+    Fastest: with a ``target``, the sound strategy that reached it soonest on
+    every seed (by time per unit when none did); else the highest speedup,
+    if at least 1. An unsound strategy (module doc) is never named fastest:
+    one faster than the named one is said to be unsound, with why.
+    """
     mine = [r for r in rows if r.net == net and r.strategy != COMPUTE_ONLY and r.ok]
+    unsound = [r for r in rows if r.net == net and r.strategy != COMPUTE_ONLY and r.status == UNSOUND]
     if not mine:
         return ""
     base = mine[0]
@@ -210,13 +344,19 @@ def verdict(rows: list[Row], net: str) -> str:
               else "between the two regimes")
     out = f"{base.strategy} waits on the network for {share:.0%} of its step: {regime}."
     slower = [r for r in mine[1:] if r.speedup < TIE]
-    best = max(mine[1:], key=lambda r: r.speedup, default=None)
     if slower:
         out += (" Slower than " + base.strategy + " here (their CPU work costs more than the network time they "
                 "save): " + ", ".join(f"{r.strategy} {r.speedup:.2f}x" for r in slower) + ".")
-    if best is not None and best.speedup >= 1.0:
-        out += f" Fastest: {best.strategy} {best.speedup:.2f}x"
-        out += f" ({best.of_ideal:.0%} of ideal)." if not math.isnan(best.of_ideal) else "."
+    best, how = _fastest(base, mine[1:], target)
+    if best is not None:
+        out += f" Fastest: {how}."
+    bar = best.speedup if best is not None else 1.0
+    faster = [r for r in unsound if r.speedup > bar]
+    if faster:
+        out += " Faster but UNSOUND (not counted): " + "; ".join(
+            f"{r.strategy} {r.speedup:.2f}x, {r.error}" for r in faster) + "."
+    elif unsound:
+        out += " UNSOUND: " + "; ".join(f"{r.strategy}, {r.error}" for r in unsound) + "."
     return out
 
 
@@ -225,14 +365,14 @@ def _title(net: str, rows: list[Row], target: float | None) -> str:
         metric = rows[0].metric
         how = ("the loss gradwire saw (scalars .backward() was called on), last tenth of the steps"
                if metric == TRAIN_LOSS else f"the script's last gradwire.report({metric}=...)")
-        return f"network {net} — metric: {how}"
+        return f"network {net} — metric: {how}" + (f"; time to {target:g}" if target is not None else "")
     return f"network {net} — time to accuracy {target:.2f}" if target is not None else f"network {net}"
 
 
 def to_markdown(rows: list[Row], target: float | None) -> str:
     """Markdown tables, one per network."""
     out = []
-    columns = _columns(rows)
+    columns = _columns(rows, target)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         title = _title(f"`{net}`", rows, target)
         out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
@@ -240,9 +380,9 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r)) + " |")
+                out.append("| " + " | ".join(_cells(r, target)) + " |")
         out.append("")
-        said = verdict(rows, net)
+        said = verdict(rows, net, target)
         if said:
             out += [said, ""]
     return "\n".join(out)
@@ -254,16 +394,16 @@ def print_table(rows: list[Row], target: float | None) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 150))
-    columns = _columns(rows)
+    columns = _columns(rows, target)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         table = Table(title=escape(_title(net, rows, target)))
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r)))
+                table.add_row(*(escape(c) for c in _cells(r, target)))
         console.print(table)
-        said = verdict(rows, net)
+        said = verdict(rows, net, target)
         if said:
             console.print(escape(said))
 

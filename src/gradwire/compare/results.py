@@ -10,8 +10,10 @@ gradwire, and :meth:`Results.from_json` reads it back.
 A run's ``status``:
 
 - ``ok``: every seed trained;
-- ``failed``: a training raised, timed out, or the command failed (``error``
-  holds its own error text);
+- ``failed``: a training raised or the command failed (``error`` holds its
+  own error text);
+- ``timed out``: a training ran past its time limit and was stopped
+  (``error`` says after how many seconds, and the rule that set them);
 - ``refused``: the strategy cannot be applied to this script (``error`` says
   why); nothing was trained under it;
 - ``not applied``: the script never built a DDP model, so the strategy had
@@ -28,10 +30,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "Curve", "Results", "Run", "SeedResult",
+__all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "UNSOUND", "Curve", "Results", "Run", "SeedResult",
            "TrainingEvent"]
 
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
+TIMED_OUT = "timed out"
+#: a row (never a run) whose final metric is clearly worse than the baseline's (:mod:`gradwire.compare.report`)
+UNSOUND = "unsound"
 
 
 class _Status:
@@ -174,7 +179,10 @@ class Run(_Status):
 
 @dataclass(frozen=True)
 class TrainingEvent:
-    """One training ended (for progress lines): ``status`` as a run's; ``dropped`` seeds of the run won't run."""
+    """One training ended (for progress lines): ``status`` as a run's; ``dropped`` seeds of the run won't run.
+
+    ``note``: what else to say of it (the files it left in the working directory, moved).
+    """
 
     strategy: str
     net: str
@@ -183,6 +191,7 @@ class TrainingEvent:
     seconds: float
     error: str = ""
     dropped: int = 0
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -261,6 +270,11 @@ class Results:
     """the table's rows (:func:`gradwire.compare.report.rows_of`), filled by the CLI after the runs"""
     predicted: dict[str, Any] | None = None
     """the predicted speedup against bandwidth (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
+    workdir: list[dict[str, Any]] = field(default_factory=list)
+    """per training of a script: what it created in the working directory (``moved`` into its folder's
+    ``workdir/``), and what was there before that it ``modified`` or ``removed`` (:mod:`gradwire.compare.workdir`)"""
+    stopped: str = ""
+    """why the comparison stopped before its last training, when it did (not a Ctrl-C: see ``interrupted``)"""
 
     def run(self, net: str, strategy: str) -> Run:
         return next(r for r in self.runs if r.net == net and r.strategy == strategy)
@@ -273,6 +287,10 @@ class Results:
             d["rows"] = [r.as_dict() for r in self.rows]
         if self.predicted is not None:
             d["predicted"] = self.predicted
+        if self.workdir:
+            d["workdir"] = self.workdir
+        if self.stopped:
+            d["stopped"] = self.stopped
         return d
 
     def save(self, path: Path) -> None:
@@ -282,7 +300,8 @@ class Results:
     def from_json(cls, d: dict[str, Any]) -> Results:
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
-                   bool(d.get("interrupted", False)), rows, d.get("predicted"))
+                   bool(d.get("interrupted", False)), rows, d.get("predicted"), list(d.get("workdir", [])),
+                   d.get("stopped", ""))
 
 
 def _scalar(x: Any) -> bool:

@@ -19,7 +19,8 @@ fails the training it was in: that strategy is recorded as failed with the
 rank's traceback, its remaining seeds are dropped, and the trainings not run
 yet go on in fresh processes. ``results.json`` is rewritten after every
 training, so nothing finished is lost; an earlier comparison in the same
-folder is moved to ``previous-<time>/``, not overwritten.
+folder is moved to ``previous-<time>/``, not overwritten. These books, and
+Ctrl-C, are :class:`gradwire.compare.ledger.Ledger`'s, as for a script.
 
 A run is ``"finished"`` once all its seeds trained (``"status": "ok"``) or it
 failed (``"status": "failed"`` with the error). Until then it is ``"status":
@@ -30,15 +31,14 @@ far, so a results.json read mid-way, or left by an interrupted comparison
 """
 from __future__ import annotations
 
-import datetime
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gradwire._files import keep_previous
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
-from gradwire.compare.results import FAILED, NOT_FINISHED, OK, Curve, Results, Run, SeedResult, TrainingEvent
+from gradwire.compare.ledger import Ledger, rotation
+from gradwire.compare.results import FAILED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent
 from gradwire.net import parse_spec
 from gradwire.overlap import parse_strategy
 
@@ -68,12 +68,6 @@ class Training:
         return self.net, self.strategy
 
 
-def _runs(cfg: CompareConfig) -> list[tuple[str, str]]:
-    """(net, strategy) names of every run, in table order: compute-only first."""
-    nets, strategies = cfg.net_names, cfg.strategy_names
-    return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in strategies]
-
-
 def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int) -> Training:
     from gradwire.train.loop import TrainConfig
 
@@ -87,15 +81,6 @@ def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int
     return Training(index, net, strategy, config)
 
 
-def rotation(runs: list[tuple[str, str]], seeds: tuple[int, ...]) -> list[tuple[str, str, int]]:
-    """(net, strategy, seed) in turns: round ``k`` (seed ``k``) runs every run, the order rotated by ``k * runs // seeds``."""
-    order: list[tuple[str, str, int]] = []
-    for k, seed in enumerate(seeds):
-        shift = k * len(runs) // len(seeds)
-        order += [(net, strategy, seed) for net, strategy in runs[shift:] + runs[:shift]]
-    return order
-
-
 def schedule(cfg: CompareConfig) -> list[list[Training]]:
     """The trainings, grouped by the set of processes they run in, in the order they run.
 
@@ -103,7 +88,7 @@ def schedule(cfg: CompareConfig) -> list[list[Training]]:
     order rotated by ``k * runs // seeds`` so each strategy's mean position in
     the rounds is near the middle. Otherwise: one group per run, seeds in order.
     """
-    runs = _runs(cfg)
+    runs = cfg.run_names
     if cfg.interleave:
         return [[_training(cfg, i, *job) for i, job in enumerate(rotation(runs, cfg.seeds))]]
     groups, index = [], 0
@@ -156,10 +141,11 @@ def _agree(ranks: list[SeedResult]) -> bool:
 
 
 def _run_set(cfg: CompareConfig, trainings: list[Training],
-             on_done: Callable[[Training, list[SeedResult]], None]) -> str | None:
+             on_done: Callable[[Training, list[SeedResult]], None]) -> tuple[str, str] | None:
     """Run ``trainings`` in one set of fresh processes; ``on_done`` each as all its ranks report.
 
-    Returns None, or the error (a rank's traceback, a timeout) that stopped the set.
+    Returns None, or (status, error) of what stopped the set: ``failed`` with
+    a rank's traceback, or ``timed out``.
     """
     from gradwire.launch import RankError, spawn
     from gradwire.train.loop import CPU_ONLY
@@ -174,10 +160,13 @@ def _run_set(cfg: CompareConfig, trainings: list[Training],
             on_done(by_index[index], [parts[index][r] for r in range(cfg.workers)])
 
     runs = len({t.run for t in trainings})
+    limit = cfg.timeout * runs
     try:
-        spawn(_ranks, cfg.workers, (trainings,), timeout=cfg.timeout * runs, on_report=arrived, env=CPU_ONLY)
-    except (RankError, TimeoutError) as exc:
-        return str(exc)
+        spawn(_ranks, cfg.workers, (trainings,), timeout=limit, on_report=arrived, env=CPU_ONLY)
+    except RankError as exc:
+        return FAILED, str(exc)
+    except TimeoutError as exc:
+        return TIMED_OUT, f"timed out after {limit:.0f} s ({runs} runs x --timeout {cfg.timeout:.0f} s): {exc}"
     return None
 
 
@@ -197,20 +186,8 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None]
         KeyboardInterrupt: after saving results.json with the finished trainings,
             the unfinished runs marked ``"finished": false`` and ``"interrupted": true``.
     """
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    keep_previous(out, OUTPUTS)
-    path = out / "results.json"
-    runs = {(net, s): Run(s, net, NOT_FINISHED, "not run yet") for net, s in _runs(cfg)}
-    results = Results({**cfg.as_dict(), "mode": "models"},
-                      datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
-
-    def tell(event: TrainingEvent) -> None:
-        results.save(path)
-        if on_training is not None:
-            on_training(event)
-
-    try:
+    ledger = Ledger(Path(cfg.out), OUTPUTS, {**cfg.as_dict(), "mode": "models"}, cfg.run_names, cfg.seeds, on_training)
+    with ledger.running():  # SIGTERM and SIGHUP as Ctrl-C: spawn stops its ranks on the way out
         for trainings in schedule(cfg):
             pending = trainings
             while pending:
@@ -218,31 +195,14 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None]
 
                 def done(t: Training, ranks: list[SeedResult]) -> None:
                     finished.add(t.index)
-                    run = runs[t.run]
-                    run.seeds.append(ranks[0])
-                    run.seconds += ranks[0].seconds
+                    run = ledger.runs[t.run]
                     run.ranks_agree = bool(run.ranks_agree) and _agree(ranks)
-                    if len(run.seeds) == len(cfg.seeds):
-                        run.status, run.error = OK, ""
-                    else:
-                        run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
-                    tell(TrainingEvent(t.strategy, t.net, t.config.seed, OK, ranks[0].seconds))
+                    ledger.ok(t.net, t.strategy, ranks[0], ranks[0].seconds)
 
-                error = _run_set(cfg, pending, done)
-                if error is None or len(finished) == len(pending):
+                stopped = _run_set(cfg, pending, done)
+                if stopped is None or len(finished) == len(pending):
                     break
                 failed = next(t for t in pending if t.index not in finished)
-                left = [t for t in pending if t.index not in finished and t is not failed]
-                pending = [t for t in left if t.run != failed.run]
-                runs[failed.run].status, runs[failed.run].error = FAILED, error
-                tell(TrainingEvent(failed.strategy, failed.net, failed.config.seed, FAILED, 0.0, error,
-                                   dropped=len(left) - len(pending)))
-    except KeyboardInterrupt:
-        # Ctrl-C: keep every finished training, say which runs did not finish, then stop.
-        for run in runs.values():
-            if not run.finished:
-                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
-        results.interrupted = True
-        results.save(path)
-        raise
-    return results
+                pending = [t for t in pending if t.index not in finished and t.run != failed.run]
+                ledger.not_ok(failed.net, failed.strategy, failed.config.seed, *stopped)
+    return ledger.results

@@ -29,9 +29,13 @@ Outcome of a training (:mod:`gradwire.compare.results`):
   ``status.rank<N>.json``, written before the refusal was raised); a script
   that never built a DDP model is ``not applied`` for every strategy but
   ``sync`` (and compute-only), which are the script as written;
-- ``failed``: the command exited with an error, timed out, or wrote no
-  results; the error is the command's own stderr (its last lines), so a bad
-  path or a syntax error reads as Python wrote it;
+- ``timed out``: it ran past its limit (:func:`training_timeout`: by
+  default 900 s for the baseline, which trains first, then
+  ``max(120 s, 4 x`` the baseline's measured time``)``) and was stopped with
+  every process it started;
+- ``failed``: the command exited with an error or wrote no results; the
+  error is the command's own stderr (its last lines), so a bad path or a
+  syntax error reads as Python wrote it;
 - ``ok``: it exited 0, or every rank had written its results at
   ``destroy_process_group`` and only teardown failed (gloo now and then
   aborts a process after training: "terminate called without an active
@@ -39,36 +43,40 @@ Outcome of a training (:mod:`gradwire.compare.results`):
 
 A run that is not ``ok`` drops its remaining seeds; the other runs go on.
 Every training's files stay in ``<out>/runs/<nnn>-<strategy>-seed<k>/``:
-the ranks' results, ``stdout.log`` and ``stderr.log``.
+the ranks' results, ``stdout.log`` and ``stderr.log``, and in ``workdir/``
+what the training created in the working directory, moved there so that
+the next training starts from the directory the first one did; a training
+that modified or removed what the working directory held before stops the
+comparison (:mod:`gradwire.compare.workdir`). ``results.json`` lists both
+under ``workdir``.
 """
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gradwire._files import keep_previous
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named
+from gradwire.compare.ledger import Ledger
+from gradwire.compare.processes import ProcessTree, deferred_signals, subreaper
 from gradwire.compare.results import (
-    FAILED, NOT_APPLIED, NOT_FINISHED, OK, REFUSED, Curve, Results, Run, SeedResult, TrainingEvent,
+    FAILED, NOT_APPLIED, OK, REFUSED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent,
 )
-from gradwire.compare.runner import rotation
+from gradwire.compare.workdir import Changes, WorkDir
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
-__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare"]
+__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare", "training_timeout"]
 
 #: baseline, gradwire's compressed exchange with and without overlap, PyTorch's hooks as peers
 DEFAULT_SCRIPT_STRATEGIES = ("sync", "onebit", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
@@ -81,6 +89,36 @@ ERROR_LINES = 30
 
 #: the message gloo's teardown leaves when it aborts a finished process
 TEARDOWN_ABORT = "terminate called without an active exception"
+
+#: how a training stopped at its time limit is said
+TIMED_OUT_PREFIX = "timed out after"
+
+#: the time limit of a training before the baseline has one measured (the baseline itself, compute-only before it)
+FIRST_TIMEOUT = 900.0
+#: the derived limit is at least this (seconds): process start-up and a loaded machine vary
+TIMEOUT_FLOOR = 120.0
+#: the derived limit is this many times the baseline's longest seed so far
+TIMEOUT_FACTOR = 4.0
+
+
+def training_timeout(given: float | None, baseline_seconds: list[float]) -> tuple[float, str]:
+    """(seconds one training may take, the rule that gave them, in words).
+
+    ``--timeout`` when given. Otherwise the baseline has not been measured
+    yet (it trains first, with compute-only before it: :data:`FIRST_TIMEOUT`)
+    or it has: ``max(TIMEOUT_FLOOR, TIMEOUT_FACTOR x`` its longest measured
+    seed), its wall time with process start-up. A strategy 4x slower than
+    the baseline (PowerSGD on CPU measured 2.1x) still finishes; a hung one
+    is stopped minutes, not a quarter of an hour, later.
+    """
+    if given is not None:
+        return given, "--timeout"
+    if not baseline_seconds:
+        return FIRST_TIMEOUT, "the limit before the baseline is measured"
+    slowest = max(baseline_seconds)
+    limit = max(TIMEOUT_FLOOR, TIMEOUT_FACTOR * slowest)
+    return limit, (f"{TIMEOUT_FACTOR:g} x the baseline's {slowest:.0f} s, at least {TIMEOUT_FLOOR:.0f} s; "
+                   "--timeout sets it")
 
 
 @dataclass(frozen=True)
@@ -97,26 +135,23 @@ class ScriptConfig(Named):
     workers: int | None = None
     """start this many copies of the command (``python train.py``); None: the command starts its ranks"""
     out: Path = field(default_factory=lambda: Path("gradwire-compare"))
-    timeout: float = 900.0
-    """seconds one training may take"""
+    timeout: float | None = None
+    """seconds one training may take; None: derived from the baseline's measured time (:func:`training_timeout`)"""
     adam_warmup: int = DEFAULT_ADAM_WARMUP
     """optimizer steps of full-precision Adam before the variance freezes (compressed strategies)"""
     metric: str | None = None
     """the reported metric the table shows (None: the first the script reports, else the training loss)"""
+    target: float | None = None
+    """the metric's value to measure the time to (reached from above for a loss); None: no time to target"""
+    allow_modified: bool = False
+    """go on when a training modified or removed a file the working directory held before the comparison
+    (:mod:`gradwire.compare.workdir`); by default the comparison stops there"""
 
     def __post_init__(self) -> None:
         if not self.cmd:
             raise ValueError("no command given: use `gradwire compare [options] -- torchrun ... train.py`")
         object.__setattr__(self, "cmd", tuple(self.cmd))
-        if not self.nets:
-            raise ValueError("at least one --net is needed")
-        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
-        if not self.strategies:
-            raise ValueError("at least one strategy is needed")
-        object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
-        names = [str(s) for s in self.strategies]
-        if len(set(names)) != len(names):
-            raise ValueError(f"strategies repeat: {', '.join(names)}")
+        self._parse_named()
         if not self.seeds:
             raise ValueError("at least one seed is needed")
         if self.workers is not None:
@@ -125,7 +160,7 @@ class ScriptConfig(Named):
             if launch_form(self.cmd) == "torchrun":
                 raise ValueError("--workers starts the ranks itself: give `python train.py ...` with it, or "
                                  "torchrun without it")
-        if not self.timeout > 0:
+        if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
         if self.adam_warmup < 1:
             raise ValueError(f"--adam-warmup must be >= 1 step (Adam needs a variance to freeze), got {self.adam_warmup}")
@@ -134,7 +169,7 @@ class ScriptConfig(Named):
         return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
                 "strategies": list(self.strategy_names), "seeds": list(self.seeds), "workers": self.workers,
                 "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
-                "metric": self.metric, "launch": launch_form(self.cmd)}
+                "metric": self.metric, "target": self.target, "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
 
 
 def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
@@ -153,27 +188,22 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", name)
 
 
-def _runs(cfg: ScriptConfig) -> list[tuple[str, str]]:
-    nets = cfg.net_names
-    return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in cfg.strategy_names]
-
-
 @dataclass
 class _Launched:
-    """The processes of one training."""
+    """The processes of one training: the ones started and all they start (:mod:`gradwire.compare.processes`)."""
 
-    procs: list[subprocess.Popen]
+    tree: ProcessTree
     started: float
+    ended: float = 0.0
+    """when the last process exited or was told to stop"""
+
+    @property
+    def procs(self) -> list[subprocess.Popen[bytes]]:
+        return self.tree.roots
 
     def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            p.wait()
+        """Stop every process of the training, in whatever session, and reap them."""
+        self.tree.stop()
 
 
 def _launch(cfg: ScriptConfig, cmd: list[str], env: dict[str, str], folder: Path) -> _Launched:
@@ -181,45 +211,59 @@ def _launch(cfg: ScriptConfig, cmd: list[str], env: dict[str, str], folder: Path
 
     stdout = (folder / "stdout.log").open("wb")
     stderr = (folder / "stderr.log").open("wb")
-    procs = []
+    tree = ProcessTree()
     try:
         if cfg.workers is None:
             env = dict(env, PET_MASTER_PORT=str(free_port()))
-            procs.append(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
+            tree.add(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
         else:
             common = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(cfg.workers),
                           LOCAL_WORLD_SIZE=str(cfg.workers))
             common.setdefault("OMP_NUM_THREADS", "1")
             for rank in range(cfg.workers):
                 rank_env = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
-                procs.append(subprocess.Popen(cmd, env=rank_env, stdout=stdout, stderr=stderr,
-                                              start_new_session=True))
+                tree.add(subprocess.Popen(cmd, env=rank_env, stdout=stdout, stderr=stderr, start_new_session=True))
+    except BaseException:
+        tree.stop()  # the copies started before one could not be
+        raise
     finally:
         stdout.close()
         stderr.close()
-    return _Launched(procs, time.perf_counter())
+    return _Launched(tree, time.perf_counter())
 
 
 def _wait(launched: _Launched, timeout: float, grace: float = 10.0) -> tuple[int, str]:
-    """Wait for every process; (exit code, why it was stopped). The first non-zero code wins."""
+    """Wait for every process; (exit code, why it was stopped). The first non-zero code wins.
+
+    However it ends, every process the training started is stopped and
+    reaped before this returns: a rank's DataLoader workers, a torchrun
+    worker in its own session, what a finished script left running.
+    """
     deadline = launched.started + timeout
     failed_at: float | None = None
-    while True:
-        codes = [p.poll() for p in launched.procs]
-        if all(c is not None for c in codes):
-            bad = [c for c in codes if c]
-            return (bad[0] if bad else 0), ""
-        now = time.perf_counter()
-        if failed_at is None and any(c for c in codes if c is not None):
-            failed_at = now  # a rank failed: its peers may wait in a collective for it
-        if failed_at is not None and now - failed_at > grace:
+    watched = 0.0
+    try:
+        while True:
+            codes = [p.poll() for p in launched.procs]
+            if all(c is not None for c in codes):
+                bad = [c for c in codes if c]
+                return (bad[0] if bad else 0), ""
+            now = time.perf_counter()
+            if now - watched > 0.5:  # remember the tree while its parents live (processes module doc)
+                launched.tree.watch()
+                watched = now
+            if failed_at is None and any(c for c in codes if c is not None):
+                failed_at = now  # a rank failed: its peers may wait in a collective for it
+            if failed_at is not None and now - failed_at > grace:
+                bad = [c for c in codes if c]
+                return bad[0], "the other ranks were stopped after one failed"
+            if now > deadline:
+                return -signal.SIGKILL, f"{TIMED_OUT_PREFIX} {timeout:.0f} s"
+            time.sleep(0.05)
+    finally:
+        launched.ended = time.perf_counter()
+        with deferred_signals():
             launched.kill()
-            bad = [c for c in codes if c]
-            return bad[0], "the other ranks were stopped after one failed"
-        if now > deadline:
-            launched.kill()
-            return -signal.SIGKILL, f"stopped: it ran past --timeout ({timeout:.0f} s)"
-        time.sleep(0.05)
 
 
 def _tail(path: Path, lines: int = ERROR_LINES) -> str:
@@ -313,6 +357,8 @@ def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str
     world = compared[0]["world"] if compared else 0
     complete = bool(compared) and len(compared) == world
     clean_end = complete and all(c["ended"] == "destroy_process_group" for c in compared)
+    if why.startswith(TIMED_OUT_PREFIX):
+        return TIMED_OUT, f"{why}\n{stderr}".strip(), None, applied
     if code != 0 and not (clean_end and not why and (code in (-signal.SIGABRT, 128 + signal.SIGABRT) or
                                                      TEARDOWN_ABORT in stderr)):
         head = f"exit code {code}" + (f" ({why})" if why else "")
@@ -335,72 +381,80 @@ def _outcome(cfg: ScriptConfig, strategy: str, folder: Path, code: int, why: str
     return OK, "", _seed_result(seed, seconds, compared, code), applied
 
 
+def _collect(workdir: WorkDir, folder: Path, results: Results) -> Changes:
+    """Move what the training created in the working directory into its folder; note what it changed."""
+    found = workdir.collect(folder / "workdir")
+    if found.created or found.touched:
+        results.workdir.append({"training": folder.name, "into": str(folder / "workdir"), **found.as_dict()})
+    return found
+
+
 def _command(cfg: ScriptConfig, seed: int) -> list[str]:
     return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
+
+
+def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Path,
+           baseline_seconds: list[float]) -> tuple[int, str, float]:
+    """Run one training and stop all it started, however it ends: (exit code, why it was stopped, seconds)."""
+    from gradwire.profile.bootstrap import child_env
+
+    name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, net.to_string())
+    env = child_env(spec, folder, after_init=child.__name__)
+    env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
+    try:
+        launched = _launch(cfg, _command(cfg, seed), env, folder)  # stops what it started if it raises
+    except OSError as exc:  # the program could not start at all
+        return 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
+    limit, rule = training_timeout(cfg.timeout, baseline_seconds)
+    code, why = _wait(launched, limit)  # stops every process on the way out, on Ctrl-C too
+    if why.startswith(TIMED_OUT_PREFIX):
+        why += f" ({rule})"
+    return code, why, launched.ended - launched.started
 
 
 def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
     """Run the script under every (net, strategy) and seed, plus compute-only; save results.json as trainings end.
 
+    The books (rotation, results as trainings end, seeds dropped, Ctrl-C)
+    are a :class:`~gradwire.compare.ledger.Ledger`'s. While it runs, this
+    process is a child subreaper (:mod:`gradwire.compare.processes`), and
+    SIGTERM or SIGHUP stop it as Ctrl-C does.
+
     Raises:
-        KeyboardInterrupt: after stopping the training in flight and saving
+        KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
+            SIGTERM or SIGHUP) after stopping every process of the training in
+            flight, moving what it created in the working directory, and saving
             results.json with the unfinished runs marked ``not finished``.
     """
-    from gradwire.profile.bootstrap import child_env
-
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    kept = keep_previous(out, OUTPUTS)
-    if kept is not None and (out / "runs").is_dir():
-        shutil.move(str(out / "runs"), str(kept / "runs"))
-    path = out / "results.json"
-    runs = {(net, s): Run(s, net, NOT_FINISHED, "not run yet", ranks_agree=None) for net, s in _runs(cfg)}
-    results = Results(cfg.as_dict(), datetime.datetime.now().isoformat(timespec="seconds"), list(runs.values()))
-    results.save(path)
+    ledger = Ledger(out, OUTPUTS, cfg.as_dict(), cfg.run_names, cfg.seeds, on_training, ranks_agree=None)
     nets = dict(zip(cfg.net_names, cfg.nets))
-    launched: _Launched | None = None
-    try:
-        for index, (net, strategy, seed) in enumerate(rotation(list(runs), cfg.seeds)):
-            run = runs[(net, strategy)]
-            if run.finished:  # refused, not applied or failed on an earlier seed
+    workdir = WorkDir(Path.cwd(), skip=(out,))
+    baseline = cfg.strategy_names[0]
+    with subreaper() as no_reaper, ledger.running():
+        if no_reaper:
+            warnings.warn(f"gradwire compare: {no_reaper}", RuntimeWarning, stacklevel=2)
+        for index, (net, strategy, seed) in enumerate(ledger.order()):
+            if not ledger.pending(net, strategy):  # refused, not applied or failed on an earlier seed
                 continue
             folder = out / "runs" / f"{index:03d}-{_slug(strategy)}-seed{seed}"
             folder.mkdir(parents=True, exist_ok=True)
-            name, spec = ("sync", "loopback") if strategy == COMPUTE_ONLY else (strategy, nets[net].to_string())
-            env = child_env(spec, folder, after_init=child.__name__)
-            env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
+            base = ledger.runs[(net if strategy != COMPUTE_ONLY else cfg.net_names[0], baseline)]
             try:
-                launched = _launch(cfg, _command(cfg, seed), env, folder)
-            except OSError as exc:  # the program could not start at all
-                code, why, seconds = 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
-            else:
-                code, why = _wait(launched, cfg.timeout)
-                seconds = time.perf_counter() - launched.started
-                launched = None
+                code, why, seconds = _train(cfg, nets[net], strategy, seed, folder, [r.seconds for r in base.seeds])
+            except KeyboardInterrupt:
+                with deferred_signals():
+                    _collect(workdir, folder, ledger.results)
+                raise
             status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
+            found = _collect(workdir, folder, ledger.results)
+            run = ledger.runs[(net, strategy)]
             run.applied = run.applied or applied
-            dropped = 0
             if status == OK:
                 assert seed_result is not None
-                run.seeds.append(seed_result)
-                run.seconds += seconds
-                if len(run.seeds) == len(cfg.seeds):
-                    run.status, run.error = OK, ""
-                else:
-                    run.error = f"not finished: {len(run.seeds)} of {len(cfg.seeds)} seeds so far"
+                ledger.ok(net, strategy, seed_result, seconds, found.note())
             else:
-                dropped = len(cfg.seeds) - len(run.seeds) - 1
-                run.status, run.error = status, error
-            results.save(path)
-            if on_training is not None:
-                on_training(TrainingEvent(strategy, net, seed, status, seconds, error, dropped))
-    except KeyboardInterrupt:
-        if launched is not None:
-            launched.kill()
-        for run in runs.values():
-            if not run.finished:
-                run.error = f"interrupted after {len(run.seeds)} of {len(cfg.seeds)} seeds"
-        results.interrupted = True
-        results.save(path)
-        raise
-    return results
+                ledger.not_ok(net, strategy, seed, status, error, seconds, found.note())
+            if found.touched and not cfg.allow_modified:
+                ledger.stop(found.refusal(folder.name, workdir.root), folder.name)
+    return ledger.results
