@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import check_net_fits, output_dir, positive_int, seconds
+from gradwire.cli._args import check_net_fits, command_after_dashes, output_dir, positive_int, seconds
 
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
@@ -111,12 +111,7 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] != "--":
-        raise ValueError(f"unrecognized arguments: {' '.join(cmd)} (a training command goes after --)")
-    cmd = cmd[1:]
-    if args.cmd and not cmd:
-        raise ValueError("no command after --: use `gradwire compare [options] -- torchrun ... train.py`")
+    cmd = command_after_dashes(args.cmd, "gradwire compare [options] -- torchrun ... train.py", required=False)
     if cmd:
         return _run_script(args, cmd)
     return _run_models(args)
@@ -180,7 +175,6 @@ def _world_of(cmd: list[str]) -> int | None:
 
 
 def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
-    from gradwire.cli._args import check_command as _check_command
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
     from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
@@ -189,7 +183,6 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     if given:
         raise ValueError(f"{', '.join(given)}: only for the bundled models; with a command the script decides "
                          "its model and training")
-    _check_command(cmd[0])
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
     cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
