@@ -9,7 +9,7 @@ from typing import Any
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
-__all__ = ["COMPUTE_ONLY", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS", "DEFAULT_STRATEGIES", "FAST_NET",
+__all__ = ["COMPUTE_ONLY", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS", "DEFAULT_STRATEGIES", "FAST_NET",
            "Named", "default_workers", "usable_cores"]
 
 #: The communication-bound default network: slow enough that the baseline
@@ -27,8 +27,14 @@ DEFAULT_NETS = (DEFAULT_NET, FAST_NET)
 #: baseline, ours, and PyTorch's own DDP hooks as peers
 DEFAULT_STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
 
-#: the name of the run with no communication cost (``sync`` on ``loopback``)
+#: the name of the run with no communication at all: ``sync`` on the ``local`` network
 COMPUTE_ONLY = "compute-only"
+#: where compute-only runs: every collective answered from the rank's own data (no network, no real
+#: collective), so its time is a bound on what any strategy can reach
+IDEAL_NET = "local"
+#: how the tables say it
+IDEAL_NOTE = ("compute-only: the baseline with every collective answered on the rank itself (no network, no real "
+              "collective): a bound on every strategy's time. Its ranks train apart, so its accuracy is rank 0's own.")
 
 
 def usable_cores() -> int:

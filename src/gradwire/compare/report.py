@@ -9,7 +9,8 @@ gradwire does not know):
   between the ends of the optimizer's steps (the first from the DDP's first
   forward), averaged over seeds;
 - speedup: baseline time / strategy time (per epoch, or per step); the ideal
-  speedup is baseline / compute-only (the same work with no network cost);
+  speedup is baseline / compute-only (the same work with no communication
+  at all: every collective answered on the rank, ``IDEAL_NET``), a bound;
 - communication volume: bytes this worker put on the wire per epoch (per
   step) during training (the backend's counters, protocol framing included);
   reduction: baseline / strategy;
@@ -19,8 +20,7 @@ gradwire does not know):
   network still carried what it waits for) and other waits (waiting past
   that: a peer that reached the collective late because it was computing on
   a shared core, the real collective on this machine taking longer than the
-  model, which on ``loopback`` is all of it, or work in completion
-  callbacks). The four add up to the step. The overhead is the strategy's own CPU work (compression, copies)
+  model, or work in completion callbacks). The four add up to the step. The overhead is the strategy's own CPU work (compression, copies)
   and, when ranks share cores, compute slowed by peers that run instead of
   waiting;
 - share of ideal: compute-only time / strategy time, how much of the speed
@@ -64,7 +64,7 @@ import statistics
 from dataclasses import replace
 from typing import Iterable
 
-from gradwire.compare.config import COMPUTE_ONLY
+from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
 from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
@@ -385,6 +385,8 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         said = verdict(rows, net, target)
         if said:
             out += [said, ""]
+    if any(r.strategy == COMPUTE_ONLY for r in rows):
+        out += [IDEAL_NOTE, ""]
     return "\n".join(out)
 
 
@@ -406,4 +408,6 @@ def print_table(rows: list[Row], target: float | None) -> None:
         said = verdict(rows, net, target)
         if said:
             console.print(escape(said))
+    if any(r.strategy == COMPUTE_ONLY for r in rows):
+        console.print(escape(IDEAL_NOTE), style="dim")
 

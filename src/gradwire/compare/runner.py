@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gradwire.compare.config import COMPUTE_ONLY, CompareConfig
+from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NET, CompareConfig
 from gradwire.compare.ledger import Ledger, rotation
 from gradwire.compare.results import FAILED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent
 from gradwire.net import parse_spec
@@ -72,7 +72,7 @@ def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int
     from gradwire.train.loop import TrainConfig
 
     if strategy == COMPUTE_ONLY:
-        train_strategy, train_net = parse_strategy("sync"), parse_spec("loopback")
+        train_strategy, train_net = parse_strategy("sync"), parse_spec(IDEAL_NET)
     else:
         train_strategy = cfg.strategies[cfg.strategy_names.index(strategy)]
         train_net = cfg.nets[cfg.net_names.index(net)]
@@ -196,7 +196,8 @@ def run_compare(cfg: CompareConfig, on_training: Callable[[TrainingEvent], None]
                 def done(t: Training, ranks: list[SeedResult]) -> None:
                     finished.add(t.index)
                     run = ledger.runs[t.run]
-                    run.ranks_agree = bool(run.ranks_agree) and _agree(ranks)
+                    # compute-only's ranks train apart (nothing is exchanged): they need not agree
+                    run.ranks_agree = bool(run.ranks_agree) and (t.strategy == COMPUTE_ONLY or _agree(ranks))
                     ledger.ok(t.net, t.strategy, ranks[0], ranks[0].seconds)
 
                 stopped = _run_set(cfg, pending, done)
