@@ -307,6 +307,23 @@ class MomentumSGD(OptimizerScheme):
         self.steps += 1
         return self.step_fn(closure) if closure is not None else self.step_fn()
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The base's, with the momentum and each parameter's decay (in ``param_groups`` order).
+
+        A scheme made for an optimizer that loaded its checkpoint first finds
+        momentum 0 and decay 0 in its groups (the scheme moved them out): the
+        checkpoint says what they were.
+        """
+        return {**super().state_dict(), "beta": self.momentum,
+                "decay": [self.decay.get(id(p)) for p in params_of(self.optimizer)]}
+
+    def load_state_dict(self, saved: Dict[str, Any]) -> None:
+        super().load_state_dict(saved)
+        if "decay" in saved:
+            self.momentum = float(saved["beta"])
+            self.decay = {id(p): float(wd) for p, wd in _aligned(self.optimizer, saved["decay"], "decay") if wd}
+            self.weight_decay = sorted({abs(v) for v in self.decay.values()})
+
     def describe(self) -> str:
         wd = f", weight_decay {'/'.join(f'{w:g}' for w in self.weight_decay)}" if self.weight_decay else ""
         return f"SGD: momentum {self.momentum:g}{wd} moved into the exchange"
@@ -567,27 +584,45 @@ class FrozenVarianceAdam(OptimizerScheme):
         return f"{type(self.optimizer).__name__}: 1-bit Adam scheme, warm-up {self.warmup_steps}"
 
     def state_dict(self) -> Dict[str, Any]:
-        return {**super().state_dict(), "frozen": self.frozen, "local_v": [v.clone() for v in self.local_v.values()]}
+        """The base's, with everything the frozen step and the refreshes carry, per parameter.
+
+        Per-parameter entries are lists in ``param_groups`` order (None where
+        a parameter has none): the denominators as they are (recomputing them
+        from ``exp_avg_sq`` would round differently and miss the floor), the
+        local variances, and each tensor's ``v_hat`` and level of the last
+        freeze or refresh, which the tracking between refreshes scales from.
+        """
+        params = params_of(self.optimizer)
+        per = lambda d: [None if d.get(p) is None else _plain(d[p]) for p in params]  # noqa: E731
+        return {**super().state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
+                "denominators": per(self.denominators), "local_v": per(self.local_v), "base": per(self._base),
+                "level": per(self._level), "stash": per(self._stash)}
 
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore the position; the denominators come back from the optimizer's own state."""
+        """Restore what :meth:`state_dict` returned (load the optimizer's own state as well)."""
         super().load_state_dict(saved)
-        self.frozen = False
-        self.denominators = {}
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        self.local_v = dict(zip(params, (v.clone() for v in saved.get("local_v", []))))
-        if saved["frozen"]:
-            with torch.no_grad():
-                for g in self.optimizer.param_groups:
-                    for p in g["params"]:
-                        s = self.optimizer.state.get(p)
-                        if s and "exp_avg_sq" in s:
-                            # exp_avg_sq was kept at v_hat * (1 - beta2**t): dividing recovers v_hat
-                            self.denominators[p] = frozen_denominator(s["exp_avg_sq"], _step_of(s), self.beta2,
-                                                                      g["eps"])
-                            self._base[p] = (self.denominators[p] - g["eps"]).square()
-            self._level = {}
-            self.frozen = True
+        self.frozen = bool(saved["frozen"])
+        self.refreshes = int(saved.get("refreshes", 0))
+        tensors = lambda name: {p: v.clone() for p, v in _aligned(self.optimizer, saved[name], name)  # noqa: E731
+                                if v is not None}
+        self.denominators = tensors("denominators")
+        self.local_v = tensors("local_v")
+        self._base = tensors("base")
+        self._stash = tensors("stash")
+        self._level = {p: float(v) for p, v in _aligned(self.optimizer, saved["level"], "level") if v is not None}
+
+
+def _plain(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, Tensor) else value
+
+
+def _aligned(optimizer: torch.optim.Optimizer, values: List[Any], what: str) -> List[tuple]:
+    """``(parameter, value)`` for a checkpoint's list in ``param_groups`` order; refuse another model."""
+    params = params_of(optimizer)
+    if len(values) != len(params):
+        raise ValueError(f"the checkpoint's {what} holds {len(values)} parameters, the optimizer {len(params)}: "
+                         "load a checkpoint of the same model and optimizer")
+    return list(zip(params, values))
 
 
 def _step_of(param_state: Dict[str, Any]) -> float:
