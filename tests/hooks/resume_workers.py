@@ -13,7 +13,8 @@ the step after which the checkpoint is written and how the resumed run loads
 (``after``: the model after ``DDP(...)``; ``init_sync``: into the module,
 then ``DDP(module, init_sync=False)``; ``opt_first``: the optimizer before
 ``scheme_for``; ``before_ddp``: into the module, then ``DDP(module)``, which
-broadcasts rank 0's parameters: not exact, and said so).
+broadcasts rank 0's parameters; ``rank0``: every rank loads rank 0's
+checkpoint: neither is exact, and the resumed run says so).
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class Run:
         torch.manual_seed(0)
         model = MODELS[spec["model"]]()
         load = spec.get("load", "after")
+        load = "after" if load == "rank0" else load
         if checkpoint is not None and load in ("init_sync", "before_ddp"):
             model.load_state_dict({k.removeprefix("module."): v for k, v in checkpoint["model"].items()})
         kwargs: dict[str, Any] = {} if spec["cap"] is None else {"bucket_cap_mb": spec["cap"]}
@@ -133,6 +135,10 @@ def example(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("path"):
         torch.save(ckpt, f"{spec['path']}.rank{rank}")
     del first
+    if spec.get("load") == "rank0":  # one snapshot, rank 0's, loaded by every rank
+        shared = [ckpt]
+        dist.broadcast_object_list(shared, src=0)
+        ckpt = shared[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         resumed = Run(spec, _roundtrip(ckpt))

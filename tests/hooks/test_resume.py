@@ -159,3 +159,12 @@ def test_a_replica_that_ddp_overwrote_is_reported(pool):
     assert ranks[0]["warnings"] == []
     assert len(ranks[1]["warnings"]) == 1 and "init_sync=False" in ranks[1]["warnings"][0]
     assert not torch.equal(ranks[1]["straight"]["params"][0], ranks[1]["resumed"]["params"][0])
+
+
+@pytest.mark.timeout(120)
+def test_another_ranks_state_is_reported(pool):
+    # PyTorch's snapshot tutorial: rank 0 writes one checkpoint and every rank loads it
+    ranks = pool.run({**ISSUE, "cap": None, "warmup": 1, "load": "rank0"})
+    assert ranks[0]["warnings"] == []
+    (warned,) = ranks[1]["warnings"]
+    assert "rank 0's momentum and residuals and rank 1 loaded it" in warned and "differ from the replica" in warned

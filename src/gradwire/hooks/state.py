@@ -389,10 +389,12 @@ class CompressionState:
         problems = []
         if "world" in saved:
             rank, world = self.rank_world()
-            if saved.pop("world") != world:
-                problems.append(f"it was saved with a different number of ranks (this run has {world})")
-            elif (was := saved.pop("rank")) != rank:
-                problems.append(f"it holds rank {was}'s momentum and residuals and rank {rank} loaded it "
+            saved_rank, saved_world = saved.pop("rank"), saved.pop("world")
+            if saved_world != world:
+                problems.append(f"it was saved by one of {saved_world} ranks, this run has {world} (the residuals "
+                                "and served chunks belong to that world size)")
+            elif saved_rank != rank:
+                problems.append(f"it holds rank {saved_rank}'s momentum and residuals and rank {rank} loaded it "
                                 "(save every rank's state_dict() and load each rank's own)")
         replica: dict[str, int] = saved.setdefault("replica", {})
         differ = [name for name, p in ((self.names.name(p), p) for p in params)
