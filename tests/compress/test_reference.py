@@ -195,27 +195,30 @@ def test_topk_threshold_comes_from_a_strided_sample_that_moves_each_call() -> No
     assert set(idx[:1150].tolist()) == set(range(200_000 - 2 * 1150 + 1, 200_000, 2))
     (idx, vals), _ = comp.compress(x)
     assert int((vals != 0).sum()) == 2000 and set(idx.tolist()) == set(x.topk(2000).indices.tolist())
-    assert comp.state_dict() == {"calls": 2}
+    assert comp.state_dict() == {"calls": {"0": 2}}
+    # another key has its own count: its first call samples the odd elements again
+    (idx, vals), _ = comp.compress(x, "other")
+    assert int((vals != 0).sum()) == 1150 and comp.state_dict() == {"calls": {"0": 2, "other": 1}}
 
 
 def test_topk_small_tensors_keep_at_least_one_and_the_sample_is_all_of_them() -> None:
     assert TopKCompressor(0.01).compress(rand(50))[0][0].numel() == 1  # ceil(0.5) = 1
     comp, x = TopKCompressor(0.1), rand(1000)
     # fewer elements than the sample: stride 1, the (1000 - 115 + 1)-th smallest magnitude
-    assert comp._threshold(x) == float(x.abs().kthvalue(1000 - 115 + 1).values)
+    assert comp._threshold(x, 0) == float(x.abs().kthvalue(1000 - 115 + 1).values)
 
 
 def test_topk_threshold_is_the_sampled_quantile_and_its_state_round_trips() -> None:
     comp = TopKCompressor(0.01, sample=1000)
     x = rand(10_000)
-    thr = comp._threshold(x)
+    thr = comp._threshold(x, "k")
     # stride 10: 1000 samples; aim 15% above k: the (1000 - ceil(11.5) + 1)-th smallest |sample|
     start = (1 * 7919) % 10
     assert thr == float(x[start::10].abs().kthvalue(1000 - 12 + 1).values)
-    assert comp.state_dict() == {"calls": 1}
+    assert comp.state_dict() == {"calls": {"k": 1}}
     other = TopKCompressor(0.01, sample=1000)
     other.load_state_dict(pickle.loads(pickle.dumps(comp.state_dict())))
-    assert other._threshold(x) == comp._threshold(x)  # the same next sample start
+    assert other._threshold(x, "k") == comp._threshold(x, "k")  # the same next sample start
 
 
 def test_randomk_decode_is_the_rescaled_scatter() -> None:
@@ -524,24 +527,38 @@ def test_call_counter_seeds_by_key_and_count() -> None:
     g1, g2 = c.generator("k"), c.generator("k")
     seed = lambda count: (4 * 1_000_003 + stable_hash("k") * 7919 + count) % (2**63 - 1)  # noqa: E731
     assert g1.initial_seed() == seed(0) and g2.initial_seed() == seed(1)
-    assert c.counts == {"k": 2} and c.state_dict() == {"seed": 4, "counts": {"k": 2}}
+    assert c.counts == {"k": 2}
+    assert c.state_dict() == {"seed": 4, "shared": True, "counts": {"k": 2}}
     d = CallCounter(None)
     d.load_state_dict(pickle.loads(pickle.dumps(c.state_dict())))
-    assert d.seed == 4 and d.generator("k").initial_seed() == seed(2)
-    assert CallCounter(None).generator("k") is None
+    assert d.seed == 4 and d.shared and d.generator("k").initial_seed() == seed(2)
     big = CallCounter(2**62)  # the seed wraps below 2**63 - 1
     assert big.generator("k").initial_seed() == (2**62 * 1_000_003 + stable_hash("k") * 7919) % (2**63 - 1)
     assert stable_hash("k") == stable_hash("k") and stable_hash("k") != stable_hash("j")
+
+
+def test_an_unseeded_counter_draws_its_seed_from_the_global_generator_once() -> None:
+    torch.manual_seed(11)
+    a = CallCounter(None)
+    torch.manual_seed(11)
+    b = CallCounter(None)
+    assert a.seed == b.seed and not a.shared  # the seed is the global generator's draw, made at construction
+    assert a.generator("k", "cpu").initial_seed() == b.generator("k").initial_seed()
+    torch.manual_seed(12)
+    assert CallCounter(None).seed != a.seed
+    # the draws do not touch the global generator afterwards: a checkpoint of seed and counts is all there is
+    state = torch.get_rng_state()
+    a.generator("k")
+    assert torch.equal(torch.get_rng_state(), state)
+    c = CallCounter(0)
+    c.load_state_dict(a.state_dict())
+    assert c.generator("k").initial_seed() == a.generator("k").initial_seed()
 
 
 def test_uniform_draws_from_the_given_generator() -> None:
     a = uniform(torch.Size([5]), torch.Generator().manual_seed(1), torch.device("cpu"))
     b = torch.rand(5, generator=torch.Generator().manual_seed(1))
     assert torch.equal(a, b) and float(a.min()) >= 0 and float(a.max()) < 1
-    torch.manual_seed(2)
-    c = uniform(torch.Size([5]), None, torch.device("cpu"))
-    torch.manual_seed(2)
-    assert torch.equal(c, torch.rand(5))
 
 
 # ------------------------------------------------------------------ registry

@@ -7,8 +7,8 @@ from torch import nn
 
 from gradwire.hooks import CompressionState
 from gradwire.hooks.optim import (
-    FrozenVarianceAdam, MomentumSGD, UnsupportedOptimizer, check_optimizer, frozen_adam_step, frozen_denominator,
-    scheme_for,
+    MAX_UPDATE_RMS, FrozenVarianceAdam, MomentumSGD, UnsupportedOptimizer, check_optimizer, frozen_adam_step,
+    frozen_denominator, scheme_for,
 )
 from gradwire.launch import spawn
 
@@ -187,3 +187,15 @@ def test_resumed_sgd_momentum_moves_into_the_exchange():
     assert key.segments == ((state.names.name(p), 4),)
     assert torch.equal(state.momentum_buffers.get(key), torch.full((4,), 2.0))
     assert sgd.state[p]["momentum_buffer"] is None
+
+
+def test_update_clipping_is_off_by_default_under_error_feedback():
+    # error feedback keeps only what compression dropped: a clipped update would lose the rest for good
+    # (onebit on the digits CNN: -7.6 points with the clip, benchmarks/adamw_onebit.py)
+    def scheme(name, **kw):
+        return FrozenVarianceAdam(torch.optim.AdamW(_params()), CompressionState(name), **kw)
+
+    assert scheme("onebit").max_update_rms is None and scheme("topk:0.1").max_update_rms is None
+    assert scheme("int8").max_update_rms == scheme("none").max_update_rms == MAX_UPDATE_RMS == 1.0
+    assert scheme("onebit", max_update_rms=2.0).max_update_rms == 2.0
+    assert scheme("int8", max_update_rms=None).max_update_rms is None

@@ -92,7 +92,8 @@ class PowerSGDCompressor(Compressor):
         return approx.view(-1)[: ctx.numel]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": {k: v.clone() for k, v in self._q.items()}}
+        # sorted: finish() runs in completion callbacks, whose order across buckets may vary
+        return {"q": {k: v.clone() for k, v in sorted(self._q.items())}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._q = {k: v.clone() for k, v in state["q"].items()}

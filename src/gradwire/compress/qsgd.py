@@ -70,7 +70,7 @@ class QSGDCompressor(Compressor):
         finite = torch.isfinite(norm) & (norm > 0)
         mult = torch.where(finite, self.levels / norm.where(finite, torch.ones_like(norm)), torch.zeros_like(norm))
         a = mul_blocks_(x.abs(), mult, self.block)
-        a.add_(uniform(a.shape, self._rng.generator(ctx.key), a.device)).floor_()
+        a.add_(uniform(a.shape, self._rng.generator(ctx.key, a.device), a.device)).floor_()
         levels = a.copysign_(x).to(torch.int8)
         return [levels, norm.float()]
 

@@ -252,9 +252,23 @@ class SegmentStore:
             del self._buffers[old]
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies of every buffer with its key, in plain types (``torch.load(weights_only=True)`` reads them)."""
+        """Copies of every buffer with its key, in plain types (``torch.load(weights_only=True)`` reads them).
+
+        Whole keys come in the order they were made (the training thread's),
+        then the served chunks by their layout's place and start: those are
+        made in completion callbacks, in whatever order threads interleave,
+        and two identical runs must give identical checkpoints.
+        """
         with self._lock:
-            return {"buffers": [{**key.as_plain(), "value": v.clone()} for key, v in self._buffers.items()]}
+            whole = [k for k in self._buffers if k.chunk is None]
+            place = {k: i for i, k in enumerate(whole)}
+
+            def order(k: StateKey) -> tuple[int, int]:
+                assert k.chunk is not None
+                return place.get(StateKey(k.segments), len(place)), k.chunk[0]
+
+            chunks = sorted((k for k in self._buffers if k.chunk is not None), key=order)
+            return {"buffers": [{**key.as_plain(), "value": self._buffers[key].clone()} for key in whole + chunks]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""

@@ -41,7 +41,7 @@ class TernGradCompressor(Compressor):
         scale = x.abs().amax()
         s = float(scale)
         inv = 1.0 / s if 0 < s < float("inf") else 0.0
-        keep = uniform(x.shape, self._rng.generator(ctx.key), x.device) < x.abs().mul_(inv)
+        keep = uniform(x.shape, self._rng.generator(ctx.key, x.device), x.device) < x.abs().mul_(inv)
         codes = keep.to(torch.uint8) << torch.lt(x, 0).to(torch.uint8)  # 0, 1 (+) or 2 (-)
         return [pack_codes2(codes), scale.reshape(1)]
 

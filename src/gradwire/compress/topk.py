@@ -4,7 +4,9 @@ Exact ``torch.topk`` of 1% of 25 M elements costs 90x an fp16 cast on this CPU,
 so the threshold is estimated from a sample, as DGC does (Lin et al., 2018,
 https://arxiv.org/abs/1712.01887):
 
-1. Sample ``s`` elements with a stride (varying start): ``|sample|``; the
+1. Sample ``s`` elements with a stride (a start that varies with the
+   tensor's call count, per key: the same in a resumed run as in an
+   uninterrupted one, whatever order the buckets come in): ``|sample|``; the
    threshold is its ``(1 - 1.15 ratio)`` quantile (``kthvalue``, cheap).
 2. Select ``~(-t < x < t)`` in one pass (NaN compares False, so it is selected
    and stays visible); ``nonzero`` gives the candidate indices.
@@ -21,11 +23,12 @@ the non-zeros only.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Hashable
 
 import torch
 from torch import Tensor
 
+from ._rng import label
 from .base import Compressor, Ctx, Pattern
 
 _SAMPLE = 100_000
@@ -42,13 +45,15 @@ class TopKCompressor(Compressor):
             raise ValueError(f"topk ratio must be in (0, 1], got {ratio}")
         self.ratio = float(ratio)
         self.sample = int(sample)
-        self._calls = 0
+        #: calls per key (its label): where the next sample starts
+        self._calls: dict[str, int] = {}
 
-    def _threshold(self, flat: Tensor) -> float:
+    def _threshold(self, flat: Tensor, key: Hashable) -> float:
         n = flat.numel()
         stride = max(1, n // self.sample)
-        self._calls += 1
-        start = (self._calls * 7919) % stride
+        name = label(key)
+        calls = self._calls[name] = self._calls.get(name, 0) + 1
+        start = (calls * 7919) % stride
         sample = flat[start::stride].abs().float().nan_to_num_(nan=float("inf"))
         m = sample.numel()
         # Aim 15% above k: trimming the surplus with topk is cheap, padding loses entries.
@@ -59,7 +64,7 @@ class TopKCompressor(Compressor):
         n = flat.numel()
         k = max(1, math.ceil(self.ratio * n))
         index_dtype = torch.int32 if n < 2**31 else torch.int64
-        thr = self._threshold(flat) if k < n else 0.0
+        thr = self._threshold(flat, ctx.key) if k < n else 0.0
         if thr > 0:
             inside = torch.lt(flat, thr)
             inside &= torch.gt(flat, -thr)
@@ -78,10 +83,10 @@ class TopKCompressor(Compressor):
         return [idx, vals]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"calls": self._calls}
+        return {"calls": dict(sorted(self._calls.items()))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._calls = int(state["calls"])
+        self._calls = {str(k): int(v) for k, v in state["calls"].items()}
 
     def decode(self, payload: list[Tensor], ctx: Ctx) -> Tensor:
         idx, vals = payload

@@ -75,11 +75,43 @@ that splits a saved layout is reduced as it is, with the state carried per
 parameter (a warning says so). Server residuals belong to a layout's chunk
 and restart when the layout changes. Trap: register the hook before the
 first backward (names are given in first-iteration order).
+
+Checkpoints (:meth:`CompressionState.state_dict`): the state is per rank
+(every rank's momentum and residuals come from its own gradients), and so
+are the parameters when the local correction is on. An exact resume needs
+each rank's own model and state, restored into that rank:
+
+1. every rank saves ``ddp.state_dict()``, the optimizer's and the state's
+   (a file per rank);
+2. a new run builds the model, ``DDP(model)``, the state and the hook, and
+   *then* loads the model (``ddp.load_state_dict``), the optimizer and the
+   state. DDP's constructor broadcasts rank 0's parameters: a model loaded
+   before it (PyTorch's snapshot tutorial does so) leaves every other rank
+   with rank 0's replica; ``DDP(model, init_sync=False)`` keeps the loaded
+   one.
+
+The checkpoint records the rank, the world size and, with the local
+correction on, a checksum of each of the rank's parameters; the first
+iteration after ``load_state_dict`` compares them with what it finds and
+warns when they differ (another rank's state, another world size, or a
+replica DDP overwrote), since training then goes on, but not as the
+uninterrupted run would have. A checkpoint written after the first
+iteration of a DDP, before DDP rebuilt its buckets, cannot know the rebuilt
+layout the uninterrupted run goes on with: when the resumed run's buckets
+change after its first iteration, a warning says so (write checkpoints
+after the second iteration or later). The layouts of the last step are saved too,
+so that the first resumed iteration reduces the same tensors even where no
+per-element state exists yet (a plain all_reduce of more than two ranks
+sums in an order that depends on the layout). The compressor's own state
+(PowerSGD's warm start, the random streams of ``qsgd``, ``int8`` and
+``terngrad``, ``topk``'s sample positions) is part of the checkpoint.
 """
 from __future__ import annotations
 
 import logging
+import warnings
 import weakref
+import zlib
 from typing import Any, Callable, Sequence
 
 import torch
@@ -129,6 +161,11 @@ class ParamNames:
         """The key of a flat tensor made of ``tensors`` in this order."""
         return StateKey(tuple((self.name(t), t.numel()) for t in tensors))
 
+    def named(self) -> list[tuple[str, Tensor]]:
+        """The live tensors with their names, in naming order."""
+        alive = [(name, ref()) for ref, name in self._by_id.values()]
+        return sorted(((n, t) for n, t in alive if t is not None), key=lambda nt: int(nt[0][1:]))
+
 
 class CompressionState:
     """Configuration and state of a compressed exchange (see the module doc).
@@ -170,6 +207,11 @@ class CompressionState:
         "names",
         "sequencer",
         "_loaded",
+        "_layouts",
+        "_last_layouts",
+        "_resumed",
+        "_run_steps",
+        "_rebuild_check",
     )
 
     def __init__(
@@ -213,6 +255,15 @@ class CompressionState:
         self.sequencer = Sequencer()
         #: the layouts restored by load_state_dict, in the order they were used (until the first iteration ends)
         self._loaded: list[StateKey] = []
+        #: the keys reduced in this step and in the last complete one, in order (saved in checkpoints)
+        self._layouts: dict[StateKey, None] = {}
+        self._last_layouts: dict[StateKey, None] = {}
+        #: what the checkpoint said about the rank that saved it, checked by the first exchange after a load
+        self._resumed: dict[str, Any] | None = None
+        #: steps since construction or the last load: DDP rebuilds its buckets after the first
+        self._run_steps = 0
+        #: the checkpoint was written before its DDP rebuilt the buckets: compare the first two layouts
+        self._rebuild_check = False
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -228,6 +279,15 @@ class CompressionState:
         """Advance the step (once per training step: the DDP hook does it on the last bucket)."""
         self.step += 1
         self._loaded = []
+        self._run_steps += 1
+        if self._rebuild_check and self._run_steps == 2:
+            self._rebuild_check = False
+            if list(self._layouts) != list(self._last_layouts):
+                self._warn_resume("it was written after the first iteration of its DDP, before DDP rebuilt its "
+                                  "buckets, so the first resumed iteration was reduced in DDP's initial layout "
+                                  "where the uninterrupted run used the rebuilt one; checkpoints written after "
+                                  "the second iteration or later resume exactly")
+        self._last_layouts, self._layouts = self._layouts, {}
 
     def reduce(self, flat: Tensor, key: StateKey, local: Tensor | None = None) -> Future:
         """Average the 1-D contiguous ``flat`` over the group; the future's value is ``flat``, overwritten.
@@ -244,6 +304,7 @@ class CompressionState:
             fails with the error of any collective of the exchange.
         """
         key.check(flat)
+        self._layouts[key] = None
         numel = flat.numel()
         compress = (self.compressing(numel) and flat.is_floating_point() and numel > 0
                     and not isinstance(self.compressor, NoneCompressor))
@@ -281,6 +342,8 @@ class CompressionState:
         those layouts, in the saved order (see the module doc).
         """
         key = self.names.key(params) if key is None else key
+        if self._resumed is not None:
+            self._check_resumed(params)
         saved = self._saved_layouts(key)
         if saved is None:
             return key, self.reduce(flat, key, local)
@@ -315,6 +378,42 @@ class CompressionState:
                             "and this iteration's compression differs from an uninterrupted run's", key, saved)
                 return None
         return parts if covered == names else None
+
+    def _check_resumed(self, params: Sequence[Tensor]) -> None:
+        """Warn when the rank, the world size or this rank's parameters are not the ones saved (module doc).
+
+        The rank and world size are checked on the first bucket after a load, each parameter on its first.
+        """
+        saved = self._resumed
+        assert saved is not None
+        problems = []
+        if "world" in saved:
+            rank, world = self.rank_world()
+            saved_rank, saved_world = saved.pop("rank"), saved.pop("world")
+            if saved_world != world:
+                problems.append(f"it was saved by one of {saved_world} ranks, this run has {world} (the residuals "
+                                "and served chunks belong to that world size)")
+            elif saved_rank != rank:
+                problems.append(f"it holds rank {saved_rank}'s momentum and residuals and rank {rank} loaded it "
+                                "(save every rank's state_dict() and load each rank's own)")
+        replica: dict[str, int] = saved.setdefault("replica", {})
+        differ = [name for name, p in ((self.names.name(p), p) for p in params)
+                  if name in replica and replica.pop(name) != _checksum(p)]
+        if not replica:
+            self._resumed = None
+        if differ:
+            problems.append(f"{len(differ)} parameter(s) ({', '.join(differ[:4])}) differ from the replica this rank "
+                            "saved: with the local correction every rank's parameters are its own; load each rank's "
+                            "model after DDP(...) (its constructor broadcasts rank 0's parameters) or build DDP with "
+                            "init_sync=False")
+        if problems:
+            self._warn_resume("; ".join(problems))
+
+    @staticmethod
+    def _warn_resume(problem: str) -> None:
+        msg = f"CompressionState resumed from a checkpoint that does not continue this run exactly: {problem}"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
 
     def _apply_momentum(self, key: StateKey, x: Tensor, finite: bool) -> None:
         """``m = beta m + x``, then ``x = m``; a non-finite ``x`` becomes ``x + beta m`` and ``m`` stays."""
@@ -358,12 +457,22 @@ class CompressionState:
 
     # -- checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs to continue exactly like an uninterrupted one (plain types)."""
+        """Everything this rank needs to continue exactly like an uninterrupted run (plain types; module doc).
+
+        Call it between steps, on every rank: the state is this rank's own.
+        """
+        rank, world = self.rank_world()
+        replica = {name: _checksum(t) for name, t in self.names.named()} if self.local_correction else {}
         return {
             "step": self.step,
             "momentum": self.momentum_buffers.state_dict(),
             "error_feedback": None if self.error_feedback is None else self.error_feedback.state_dict(),
             "compressor": self.compressor.state_dict(),
+            "layouts": [k.as_plain() for k in (self._layouts or self._last_layouts)],
+            "rank": rank,
+            "world": world,
+            "replica": replica,
+            "run_steps": self._run_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -384,11 +493,20 @@ class CompressionState:
             loaded += [k for k in self.error_feedback.keys() if k.chunk is None]
         self.compressor.load_state_dict(state["compressor"])
         self.names = ParamNames()
+        if state.get("layouts"):
+            loaded = [StateKey.from_plain(k) for k in state["layouts"]]
         self._loaded = list(dict.fromkeys(loaded))
+        self._layouts, self._last_layouts = {}, {}
+        self._run_steps = 0
+        self._rebuild_check = state.get("run_steps") == 1
+        resumed: dict[str, Any] = {k: state[k] for k in ("rank", "world") if k in state}
+        resumed["replica"] = dict(state.get("replica") or {})
+        self._resumed = resumed
 
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "sequencer", "names", "_loaded")
+        skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
+                "_run_steps", "_rebuild_check")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -398,6 +516,16 @@ class CompressionState:
         self.names = ParamNames()
         self.sequencer = Sequencer()
         self._loaded = []
+        self._layouts, self._last_layouts = {}, {}
+        self._resumed = None
+        self._run_steps = 0
+        self._rebuild_check = False
+
+
+def _checksum(t: Tensor) -> int:
+    """CRC-32 of a tensor's bytes (a copy on the CPU)."""
+    flat = t.detach().reshape(-1).contiguous().cpu()
+    return zlib.crc32(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else 0
 
 
 def _copy(residual: Tensor | None) -> Tensor | None:
