@@ -130,7 +130,7 @@ def restart_window(cwnd: float, init_window: float, idle: float, rto: float) -> 
         return cwnd
     halvings = math.ceil(idle / rto) - 1
     floor = min(init_window, cwnd)
-    return max(cwnd / 2.0 ** min(halvings, 1024), floor)
+    return max(math.ldexp(cwnd, -min(halvings, 4096)), floor)
 
 
 def _check(ok: bool, message: str) -> None:
