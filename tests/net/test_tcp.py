@@ -24,18 +24,19 @@ def rate_of(nbytes: float, seconds: float) -> float:
 
 
 # ------------------------------------------------------------------ window cap
-def test_linux_defaults_give_a_4_mib_window_the_send_buffer_binds():
-    assert window_cap(32 * MiB, 4 * MiB) == DEFAULT_WINDOW == 4 * MiB
+def test_linux_defaults_give_a_2_mib_window_the_send_buffer_binds():
+    assert window_cap(32 * MiB, 4 * MiB) == DEFAULT_WINDOW == 2 * MiB  # half of the 4 MiB send buffer
     assert window_cap(8 * MiB, 64 * MiB) == 4 * MiB  # the receiver advertises half its buffer
     assert TcpConfig(wmem=64 * MiB).window == 16 * MiB
+    assert window_cap(4 << 30, 4 << 30) == 65535 << 14  # window scale 14: at most 1 GiB
 
 
 def test_window_cap_binds_at_large_rtt_and_not_at_small():
     n = 1 << 30
     far = tcp_transfer_seconds(n, RATE_10G, 0.1, idle=0.0)
-    assert rate_of(n, far) == pytest.approx(4 * MiB / 0.1, rel=0.01)  # 42 MB/s = 335 Mbit/s, not 1.2 GB/s
+    assert rate_of(n, far) == pytest.approx(2 * MiB / 0.1, rel=0.01)  # 21 MB/s = 168 Mbit/s, not 1.2 GB/s
     near = tcp_transfer_seconds(n, RATE_10G, 1e-3, idle=0.0)
-    assert rate_of(n, near) == pytest.approx(RATE_10G, rel=0.01)  # 4 MiB / 1 ms > the link
+    assert rate_of(n, near) == pytest.approx(RATE_10G, rel=0.01)  # 2 MiB / 1 ms > the link
 
 
 def test_streams_multiply_the_cap_and_share_the_link():
@@ -43,7 +44,7 @@ def test_streams_multiply_the_cap_and_share_the_link():
     one, four = (tcp_transfer_seconds(n, RATE_10G, 0.1, idle=0.0, streams=k) for k in (1, 4))
     assert rate_of(n, four) == pytest.approx(4 * rate_of(n, one), rel=0.02)
     many = tcp_transfer_seconds(n, RATE_10G, 0.1, idle=0.0, streams=64)
-    assert many == pytest.approx(0.05 + n / RATE_10G, rel=1e-9)  # 64 x 4 MiB / 100 ms > 10 Gbit/s: line rate
+    assert many == pytest.approx(0.05 + n / RATE_10G, rel=1e-9)  # 64 x 2 MiB / 100 ms > 10 Gbit/s: line rate
 
 
 def test_a_message_is_striped_in_pieces_of_at_least_64_kib():
@@ -129,7 +130,7 @@ def test_a_ring_pays_slow_start_once_a_tree_on_every_step():
 def test_the_window_cap_slows_a_wan_all_reduce_that_alpha_beta_prices_at_line_rate():
     spec = "bandwidth=10gbit,latency=40ms"
     tcp, plain = (NetworkModel(s, 2).cost("all_reduce", 256 * MiB, ).seconds for s in (spec, spec + ",tcp=off"))
-    assert tcp > 5 * plain  # 4 MiB per 80 ms is 52 MB/s, the link 1.2 GB/s
+    assert tcp > 5 * plain  # 2 MiB per 80 ms is 26 MB/s, the link 1.2 GB/s
     wide = NetworkModel(spec + ",streams=16", 2).cost("all_reduce", 256 * MiB).seconds
     assert plain < wide < tcp
 
@@ -178,7 +179,7 @@ def test_tcp_keys_parse_to_the_config():
 
 def test_describe_shows_the_tcp_settings():
     text = str(parse_spec("wan").tcp)
-    assert "window 4 MiB/stream" in text and "initcwnd 10" in text and "1 stream" in text and "RTO" in text
+    assert "window 2 MiB/stream" in text and "initcwnd 10" in text and "1 stream" in text and "RTO" in text
     assert "no restart after idle (bbr)" in str(TcpConfig(congestion="bbr"))
     assert str(TcpConfig(enabled=False)).startswith("off")
 

@@ -7,26 +7,33 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
 
 1. Window cap. A connection never has more than one window of unacknowledged
    bytes in flight, so its throughput is at most ``window / RTT``. The window
-   is the smaller of what the receiver advertises and what the sender may
-   keep queued (:func:`window_cap`):
+   is bounded by both socket buffers, and the kernel charges each buffer with
+   the memory its packets occupy (``skb->truesize``: payload plus the sk_buff,
+   headers and allocation slack), not with their payload (:func:`window_cap`):
 
    - receiver: autotuning (``tcp_moderate_rcvbuf=1``) grows the receive buffer
-     up to ``tcp_rmem[2]`` (32 MiB here), and the window it advertises is the
-     buffer times the payload share of the memory the kernel charges for it.
-     Trap: the documentation says "half the buffer" (``tcp_adv_win_scale=1``),
-     but since Linux 6.6 that sysctl is obsolete and ignored: the share is the
-     per-socket ``scaling_ratio`` (skb->len / skb->truesize), 50 % until the
-     first packets are measured, then about 63 % for 1448-byte packets and up
-     to about 93 % for 64 KiB GRO packets. gradwire uses 50 %
-     (:data:`RCV_SCALING_RATIO`), the kernel's starting value.
-   - sender: the send buffer holds the bytes in flight until they are acked
-     and autotuning caps it at ``tcp_wmem[2]`` (4 MiB by default). With the
-     defaults this is the bound that binds: 4 MiB in flight, e.g. 335 Mbit/s at
-     100 ms RTT, however large ``tcp_rmem`` is.
-   - second trap: an application that sets ``SO_RCVBUF``/``SO_SNDBUF`` itself
+     up to ``tcp_rmem[2]`` (32 MiB here) and advertises the buffer times the
+     payload share it expects. Trap: the documentation says "half the buffer"
+     (``tcp_adv_win_scale=1``), but since Linux 6.6 that sysctl is obsolete and
+     ignored: the share is the per-socket ``scaling_ratio``, 50 %
+     (``TCP_DEFAULT_SCALING_RATIO``) until packets are measured, then
+     skb->len / skb->truesize (about 63 % for 1448-byte packets, more with GRO).
+   - sender: the send buffer holds every byte until it is acked, autotuning
+     caps it at ``tcp_wmem[2]`` (4 MiB by default), and it too is charged by
+     truesize. Second trap: with the defaults this is the bound that binds,
+     however large ``tcp_rmem`` is: one 50 ms connection with tcp_wmem[2] =
+     4 MiB and a 12.5 MiB receive buffer carried 2.8 MB in flight, not 4 MiB
+     (benchmarks/README.md, "TCP on long links").
+   - gradwire charges half of either buffer for overhead
+     (:data:`BUFFER_PAYLOAD_RATIO`), the kernel's own assumption: that is why
+     ``SO_SNDBUF``/``SO_RCVBUF`` double what they are given and why the default
+     scaling ratio is 50 %. The default window is then 2 MiB (168 Mbit/s at
+     100 ms); measured connections carried 48 to 66 % of the binding buffer.
+   - third trap: an application that sets ``SO_RCVBUF``/``SO_SNDBUF`` itself
      (``iperf3 -w``) turns autotuning off; the kernel caps the request at
-     ``net.core.rmem_max``/``wmem_max`` (4 MiB here) and then doubles it.
-     gloo and NCCL's socket transport do not set them.
+     ``net.core.rmem_max``/``wmem_max`` (4 MiB here) and doubles it, so
+     ``SO_SNDBUF=X`` is ``tcp_wmem=2X`` here. gloo and NCCL's socket transport
+     do not set them.
 
 2. Slow start. A new connection starts with ``initcwnd`` segments (10 x 1448
    bytes = 14.5 KB) and doubles its window every round trip until the window
@@ -89,8 +96,8 @@ DEFAULT_RMEM = 32 << 20
 DEFAULT_WMEM = 4 << 20
 DEFAULT_INIT_CWND = 10
 DEFAULT_RTO_MIN = 0.2
-#: payload share of the receive buffer the kernel assumes before measuring (TCP_DEFAULT_SCALING_RATIO)
-RCV_SCALING_RATIO = 0.5
+#: payload share of a socket buffer: the kernel budgets half for overhead (TCP_DEFAULT_SCALING_RATIO, SO_SNDBUF x 2)
+BUFFER_PAYLOAD_RATIO = 0.5
 #: largest window TCP can advertise: 65535 << 14 (window scale 14, RFC 7323)
 MAX_WINDOW = 65535 << 14
 #: smallest piece a library stripes over several sockets (NCCL's MIN_CHUNKSIZE)
@@ -106,11 +113,11 @@ MIN_RTO, MAX_RTO = 1e-3, 120.0
 
 
 def window_cap(rmem: float, wmem: float) -> float:
-    """Bytes one connection may have in flight: ``min(rmem * 50 %, wmem, 1 GiB)`` (module doc, 1)."""
-    return min(rmem * RCV_SCALING_RATIO, wmem, MAX_WINDOW)
+    """Bytes one connection may have in flight: ``min(rmem, wmem) * 50 %``, at most 1 GiB (module doc, 1)."""
+    return min(min(rmem, wmem) * BUFFER_PAYLOAD_RATIO, MAX_WINDOW)
 
 
-#: the window with Linux's default buffers: 4 MiB, the send buffer
+#: the window with Linux's default buffers: 2 MiB, half the 4 MiB send buffer
 DEFAULT_WINDOW = window_cap(DEFAULT_RMEM, DEFAULT_WMEM)
 
 
@@ -247,8 +254,8 @@ class TcpConfig:
             return "off (tcp links priced by the plain alpha-beta model)"
         restart = (f"slow start after idle > RTO (rtt + {format_time(self.rto_min)})" if self.restarts_after_idle
                    else "no restart after idle" + (" (bbr)" if self.slow_start_after_idle else ""))
-        return (f"window {human_size(self.window)}/stream = min({human_size(self.rmem)} x "
-                f"{RCV_SCALING_RATIO:g}, {human_size(self.wmem)}), initcwnd {self.init_cwnd}, "
+        return (f"window {human_size(self.window)}/stream = {BUFFER_PAYLOAD_RATIO:g} x min(tcp_rmem "
+                f"{human_size(self.rmem)}, tcp_wmem {human_size(self.wmem)}), initcwnd {self.init_cwnd}, "
                 f"{self.streams} stream{'s' if self.streams > 1 else ''}, {restart}, {self.congestion}")
 
 
@@ -403,8 +410,8 @@ def steps_seconds(chunk: float, steps: int, link_rate: float, rtt: float, latenc
 
 
 __all__ = [
-    "CONGESTION_CONTROLS", "DEFAULT_INIT_CWND", "DEFAULT_RMEM", "DEFAULT_RTO_MIN", "DEFAULT_WINDOW", "DEFAULT_WMEM",
+    "BUFFER_PAYLOAD_RATIO", "CONGESTION_CONTROLS", "DEFAULT_INIT_CWND", "DEFAULT_RMEM", "DEFAULT_RTO_MIN", "DEFAULT_WINDOW", "DEFAULT_WMEM",
     "MAX_STREAMS",
-    "RCV_SCALING_RATIO", "STRIPE_MIN_CHUNK", "TCP_KEYS", "TcpConfig", "format_bytes", "linux_rto",
+    "STRIPE_MIN_CHUNK", "TCP_KEYS", "TcpConfig", "format_bytes", "linux_rto",
     "restart_window", "steps_seconds", "tcp_transfer_seconds", "transfer", "window_cap",
 ]
