@@ -23,7 +23,7 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
      truesize. Second trap: with the defaults this is the bound that binds,
      however large ``tcp_rmem`` is: one 50 ms connection with tcp_wmem[2] =
      4 MiB and a 12.5 MiB receive buffer carried 2.8 MB in flight, not 4 MiB
-     (benchmarks/README.md, "TCP on long links").
+     (``benchmarks/tcp_model.py`` and its section in ``benchmarks/README.md``).
    - gradwire charges half of either buffer for overhead
      (:data:`BUFFER_PAYLOAD_RATIO`), the kernel's own assumption: that is why
      ``SO_SNDBUF``/``SO_RCVBUF`` double what they are given and why the default
@@ -53,9 +53,11 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
    than the RTO pays it every step of training.
 
    Trap: the RTO is not RFC 6298's ``max(200 ms, srtt + 4 rttvar)``. Linux
-   floors the variance term itself at ``TCP_RTO_MIN`` (``rttvar >= rto_min``
-   in ``tcp_rtt_estimator``), so a steady path has ``RTO = srtt + 200 ms``
-   (``ss -i`` shows ``rto:300`` at ``rtt:100``; :func:`linux_rto`).
+   floors the variance term itself: ``tcp_rtt_estimator`` starts ``rttvar`` at
+   ``max(2 rtt, rto_min)`` and lets it decay only towards ``mdev_max``, which
+   it resets to ``TCP_RTO_MIN`` every round trip; so a steady path has
+   ``RTO = srtt + 200 ms`` (:func:`linux_rto`; ``ss -ti`` here shows
+   ``rto:204`` for sub-millisecond RTTs, the 4 ms being timer granularity).
 
    Second trap: the check is skipped for congestion controls that own the
    whole ``cong_control`` hook (``tcp_slow_start_after_idle_check`` returns
