@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gradwire.net import NetworkModel
 from gradwire.net.link import Link
-from gradwire.net.tcp import tcp_transfer_seconds, window_cap
+from gradwire.net.tcp import TcpConfig, tcp_transfer_seconds, window_cap
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -32,7 +32,7 @@ class Case:
     name: str
     source: str
     measured_what: str
-    #: what the figure is: "MB/s" (throughput of nbytes) or "s" (time of nbytes) or "extra s" (cold - warm)
+    #: what the figure is: "MB/s" or "Mbit/s" (throughput of nbytes), "s" (time of nbytes), "extra s" (cold - warm)
     unit: str
     measured: float
     nbytes: float
@@ -42,6 +42,8 @@ class Case:
     rmem: float
     wmem: float
     streams: int = 1
+    loss: float = 0.0
+    congestion: str = "cubic"
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -87,6 +89,21 @@ CASES: list[Case] = [
          notes="MTU 1500 assumed (not stated); their warm figure also holds about one half-ping of protocol"),
 ]
 
+DUMAZET = ("https://unix.stackexchange.com/questions/71051/"
+           "what-are-the-other-congestion-control-algorithms-specially-designed-for-lossy-wi "
+           "(quoting the BBR patch series, https://patchwork.ozlabs.org/patch/671069/)")
+CASES += [
+    Case("10 Gbit/s, 100 ms RTT, 1% loss, CUBIC", DUMAZET,
+         "netperf TCP_STREAM, 100 ms RTT, 1% random loss, -K cubic: 3.27 Mbit/s (buffers not stated)",
+         "Mbit/s", 3.27, 3.27e6 / 8 * 40, 10e9, 0.100, 2 << 30, 2 << 30, loss=0.01,
+         notes="Mathis et al. assume Reno; CUBIC with SACK recovers faster"),
+    Case("10 Gbit/s, 100 ms RTT, 1% loss, BBR", DUMAZET,
+         "the same path with -K bbr: 9150 Mbit/s; the series says BBR fills the path up to 15% loss, "
+         "at link rate x (1 - loss)",
+         "Mbit/s", 9150.01, 9150.01e6 / 8 * 30.25, 10e9, 0.100, 2 << 30, 2 << 30, loss=0.01, congestion="bbr",
+         notes="buffers not stated: priced with the window out of the way (2 GiB buffers)"),
+]
+
 # streams: published throughput against the number of parallel TCP connections; RTT not published, so
 # the per-stream cap is calibrated on the first row and only the scaling is tested
 STREAM_CASES = [
@@ -106,21 +123,25 @@ STREAM_CASES = [
 ]
 
 
-def payload_rate(bandwidth: float) -> float:
-    return Link(bandwidth, 0.0, "tcp").payload_rate
+def payload_rate(bandwidth: float, rtt: float = 0.0, loss: float = 0.0, congestion: str | None = None) -> float:
+    """Payload bytes/s of a TCP link: framing, and loss as the congestion control meets it (None: the old model)."""
+    tcp = None if congestion is None else TcpConfig(congestion=congestion)
+    return Link(bandwidth, rtt / 2, "tcp", loss, tcp).payload_rate
 
 
 def price(case: Case) -> tuple[float, float]:
-    """(TCP model, alpha-beta) in the case's unit."""
-    rate = payload_rate(case.bandwidth)
+    """(TCP model, alpha-beta) in the case's unit; alpha-beta is the model before TCP's windows (Mathis under loss)."""
+    rate = payload_rate(case.bandwidth, case.rtt, case.loss, case.congestion)
+    old_rate = payload_rate(case.bandwidth, case.rtt, case.loss)
     cap = window_cap(case.rmem, case.wmem)
 
     def seconds(idle: float | None) -> float:
         return tcp_transfer_seconds(case.nbytes, rate, case.rtt, window_cap=cap, streams=case.streams, idle=idle)
 
-    plain = case.rtt / 2 + case.nbytes / rate
-    if case.unit == "MB/s":
-        return case.nbytes / seconds(None) / 1e6, case.nbytes / plain / 1e6
+    plain = case.rtt / 2 + case.nbytes / old_rate
+    if case.unit in ("MB/s", "Mbit/s"):
+        scale = 1e6 if case.unit == "MB/s" else 1e6 / 8
+        return case.nbytes / seconds(None) / scale, case.nbytes / plain / scale
     if case.unit == "s":
         return seconds(None), plain
     return seconds(None) - seconds(0.0), 0.0  # extra seconds of a first transfer over a warm one
@@ -171,7 +192,8 @@ def main() -> int:
                              "unit": case.unit, "measured": case.measured, "model": model, "model_error_pct": err,
                              "alpha_beta": plain if plain_err is not None else None,
                              "alpha_beta_error_pct": plain_err, "rtt_s": case.rtt, "bandwidth_bits": case.bandwidth,
-                             "tcp_rmem": case.rmem, "tcp_wmem": case.wmem,
+                             "tcp_rmem": case.rmem, "tcp_wmem": case.wmem, "loss": case.loss,
+                             "congestion": case.congestion,
                              "window_bytes": window_cap(case.rmem, case.wmem), "notes": case.notes})
     for spec in STREAM_CASES:
         rows = stream_rows(spec)
