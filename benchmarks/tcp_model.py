@@ -7,19 +7,36 @@ and prints both beside the measured figure. Then a few model-only rows show the
 effects on collectives that no measurement was found for (restart after idle,
 NCCL's socket count). Writes benchmarks/results/tcp_model.json.
 
-    python benchmarks/tcp_model.py
+    python benchmarks/tcp_model.py              # pure arithmetic, under a second
+    sudo python benchmarks/tcp_model.py --measure  # also measure this kernel's TCP (~2 min)
 
-Pure arithmetic: no process group, no network, well under a second.
+``--measure`` (root) builds a delayed link here: two network namespaces joined
+by TUN devices, with this script in the middle delaying every packet 25 ms
+each way and serialising it at 1 Gbit/s (this kernel has no netem). It then
+times messages over one TCP connection, CUBIC and BBR: the first on a new
+connection, warm ones, and one after idle periods around the RTO, reads the
+kernel's own RTO and window from TCP_INFO, and prices each with the model.
 """
 from __future__ import annotations
 
+import argparse
+import fcntl
+import heapq
 import json
+import os
+import selectors
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradwire.net import NetworkModel
 from gradwire.net.link import Link
-from gradwire.net.tcp import TcpConfig, tcp_transfer_seconds, window_cap
+from gradwire.net.tcp import DEFAULT_WINDOW, TcpConfig, tcp_transfer_seconds, window_cap
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -179,8 +196,244 @@ def model_only() -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------ measured here (--measure, root)
+DELAY, RATE, MTU, BULK_MTU = 0.025, 1e9, 1500, 9000  # one way, bits/s on the IP packet, bytes
+NAMESPACES, TUNS, ADDRS, PORT = ("gwtcp-a", "gwtcp-b"), ("gwtcpA", "gwtcpB"), ("10.77.0.1", "10.77.0.2"), 5555
+IDLES = (0.1, 0.4, 0.7, 1.5, 5.0)
+TUNSETIFF, IFF_TUN, IFF_NO_PI = 0x400454CA, 0x0001, 0x1000
+
+
+def _tun(name: str) -> int:
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    return fd
+
+
+def _delayer(ready: str) -> None:
+    """Forward IP packets between the two TUN devices, each DELAY later and serialised at RATE."""
+    fds = _tun(TUNS[0]), _tun(TUNS[1])
+    Path(ready).write_text("ok")
+    sel = selectors.DefaultSelector()
+    sel.register(fds[0], selectors.EVENT_READ, fds[1])
+    sel.register(fds[1], selectors.EVENT_READ, fds[0])
+    queue: list[tuple[float, int, int, bytes]] = []
+    busy_until, seq = {fd: 0.0 for fd in fds}, 0
+    while True:
+        while queue and queue[0][0] <= time.monotonic():
+            _, _, out, packet = heapq.heappop(queue)
+            try:
+                os.write(out, packet)
+            except OSError:
+                pass
+        timeout = None if not queue else max(0.0, queue[0][0] - time.monotonic())
+        for key, _ in sel.select(timeout):
+            while True:
+                try:
+                    packet = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    break
+                busy_until[key.fd] = max(time.monotonic(), busy_until[key.fd]) + len(packet) * 8 / RATE
+                seq += 1
+                heapq.heappush(queue, (busy_until[key.fd] + DELAY, seq, key.data, packet))
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def _server(ready: str) -> None:
+    """Read length-prefixed messages; answer each with one byte once it is all in."""
+    listener = socket.create_server((ADDRS[1], PORT), reuse_port=True)
+    Path(ready).write_text("ok")
+    while True:
+        conn, _ = listener.accept()
+        try:
+            while (n := struct.unpack("!Q", _recv_exact(conn, 8))[0]) > 0:
+                left = n
+                while left:
+                    got = len(conn.recv(min(left, 1 << 20)))
+                    if not got:
+                        raise EOFError
+                    left -= got
+                conn.sendall(b"k")
+        except EOFError:
+            pass
+        conn.close()
+
+
+def _tcp_info(conn: socket.socket) -> dict[str, float]:
+    fields_ = struct.unpack_from("24I", conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104), 8)
+    return {"rto_ms": fields_[0] / 1e3, "srtt_ms": fields_[15] / 1e3, "cwnd": fields_[18],
+            "ssthresh": fields_[17], "mss": fields_[2], "retrans": fields_[23]}
+
+
+_PAYLOAD = bytes(64 << 20)
+
+
+def _message(conn: socket.socket, n: int) -> float:
+    start = time.monotonic()
+    conn.sendall(struct.pack("!Q", n) + _PAYLOAD[:n])
+    assert conn.recv(1) == b"k"
+    return time.monotonic() - start
+
+
+def _connect(cc: str) -> socket.socket:
+    conn = socket.socket()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.connect((ADDRS[1], PORT))
+    return conn
+
+
+def _client(cc: str) -> None:
+    """One round of probes; prints a JSON line."""
+    out: dict = {"cc": cc}
+    conn = _connect(cc)
+    out["ping_s"] = [_message(conn, 1) for _ in range(5)]
+    conn.close()
+    conn = _connect(cc)
+    out["cold_1MiB_s"] = _message(conn, 1 * MiB)
+    _message(conn, 32 * MiB)
+    out["warm_1MiB_s"] = _message(conn, 1 * MiB)
+    out["warm_info"] = _tcp_info(conn)
+    out["idle"] = []
+    for idle in IDLES:
+        _message(conn, 16 * MiB)
+        time.sleep(idle)
+        before = _tcp_info(conn)
+        out["idle"].append({"idle_s": idle, "msg_4MiB_s": _message(conn, 4 * MiB), "before": before,
+                            "after": _tcp_info(conn)})
+    conn.sendall(struct.pack("!Q", 0))
+    conn.close()
+    print(json.dumps(out), flush=True)
+
+
+def _bulk(cc: str) -> None:
+    """Steady throughput of one warm connection (64 MiB messages); prints a JSON line."""
+    conn = _connect(cc)
+    ping = [_message(conn, 1) for _ in range(5)]
+    _message(conn, 64 * MiB)
+    times = [_message(conn, 64 * MiB) for _ in range(2)]
+    print(json.dumps({"cc": cc, "ping_s": ping, "bulk_64MiB_s": times, "info": _tcp_info(conn)}), flush=True)
+    conn.sendall(struct.pack("!Q", 0))
+    conn.close()
+
+
+def _run(*args: str, check: bool = True) -> None:
+    subprocess.run(args, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_for(path: str, seconds: float = 120.0) -> None:
+    """Wait until a child wrote ``path`` (starting Python and importing numpy takes seconds on a busy host)."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear within {seconds:g} s: a helper process failed to start")
+        time.sleep(0.05)
+
+
+def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
+    """Build the link at ``mtu``, run ``probe`` (client or bulk) ``repeats`` times per congestion control."""
+    me, ready = [sys.executable, str(Path(__file__).resolve())], f"/tmp/gwtcp-{os.getpid()}.ready"
+    started: list[subprocess.Popen[bytes]] = []
+    runs: list[dict] = []
+    try:
+        for ns in NAMESPACES:
+            _run("ip", "netns", "add", ns)
+        started.append(subprocess.Popen([*me, "--role", "delayer", ready]))
+        _wait_for(ready)
+        for ns, tun, addr in zip(NAMESPACES, TUNS, ADDRS):
+            _run("ip", "link", "set", tun, "netns", ns)
+            _run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", tun)
+            _run("ip", "-n", ns, "link", "set", tun, "mtu", str(mtu), "txqueuelen", "10000", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        started.append(subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "server",
+                                         ready + ".server"]))
+        _wait_for(ready + ".server")
+        for _ in range(repeats):
+            for cc in ("cubic", "bbr"):
+                done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", probe, cc],
+                                      check=True, capture_output=True, text=True, timeout=300)
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+        for ns in NAMESPACES:
+            _run("ip", "netns", "del", ns, check=False)
+        for path in (ready, ready + ".server"):
+            if os.path.exists(path):
+                os.unlink(path)
+    return runs
+
+
+def score(runs: list[dict], bulk_runs: list[dict]) -> list[dict]:
+    """Medians of the runs per congestion control, each beside the model's price of the same message."""
+    rows = []
+    for cc in ("cubic", "bbr"):
+        mine = [r for r in runs if r["cc"] == cc]
+        bulk = [r for r in bulk_runs if r["cc"] == cc]
+        rtt = statistics.median(t for r in mine for t in r["ping_s"])
+        rate = RATE / 8 * 1448 / MTU  # the delayer serialises whole IP packets
+
+        def model(n: int, idle: float | None) -> float:
+            return tcp_transfer_seconds(n + 8, rate, rtt, window_cap=DEFAULT_WINDOW, idle=idle,
+                                        slow_start_after_idle=cc != "bbr") + rtt / 2  # + the 1-byte answer
+
+        def row(what: str, measured: list[float], predicted: float, unit: str = "s",
+                plain: float | None = None) -> None:
+            value = statistics.median(measured)
+            rows.append({"cc": cc, "what": what, "unit": unit, "measured": value, "runs": measured,
+                         "model": predicted, "model_error_pct": 100 * (predicted / value - 1),
+                         "alpha_beta": plain,
+                         "alpha_beta_error_pct": None if plain is None else 100 * (plain / value - 1)})
+
+        def plain(n: int, payload_rate: float, round_trip: float) -> float:
+            return round_trip + (n + 8) / payload_rate  # latency + bytes x beta, + the 1-byte answer
+
+        row("round trip of 1 byte", [statistics.median(r["ping_s"]) for r in mine], 2 * DELAY)
+        row("RTO - srtt (TCP_INFO)", [r["warm_info"]["rto_ms"] - r["warm_info"]["srtt_ms"] for r in mine], 200.0,
+            "ms")
+        row("1 MiB, first message on a new connection", [r["cold_1MiB_s"] for r in mine], model(MiB, None),
+            plain=plain(MiB, rate, rtt))
+        row("1 MiB, warm connection", [r["warm_1MiB_s"] for r in mine], model(MiB, 0.0), plain=plain(MiB, rate, rtt))
+        big_rtt, big_rate = statistics.median(t for r in bulk for t in r["ping_s"]), RATE / 8 * 8948 / BULK_MTU
+        big = tcp_transfer_seconds(64 * MiB + 8, big_rate, big_rtt, mss=8948, window_cap=DEFAULT_WINDOW,
+                                   idle=0.0) + big_rtt / 2
+        row(f"64 MiB, warm connection, MTU {BULK_MTU}", [min(r["bulk_64MiB_s"]) for r in bulk], big,
+            plain=plain(64 * MiB, big_rate, big_rtt))
+        row(f"  bytes in flight / tcp_wmem (64 MiB, MTU {BULK_MTU})",
+            [64 * MiB / min(r["bulk_64MiB_s"]) * statistics.median(r["ping_s"]) / (4 * MiB) for r in bulk],
+            DEFAULT_WINDOW / (4 * MiB), "x")
+        for i, idle in enumerate(IDLES):
+            # the connection last sent about half a round trip before the answer that ended the sleep's start
+            row(f"4 MiB after {idle:g} s idle", [r["idle"][i]["msg_4MiB_s"] for r in mine],
+                model(4 * MiB, idle + rtt / 2), plain=plain(4 * MiB, rate, rtt))
+    return rows
+
+
 def main() -> int:
-    out: dict = {"cases": [], "streams": [], "model_only": []}
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measure", action="store_true", help="also measure this kernel's TCP over a delayed link (root)")
+    ap.add_argument("--repeats", type=int, default=3, help="probe rounds per congestion control (default 3)")
+    ap.add_argument("--rescore", action="store_true", help="price the kept measurement again (no root, no network)")
+    ap.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role:
+        role, *rest = args.role
+        {"delayer": lambda: _delayer(rest[0]), "server": lambda: _server(rest[0]), "client": lambda: _client(rest[0]),
+         "bulk": lambda: _bulk(rest[0])}[role]()
+        return 0
+    path = Path(__file__).parent / "results" / "tcp_model.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    out: dict = {"cases": [], "streams": [], "model_only": [],
+                 "measured_here": previous.get("measured_here")}
     print(f"{'case':44} {'unit':>8} {'measured':>10} {'model':>10} {'error':>8} {'alpha-beta':>11} {'error':>8}")
     for case in CASES:
         model, plain = price(case)
@@ -207,7 +460,23 @@ def main() -> int:
     for row in model_only():
         print(f"  {row['what']}: {row['seconds']:.3f} s" + (f" ({row['algorithm']})" if "algorithm" in row else ""))
         out["model_only"].append(row)
-    path = Path(__file__).parent / "results" / "tcp_model.json"
+    if args.measure:
+        load = os.getloadavg()[0]
+        runs, bulk_runs = measure(args.repeats, MTU, "client"), measure(args.repeats, BULK_MTU, "bulk")
+        out["measured_here"] = {"link": f"userspace delayer: {DELAY * 1e3:g} ms each way, {RATE / 1e9:g} Gbit/s, "
+                                        f"MTU {MTU} (bulk {BULK_MTU}), default tcp_rmem/tcp_wmem",
+                                "kernel": os.uname().release, "load_before": load, "load_after": os.getloadavg()[0],
+                                "runs": runs, "bulk_runs": bulk_runs, "rows": score(runs, bulk_runs)}
+    if args.rescore and out["measured_here"]:
+        here = out["measured_here"]
+        here["rows"] = score(here["runs"], here["bulk_runs"])
+    if out["measured_here"]:
+        print(f"\nmeasured here ({out['measured_here']['link']}, Linux {out['measured_here']['kernel']})")
+        for r in out["measured_here"]["rows"]:
+            plain_ = "" if r["alpha_beta"] is None else \
+                f"  alpha-beta {r['alpha_beta']:.3f} ({r['alpha_beta_error_pct']:+.0f}%)"
+            print(f"  {r['cc']:5} {r['what']:50} measured {r['measured']:8.3f} {r['unit']:2}  model "
+                  f"{r['model']:.3f} ({r['model_error_pct']:+.0f}%){plain_}")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwrote {path}")
     return 0
