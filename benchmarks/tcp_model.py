@@ -269,8 +269,8 @@ def _server(ready: str) -> None:
 
 def _tcp_info(conn: socket.socket) -> dict[str, float]:
     fields_ = struct.unpack_from("24I", conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104), 8)
-    return {"rto_ms": fields_[0] / 1e3, "srtt_ms": fields_[15] / 1e3, "cwnd": fields_[18],
-            "ssthresh": fields_[17], "mss": fields_[2], "retrans": fields_[23]}
+    return {"rto_ms": fields_[0] / 1e3, "srtt_ms": fields_[15] / 1e3, "rttvar_ms": fields_[16] / 1e3,
+            "cwnd": fields_[18], "ssthresh": fields_[17], "mss": fields_[2], "retrans": fields_[23]}
 
 
 _PAYLOAD = bytes(64 << 20)
