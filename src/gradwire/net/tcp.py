@@ -412,8 +412,7 @@ def steps_seconds(chunk: float, steps: int, link_rate: float, rtt: float, latenc
 
 
 __all__ = [
-    "BUFFER_PAYLOAD_RATIO", "CONGESTION_CONTROLS", "DEFAULT_INIT_CWND", "DEFAULT_RMEM", "DEFAULT_RTO_MIN", "DEFAULT_WINDOW", "DEFAULT_WMEM",
-    "MAX_STREAMS",
-    "STRIPE_MIN_CHUNK", "TCP_KEYS", "TcpConfig", "format_bytes", "linux_rto",
-    "restart_window", "steps_seconds", "tcp_transfer_seconds", "transfer", "window_cap",
+    "BUFFER_PAYLOAD_RATIO", "CONGESTION_CONTROLS", "DEFAULT_INIT_CWND", "DEFAULT_RMEM", "DEFAULT_RTO_MIN",
+    "DEFAULT_WINDOW", "DEFAULT_WMEM", "MAX_STREAMS", "STRIPE_MIN_CHUNK", "TCP_KEYS", "TcpConfig", "format_bytes",
+    "linux_rto", "restart_window", "steps_seconds", "tcp_transfer_seconds", "transfer", "window_cap",
 ]
