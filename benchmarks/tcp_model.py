@@ -422,6 +422,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true", help="also measure this kernel's TCP over a delayed link (root)")
     ap.add_argument("--repeats", type=int, default=3, help="probe rounds per congestion control (default 3)")
+    ap.add_argument("--append", action="store_true", help="with --measure: add the new rounds to the kept ones")
     ap.add_argument("--rescore", action="store_true", help="price the kept measurement again (no root, no network)")
     ap.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -463,6 +464,8 @@ def main() -> int:
     if args.measure:
         load = os.getloadavg()[0]
         runs, bulk_runs = measure(args.repeats, MTU, "client"), measure(args.repeats, BULK_MTU, "bulk")
+        kept = out["measured_here"] if args.append and out["measured_here"] else {"runs": [], "bulk_runs": []}
+        runs, bulk_runs = kept["runs"] + runs, kept["bulk_runs"] + bulk_runs
         out["measured_here"] = {"link": f"userspace delayer: {DELAY * 1e3:g} ms each way, {RATE / 1e9:g} Gbit/s, "
                                         f"MTU {MTU} (bulk {BULK_MTU}), default tcp_rmem/tcp_wmem",
                                 "kernel": os.uname().release, "load_before": load, "load_after": os.getloadavg()[0],
