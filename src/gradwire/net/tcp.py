@@ -28,7 +28,8 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
      (:data:`BUFFER_PAYLOAD_RATIO`), the kernel's own assumption: that is why
      ``SO_SNDBUF``/``SO_RCVBUF`` double what they are given and why the default
      scaling ratio is 50 %. The default window is then 2 MiB (168 Mbit/s at
-     100 ms); measured connections carried 48 to 66 % of the binding buffer.
+     100 ms); measured connections carried 48 to 66 % of the binding buffer
+     (59-61 % on this kernel, ``benchmarks/tcp_model.py --measure``).
    - third trap: an application that sets ``SO_RCVBUF``/``SO_SNDBUF`` itself
      (``iperf3 -w``) turns autotuning off; the kernel caps the request at
      ``net.core.rmem_max``/``wmem_max`` (4 MiB here) and doubles it, so
