@@ -36,7 +36,7 @@ from pathlib import Path
 
 from gradwire.net import NetworkModel
 from gradwire.net.link import Link
-from gradwire.net.tcp import DEFAULT_WINDOW, TcpConfig, tcp_transfer_seconds, window_cap
+from gradwire.net.tcp import DEFAULT_WINDOW, TcpConfig, steps_seconds, tcp_transfer_seconds, window_cap
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -338,8 +338,41 @@ def _wait_for(path: str, seconds: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+GLOO_SIZES, GLOO_GAPS = (4 * MiB, 32 * MiB), (0.0, 0.1, 1.0, 3.0)
+
+
+def _gloo(rank: int, cc: str) -> None:
+    """One rank of a 2-rank gloo job across the link: all_reduce times after compute gaps (rank 0 prints)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR=ADDRS[0], MASTER_PORT="29533", GLOO_SOCKET_IFNAME=TUNS[rank])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    out: dict = {"cc": cc, "small_s": [], "rows": []}
+    tiny = torch.zeros(1)
+    for _ in range(5):
+        start = time.monotonic()
+        dist.all_reduce(tiny)
+        out["small_s"].append(time.monotonic() - start)
+    for n in GLOO_SIZES:
+        buf = torch.zeros(n // 4)
+        for _ in range(2):
+            dist.all_reduce(buf)
+        for gap in GLOO_GAPS:
+            times = []
+            for _ in range(3):
+                time.sleep(gap)  # both ranks: the compute phase between two all_reduces
+                start = time.monotonic()
+                dist.all_reduce(buf)
+                times.append(time.monotonic() - start)
+            out["rows"].append({"bytes": n, "gap_s": gap, "all_reduce_s": times})
+    if rank == 0:
+        print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
 def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
-    """Build the link at ``mtu``, run ``probe`` (client or bulk) ``repeats`` times per congestion control."""
+    """Build the link at ``mtu``, run ``probe`` (client, bulk or gloo) ``repeats`` times per congestion control."""
     me, ready = [sys.executable, str(Path(__file__).resolve())], f"/tmp/gwtcp-{os.getpid()}.ready"
     started: list[subprocess.Popen[bytes]] = []
     runs: list[dict] = []
@@ -353,6 +386,18 @@ def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
             _run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", tun)
             _run("ip", "-n", ns, "link", "set", tun, "mtu", str(mtu), "txqueuelen", "10000", "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
+        if probe == "gloo":
+            # gloo sets no congestion control: the host's default applies (a namespace may not change it here)
+            cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+            for _ in range(repeats):
+                peer = subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "gloo", "1", cc],
+                                        stdout=subprocess.DEVNULL)
+                started.append(peer)
+                done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", "gloo", "0", cc],
+                                      check=True, capture_output=True, text=True, timeout=400)
+                peer.wait(timeout=60)
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            return runs
         started.append(subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "server",
                                          ready + ".server"]))
         _wait_for(ready + ".server")
@@ -418,6 +463,32 @@ def score(runs: list[dict], bulk_runs: list[dict]) -> list[dict]:
     return rows
 
 
+def score_gloo(runs: list[dict]) -> list[dict]:
+    """gloo's ring all_reduce on 2 ranks (2 steps of n/2 on one connection) beside the model and alpha-beta."""
+    rows: list[dict] = []
+    if not runs:
+        return rows
+    cc = runs[0]["cc"]
+    rtt = statistics.median(t for r in runs for t in r["small_s"])  # 2 steps x one-way latency
+    rate, config = RATE / 8 * 8948 / BULK_MTU, TcpConfig(congestion=cc)
+    small = statistics.median(statistics.median(r["small_s"]) for r in runs)
+    rows.append({"cc": f"gloo/{cc}", "what": "all_reduce of 4 bytes", "unit": "s", "measured": small,
+                 "runs": [statistics.median(r["small_s"]) for r in runs], "model": 2 * DELAY,
+                 "model_error_pct": 100 * (2 * DELAY / small - 1), "alpha_beta": 2 * DELAY,
+                 "alpha_beta_error_pct": 100 * (2 * DELAY / small - 1)})
+    for i, spec in enumerate(runs[0]["rows"]):
+        n, gap = spec["bytes"], spec["gap_s"]
+        measured = [statistics.median(r["rows"][i]["all_reduce_s"]) for r in runs]
+        value = statistics.median(measured)
+        model = steps_seconds(n / 2, 2, rate, rtt, rtt / 2, mss=8948, config=config, idle=gap, same_peer=True)
+        plain = rtt + n / rate
+        rows.append({"cc": f"gloo/{cc}", "what": f"all_reduce {n >> 20} MiB after {gap:g} s of compute",
+                     "unit": "s", "measured": value, "runs": measured, "model": model,
+                     "model_error_pct": 100 * (model / value - 1), "alpha_beta": plain,
+                     "alpha_beta_error_pct": 100 * (plain / value - 1)})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true", help="also measure this kernel's TCP over a delayed link (root)")
@@ -429,7 +500,7 @@ def main() -> int:
     if args.role:
         role, *rest = args.role
         {"delayer": lambda: _delayer(rest[0]), "server": lambda: _server(rest[0]), "client": lambda: _client(rest[0]),
-         "bulk": lambda: _bulk(rest[0])}[role]()
+         "bulk": lambda: _bulk(rest[0]), "gloo": lambda: _gloo(int(rest[0]), rest[1])}[role]()
         return 0
     path = Path(__file__).parent / "results" / "tcp_model.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
@@ -464,15 +535,18 @@ def main() -> int:
     if args.measure:
         load = os.getloadavg()[0]
         runs, bulk_runs = measure(args.repeats, MTU, "client"), measure(args.repeats, BULK_MTU, "bulk")
-        kept = out["measured_here"] if args.append and out["measured_here"] else {"runs": [], "bulk_runs": []}
-        runs, bulk_runs = kept["runs"] + runs, kept["bulk_runs"] + bulk_runs
+        gloo_runs = measure(args.repeats, BULK_MTU, "gloo")
+        kept = out["measured_here"] if args.append and out["measured_here"] else {}
+        runs, bulk_runs = kept.get("runs", []) + runs, kept.get("bulk_runs", []) + bulk_runs
+        gloo_runs = kept.get("gloo_runs", []) + gloo_runs
         out["measured_here"] = {"link": f"userspace delayer: {DELAY * 1e3:g} ms each way, {RATE / 1e9:g} Gbit/s, "
                                         f"MTU {MTU} (bulk {BULK_MTU}), default tcp_rmem/tcp_wmem",
                                 "kernel": os.uname().release, "load_before": load, "load_after": os.getloadavg()[0],
-                                "runs": runs, "bulk_runs": bulk_runs, "rows": score(runs, bulk_runs)}
+                                "runs": runs, "bulk_runs": bulk_runs, "gloo_runs": gloo_runs,
+                                "rows": score(runs, bulk_runs) + score_gloo(gloo_runs)}
     if args.rescore and out["measured_here"]:
         here = out["measured_here"]
-        here["rows"] = score(here["runs"], here["bulk_runs"])
+        here["rows"] = score(here["runs"], here["bulk_runs"]) + score_gloo(here.get("gloo_runs", []))
     if out["measured_here"]:
         print(f"\nmeasured here ({out['measured_here']['link']}, Linux {out['measured_here']['kernel']})")
         for r in out["measured_here"]["rows"]:
