@@ -378,6 +378,7 @@ def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
     runs: list[dict] = []
     try:
         for ns in NAMESPACES:
+            _run("ip", "netns", "del", ns, check=False)  # ours, left by a run that was killed
             _run("ip", "netns", "add", ns)
         started.append(subprocess.Popen([*me, "--role", "delayer", ready]))
         _wait_for(ready)
@@ -532,6 +533,8 @@ def main() -> int:
     for row in model_only():
         print(f"  {row['what']}: {row['seconds']:.3f} s" + (f" ({row['algorithm']})" if "algorithm" in row else ""))
         out["model_only"].append(row)
+    if args.measure and os.geteuid() != 0:
+        ap.error("--measure builds network namespaces and TUN devices: run it as root (sudo)")
     if args.measure:
         load = os.getloadavg()[0]
         runs, bulk_runs = measure(args.repeats, MTU, "client"), measure(args.repeats, BULK_MTU, "bulk")
