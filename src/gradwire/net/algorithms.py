@@ -41,6 +41,19 @@ steps and up to two buffer transfers. ``p = 1`` costs nothing everywhere.
 
 Flat algorithms (all but ``hierarchical``) run on ``Group.flat``, the link that
 bounds the group: the slowest hop of a ring or tree sets its pace.
+
+TCP links (``Link.tcp``, :mod:`gradwire.net.tcp`): the ``nb`` terms above
+assume the link runs at its rate from the first byte. On a TCP link each step
+instead sends its ``volume / steps`` bytes through a window that is capped,
+starts in slow start and restarts after idle, priced by
+:meth:`gradwire.net.link.Link.steps_seconds`. A ring's steps all go to the same
+neighbour, so the window one step grew carries into the next; a tree's,
+recursive doubling's and pairwise exchange's steps go to a new peer each time
+and each starts from the connection's state at the call (``Group.idle``: by
+default 0, a warm connection at its steady window; the caller that knows how
+long the group was quiet passes it, and one quiet for longer than the RTO
+pays slow start again). The ring broadcast's binomial scatter is priced as
+ring steps too.
 """
 from __future__ import annotations
 
@@ -72,6 +85,9 @@ class Group:
     intra: Link
     #: link between nodes
     inter: Link
+    #: seconds since the group's connections last sent (TCP: restart after an idle longer than the RTO);
+    #: 0 = warm, as back-to-back collectives are; None = their first transfer (slow start from initcwnd)
+    idle: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +128,15 @@ def floor_lg(p: int) -> int:
     return p.bit_length() - 1
 
 
-def _on(link: Link, steps: int, volume: float, sent: float) -> Cost:
-    """``steps`` latencies plus ``volume`` serialised bytes on ``link``."""
-    return Cost(steps * link.latency + volume * link.beta, sent, link.wire_bytes(sent), steps)
+def _on(g: Group, steps: int, volume: float, sent: float, *, ring: bool, link: Link | None = None) -> Cost:
+    """``steps`` sequential steps sending ``volume`` bytes in all on ``link`` (default ``g.flat``).
+
+    Alpha-beta: ``steps`` latencies plus ``volume`` serialised bytes; TCP links
+    price each step's share through their window (module doc). ``ring``: the
+    steps reuse one connection to the same neighbour.
+    """
+    on = g.flat if link is None else link
+    return Cost(on.steps_seconds(steps, volume, same_peer=ring, idle=g.idle), sent, on.wire_bytes(sent), steps)
 
 
 def _plus(a: Cost, b: Cost) -> Cost:
@@ -130,37 +152,37 @@ def _fold(g: Group, pre: float, post: float) -> tuple[int, float]:
 # ------------------------------------------------------------------ ring
 def ring_all_reduce(g: Group, n: int) -> Cost:
     share = 2 * (g.p - 1) / g.p * n
-    return _on(g.flat, 2 * (g.p - 1), share, share)
+    return _on(g, 2 * (g.p - 1), share, share, ring=True)
 
 
 def ring_all_gather(g: Group, n: int) -> Cost:
     share = (g.p - 1) / g.p * n
-    return _on(g.flat, g.p - 1, share, share)
+    return _on(g, g.p - 1, share, share, ring=True)
 
 
 def ring_broadcast(g: Group, n: int) -> Cost:
     share = 2 * (g.p - 1) / g.p * n
-    return _on(g.flat, ceil_lg(g.p) + g.p - 1, share, share)
+    return _on(g, ceil_lg(g.p) + g.p - 1, share, share, ring=True)
 
 
 def ring_reduce(g: Group, n: int) -> Cost:
-    return _on(g.flat, 2 * (g.p - 1), 2 * (g.p - 1) / g.p * n, n if g.p > 1 else 0)
+    return _on(g, 2 * (g.p - 1), 2 * (g.p - 1) / g.p * n, n if g.p > 1 else 0, ring=True)
 
 
 # ------------------------------------------------------------------ binomial tree
 def tree_broadcast(g: Group, n: int) -> Cost:
     c = ceil_lg(g.p)
-    return _on(g.flat, c, c * n, c * n)
+    return _on(g, c, c * n, c * n, ring=False)
 
 
 def tree_reduce(g: Group, n: int) -> Cost:
     c = ceil_lg(g.p)
-    return _on(g.flat, c, c * n, n if g.p > 1 else 0)
+    return _on(g, c, c * n, n if g.p > 1 else 0, ring=False)
 
 
 def tree_all_reduce(g: Group, n: int) -> Cost:
     c = ceil_lg(g.p)
-    return _on(g.flat, 2 * c, 2 * c * n, c * n)
+    return _on(g, 2 * c, 2 * c * n, c * n, ring=False)
 
 
 def _largest_subtree(p: int) -> int:
@@ -169,39 +191,39 @@ def _largest_subtree(p: int) -> int:
 
 
 def tree_gather(g: Group, n: int) -> Cost:
-    return _on(g.flat, ceil_lg(g.p), (g.p - 1) / g.p * n, _largest_subtree(g.p) / g.p * n)
+    return _on(g, ceil_lg(g.p), (g.p - 1) / g.p * n, _largest_subtree(g.p) / g.p * n, ring=False)
 
 
 def tree_scatter(g: Group, n: int) -> Cost:
-    return _on(g.flat, ceil_lg(g.p), (g.p - 1) / g.p * n, (g.p - 1) / g.p * n)
+    return _on(g, ceil_lg(g.p), (g.p - 1) / g.p * n, (g.p - 1) / g.p * n, ring=False)
 
 
 # ------------------------------------------------------------------ recursive doubling / halving
 def recursive_doubling_all_reduce(g: Group, n: int) -> Cost:
     k = floor_lg(g.p)
     extra_steps, extra_bytes = _fold(g, n, n)
-    return _on(g.flat, k + extra_steps, k * n + extra_bytes, (k + extra_steps // 2) * n)
+    return _on(g, k + extra_steps, k * n + extra_bytes, (k + extra_steps // 2) * n, ring=False)
 
 
 def recursive_doubling_all_gather(g: Group, n: int) -> Cost:
     q = 1 << floor_lg(g.p)
     extra_steps, extra_bytes = _fold(g, n / g.p, n)
     share = (q - 1) / q * n
-    return _on(g.flat, floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n if extra_steps else 0))
+    return _on(g, floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n if extra_steps else 0), ring=False)
 
 
 def recursive_halving_reduce_scatter(g: Group, n: int) -> Cost:
     q = 1 << floor_lg(g.p)
     extra_steps, extra_bytes = _fold(g, n, n / g.p)
     share = (q - 1) / q * n
-    return _on(g.flat, floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n / g.p if extra_steps else 0))
+    return _on(g, floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n / g.p if extra_steps else 0), ring=False)
 
 
 def rabenseifner_all_reduce(g: Group, n: int) -> Cost:
     q = 1 << floor_lg(g.p)
     extra_steps, extra_bytes = _fold(g, n, n)
     share = 2 * (q - 1) / q * n
-    return _on(g.flat, 2 * floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n if extra_steps else 0))
+    return _on(g, 2 * floor_lg(g.p) + extra_steps, share + extra_bytes, share + (n if extra_steps else 0), ring=False)
 
 
 # ------------------------------------------------------------------ hierarchical
@@ -212,29 +234,30 @@ def hierarchical_all_reduce(g: Group, n: int) -> Cost:
     the intra-node broadcast.
     """
     c, leaders = ceil_lg(g.per_node), g.nodes
-    reduce = _on(g.intra, c, c * n, 0)
-    inter = _on(g.inter, 2 * (leaders - 1), 2 * (leaders - 1) / leaders * n, 2 * (leaders - 1) / leaders * n)
-    bcast = _on(g.intra, c, c * n, c * n)
+    reduce = _on(g, c, c * n, 0, ring=False, link=g.intra)
+    share = 2 * (leaders - 1) / leaders * n
+    inter = _on(g, 2 * (leaders - 1), share, share, ring=True, link=g.inter)
+    bcast = _on(g, c, c * n, c * n, ring=False, link=g.intra)
     return _plus(_plus(reduce, inter), bcast)
 
 
 # ------------------------------------------------------------------ direct / pairwise
 def pairwise_all_to_all(g: Group, n: int) -> Cost:
     share = (g.p - 1) / g.p * n
-    return _on(g.flat, g.p - 1, share, share)
+    return _on(g, g.p - 1, share, share, ring=False)
 
 
 def direct_gather(g: Group, n: int) -> Cost:
-    return _on(g.flat, g.p - 1, (g.p - 1) / g.p * n, n / g.p if g.p > 1 else 0)
+    return _on(g, g.p - 1, (g.p - 1) / g.p * n, n / g.p if g.p > 1 else 0, ring=False)
 
 
 def direct_scatter(g: Group, n: int) -> Cost:
     share = (g.p - 1) / g.p * n
-    return _on(g.flat, g.p - 1, share, share)
+    return _on(g, g.p - 1, share, share, ring=False)
 
 
 def direct_send(g: Group, n: int) -> Cost:
-    return _on(g.flat, 1, n, n)
+    return _on(g, 1, n, n, ring=False)
 
 
 def _barrier(fn: CostFn) -> CostFn:

@@ -17,6 +17,11 @@ is unlimited bandwidth, zero latency, TCP framing. Keys: see :data:`SPEC_KEYS`;
     100gbe,topology=2x4,intra=nvlink,algorithm=hierarchical
     1gbe,straggler=3:link=0.5:compute=2
     1gbe,topology=auto,intra=loopback
+    wan,tcp_wmem=16MiB,streams=4
+
+TCP keys (``tcp``, ``tcp_rmem``, ``tcp_wmem``, ``initcwnd``, ``streams``,
+``rto_min``, ``slow_start_after_idle``, ``congestion``; Linux's defaults, see
+:mod:`gradwire.net.tcp`) shape links with ``protocol=tcp`` only.
 
 ``topology=auto`` is resolved when the gradwire backend creates its group:
 nodes and ranks per node are read in torchrun's environment (see
@@ -31,6 +36,7 @@ from typing import Any, Callable, Mapping
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
 from gradwire.net.schedule import EVENT_KEYS, Event, Schedule, parse_event
+from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
 )
@@ -212,6 +218,8 @@ class NetSpec:
     """slow ranks, at most one entry per rank"""
     events: tuple[Event, ...] = field(default=())
     """how the network changes over time (drop, outage, slow, cross, trace: gradwire.net.schedule)"""
+    tcp: TcpConfig = TcpConfig()
+    """TCP's window cap, slow start, restart after idle and streams on tcp links (gradwire.net.tcp)"""
 
     def __post_init__(self) -> None:
         _choice(self.name, ("custom", *PRESETS), "preset name")
@@ -246,6 +254,8 @@ class NetSpec:
             raise ValueError(f"one straggler entry per rank, got ranks {ranks}")
         set_("stragglers", stragglers)
         set_("events", tuple(self.events))
+        if not isinstance(self.tcp, TcpConfig):
+            raise ValueError(f"tcp must be a gradwire.net.tcp.TcpConfig, got {type(self.tcp).__name__}")
         if self.events:
             Schedule(self.events)  # one trace at most
 
@@ -273,17 +283,22 @@ class NetSpec:
         """Whether the intra-node link was given explicitly (it is lossless then)."""
         return (self.intra_bandwidth, self.intra_latency, self.intra_protocol) != (None, None, None)
 
+    def _tcp_for(self, protocol: str) -> TcpConfig | None:
+        return self.tcp if protocol == "tcp" and self.tcp.enabled else None
+
     def inter_link(self) -> Link:
         """The link between nodes."""
-        return Link(self.bandwidth, self.latency, self.protocol, self.loss)
+        return Link(self.bandwidth, self.latency, self.protocol, self.loss, self._tcp_for(self.protocol))
 
     def intra_link(self) -> Link:
         """The link between ranks of one node; inherits loss only when not given explicitly."""
+        protocol = self.protocol if self.intra_protocol is None else self.intra_protocol
         return Link(
             self.bandwidth if self.intra_bandwidth is None else self.intra_bandwidth,
             self.latency if self.intra_latency is None else self.intra_latency,
-            self.protocol if self.intra_protocol is None else self.intra_protocol,
+            protocol,
             0.0 if self.has_intra_link else self.loss,
+            self._tcp_for(protocol),
         )
 
     def to_string(self) -> str:
@@ -298,6 +313,8 @@ class NetSpec:
                 tokens += [f"straggler={s.to_string()}" for s in value]
             elif f.name == "events":
                 tokens += [e.to_string() for e in value]
+            elif f.name == "tcp":
+                tokens += value.tokens()
             else:
                 tokens.append(f"{f.name}={_FORMATTERS[f.name](value)}")
         return ",".join(tokens) or "custom"
@@ -352,7 +369,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
     "algorithm": str.lower, "clock": str.lower,
 }
-SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS)
+SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS, *TCP_KEYS)
 
 #: named networks that change: a preset and its events (module doc of gradwire.net.schedule)
 CHANGING: dict[str, str] = {
@@ -375,6 +392,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
     events: list[Event] = []
+    tcp = TcpConfig()
     spec = NetSpec()
     for position, token in enumerate((t.strip() for t in text.split(",")), 1):
         if not token:
@@ -400,6 +418,8 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
             updates = {}
         elif key in EVENT_KEYS:
             events.append(parse_event(key, value))
+        elif key in TCP_KEYS:
+            tcp = tcp.with_key(key, value)
         elif key == "straggler":
             straggler = Straggler.parse(value)
             stragglers[straggler.rank] = straggler
@@ -411,7 +431,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
             updates[key] = _PARSERS[key](value)
         else:
             raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
-    return replace(spec, **updates, stragglers=tuple(stragglers.values()), events=tuple(events))
+    return replace(spec, **updates, stragglers=tuple(stragglers.values()), events=tuple(events), tcp=tcp)
 
 
 def resolve_topology(spec: NetSpec, world_size: int, env: Mapping[str, str]) -> NetSpec:
