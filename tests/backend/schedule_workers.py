@@ -77,3 +77,26 @@ def ddp_through_an_outage(rank: int, world: int, net: str, steps: int, timeout_s
         return {"error": f"{type(exc).__name__}: {exc}", "raised_after": now - issued, "times": times,
                 "starts": starts}
     return {"times": times, "starts": starts, "params": [p.detach().clone() for p in model.parameters()]}
+
+
+def warm_and_after_idle(rank: int, world: int, net: str, nbytes: int, idle_s: float) -> dict[str, float]:
+    """Seconds of an all_reduce right after another (warm) and after ``idle_s`` of quiet (TCP's restart)."""
+    import torch
+    import torch.distributed as dist
+
+    _init(rank, world, net, 60)
+    buf = torch.ones(nbytes // 4)
+    dist.all_reduce(buf)  # the connection's first data: slow start from the initial window
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        times.append(time.perf_counter() - t0)
+    time.sleep(idle_s)
+    t0 = time.perf_counter()
+    dist.all_reduce(buf)
+    took = time.perf_counter() - t0
+    import gradwire.backend as backend
+
+    last, before = backend.events()[-1], backend.events()[-2]
+    return {"warm": min(times), "after_idle": took, "idle": last.started - before.modelled_done}

@@ -68,3 +68,22 @@ def test_an_outage_past_the_timeout_fails_every_rank_at_the_timeout() -> None:
         # every rank raises within 1 s of its op's timeout (2 s after the work that met the outage began)
         assert 2.0 - 0.05 <= out["raised_after"] <= 3.0, out["raised_after"]
     assert time.perf_counter() - t0 < 30
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("congestion, restarts", [("cubic", True), ("bbr", False)])
+def test_tcp_restarts_its_window_after_an_idle_longer_than_the_rto(congestion: str, restarts: bool) -> None:
+    """A WAN link (50 ms RTT): after 1 s of quiet (> RTO = srtt + 200 ms) CUBIC slow-starts again, BBR does not."""
+    net = f"bandwidth=100mbit,latency=25ms,congestion={congestion}"
+    nbytes = 1 << 20
+    got = spawn(w.warm_and_after_idle, 2, (net, nbytes, 1.0), timeout=90)[0]
+    model = NetworkModel(net, 2)
+    warm = model.cost("all_reduce", nbytes, idle=0.0).seconds
+    cold = model.cost("all_reduce", nbytes, idle=got["idle"]).seconds  # the quiet the link really saw
+    assert got["warm"] == pytest.approx(warm, rel=0.05, abs=0.01)
+    if restarts:
+        assert cold > 1.3 * warm
+        assert got["after_idle"] == pytest.approx(cold, rel=0.05, abs=0.01)
+    else:
+        assert cold == pytest.approx(warm)
+        assert got["after_idle"] == pytest.approx(warm, rel=0.05, abs=0.01)

@@ -71,7 +71,7 @@ def test_schedule_interleaves_seeds_and_rotates_the_order():
         ("fp16", 1), ("onebit", 1), (COMPUTE_ONLY, 1), ("sync", 1)]
     assert [t.index for t in turns] == list(range(8))
     co = turns[0].config
-    assert (str(co.strategy), co.net.to_string()) == ("sync", "loopback") and turns[0].net == cfg.net_names[0]
+    assert (str(co.strategy), co.net.to_string()) == ("sync", "local") and turns[0].net == cfg.net_names[0]
     apart = schedule(CompareConfig(nets=("1gbe",), strategies=("sync", "fp16"), workers=2, seeds=(0, 1),
                                    interleave=False))
     assert [[(t.strategy, t.config.seed) for t in g] for g in apart] == [

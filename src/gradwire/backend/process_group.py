@@ -118,6 +118,14 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._model = model
         #: the clock's time at t = 0 of the network's schedule (the default group's creation)
         self._origin = origin
+        #: ops priced at the instant they start, not at issue: a network that changes, or TCP links whose
+        #: window restarts after an idle (this group's own connections: when their last op ended)
+        tcp = model.inter_link.tcp
+        self._priced_at_start = model.schedule is not None or (
+            tcp is not None and tcp.enabled and tcp.slow_start_after_idle)
+        self._last_end: float | None = None
+        #: an idle this short never restarts TCP's window (the RTO is at least rto_min)
+        self._warm_idle = tcp.rto_min if tcp is not None else math.inf
         self._virtual = model.spec.clock == "virtual"
         #: the ``local`` network: ops answered from this rank's data, no inner op runs (local.py)
         self._local = model.spec.is_local
@@ -279,12 +287,14 @@ class GradwireProcessGroup(dist.ProcessGroup):
             # a full-duplex NIC: a send holds the transmit side, a recv the
             # receive side, a collective both; groups of the same ranks share it
             now = CLOCK.now()
-            if self._model.schedule is None:
+            if not self._priced_at_start:
                 start, done = self._link.reserve(now, cost.seconds, sends, receives)
-            else:  # a network that changes: priced on the conditions from the instant the queue lets it start
+            else:  # priced from the instant the queue lets it start: a changing network, TCP's idle restart
                 start, done = self._link.reserve(now, lambda at: self._price_at(op, nbytes, seq, src, dst, at),
                                                  sends, receives)
-                cause = self._outage_in(start, done)
+                self._last_end = done
+                if self._model.schedule is not None:
+                    cause = self._outage_in(start, done)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       done - start, now, start, done)
         try:
@@ -304,8 +314,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
         beyond it, so that it fails as gloo's would, at the timeout.
         """
         horizon = self._timeout_s if math.isfinite(self._timeout_s) else 24 * 3600.0
+        # how long this group's connections were quiet: TCP restarts its window after an idle past the RTO
+        idle = None if self._last_end is None else max(0.0, at - self._last_end)
+        if self._model.schedule is None and idle is not None and idle <= self._warm_idle:
+            return self._price(op, nbytes, seq, src, dst).seconds  # a warm connection: the cached price
         seconds = self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst,
-                                   start=at - self._origin, horizon=horizon).seconds
+                                   start=at - self._origin, horizon=horizon, idle=idle).seconds
         return seconds if math.isfinite(seconds) else horizon * 2 + 1.0
 
     def _outage_in(self, start: float, done: float) -> str:

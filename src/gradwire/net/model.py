@@ -176,6 +176,7 @@ class NetworkModel:
         dst: int | None = None,
         start: float | None = None,
         horizon: float = 24 * 3600.0,
+        idle: float | None = 0.0,
     ) -> OpCost:
         """Price one collective.
 
@@ -193,12 +194,16 @@ class NetworkModel:
                 :func:`gradwire.net.schedule.finish_time`; ``inf`` when an
                 outage outlasts ``horizon``); None: the condition at 0.
             horizon: how far past ``start`` to look for the op's end.
+            idle: seconds since the group's connections last carried data (TCP
+                restarts its window after an idle longer than the RTO, see
+                :mod:`gradwire.net.tcp`); None: a connection's first data; 0: warm.
 
         Returns:
             An :class:`OpCost`; ``seconds`` is never negative.
         """
         if self.schedule is not None:
-            return self._cost_over_time(op, nbytes, ranks, seq, src, dst, 0.0 if start is None else start, horizon)
+            return self._cost_over_time(op, nbytes, ranks, seq, src, dst, 0.0 if start is None else start, horizon,
+                                        idle)
         check_op(op)
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
             raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
@@ -211,26 +216,28 @@ class NetworkModel:
             if len(members) == 1:  # a rank sending to itself crosses no link
                 return OpCost(0.0, nbytes, 0, 0, "direct")
         group = self.group(members)
+        if idle != 0.0:
+            group = replace(group, idle=idle)
         name, base = choose(op, self.spec.algorithm, group, nbytes)
         seconds = 0.0 if self.is_zero or group.p == 1 else base.seconds + self._jitter(base.steps, seq)
         sent = math.ceil(base.sent_bytes - 1e-9) if base.sent_bytes > 0 else 0
         return OpCost(max(seconds, 0.0), nbytes, sent, base.wire_bytes if sent else 0, name)
 
     def _cost_over_time(self, op: str, nbytes: int, ranks: Sequence[int] | None, seq: int, src: int | None,
-                        dst: int | None, t0: float, horizon: float) -> OpCost:
+                        dst: int | None, t0: float, horizon: float, idle: float | None = 0.0) -> OpCost:
         """:meth:`cost` on a changing network: priced on the conditions from ``t0`` on (piecewise)."""
         assert self.schedule is not None
-        key = (op, nbytes, None if ranks is None else tuple(ranks), src, dst)
+        key = (op, nbytes, None if ranks is None else tuple(ranks), src, dst, idle)
 
         def static(cond: Condition) -> OpCost:
             if self.spec.jitter:  # each op draws its own jitter
-                return self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq, src=src, dst=dst)
+                return self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq, src=src, dst=dst, idle=idle)
             cached = self._priced.get((key, cond))
             if cached is None:
                 if len(self._priced) > 65536:
                     self._priced.clear()
                 cached = self._priced[(key, cond)] = self.at(cond).cost(op, nbytes, ranks=ranks, seq=seq,
-                                                                        src=src, dst=dst)
+                                                                        src=src, dst=dst, idle=idle)
             return cached
 
         cond, end = self.condition(t0)
