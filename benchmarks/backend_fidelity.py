@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
+
+from _results import write_results
 
 CASES = [
     # (name, world, spec, bytes)
@@ -64,7 +65,7 @@ def main() -> None:
         print(f"{name:40s} measured {worst['median'] * 1e3:9.2f} ms  model {r0['model'] * 1e3:9.2f} ms  "
               f"error {err * 100:+6.2f}%  ({r0['algorithm']})")
     out = Path(__file__).parent / "results" / "backend_fidelity.json"
-    out.write_text(json.dumps(rows, indent=2))
+    write_results(out, rows, indent=2)
     print(f"wrote {out}")
 
 

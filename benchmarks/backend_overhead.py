@@ -13,10 +13,11 @@ benchmarks/results/backend_overhead.json.
 from __future__ import annotations
 
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
+
+from _results import write_results
 
 SIZES = [(4 << 10, 40, 50), (16 << 20, 20, 3)]  # (bytes, blocks, calls per block)
 
@@ -74,7 +75,7 @@ def main() -> None:
         print(f"median of {len(runs)} runs: {nbytes:>10d} B  overhead {statistics.median(us):+8.1f} us "
               f"({statistics.median(pct):+.2f}%), runs from {min(pct):+.2f}% to {max(pct):+.2f}%")
     out = Path(__file__).parent / "results" / "backend_overhead.json"
-    out.write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    write_results(out, runs, summary=summary)
     print(f"wrote {out}")
 
 

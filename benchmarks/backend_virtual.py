@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
+
+from _results import write_results
 
 SPEC = "bandwidth=100mbit,latency=50us,jitter=20us,seed=7"
 OPS, NBYTES, WORLD = 300, 1 << 20, 4
@@ -69,7 +70,7 @@ def main() -> None:
     for k, val in out.items():
         print(f"{k:28s} {val:.4f}" if isinstance(val, float) else f"{k:28s} {val}")
     path = Path(__file__).parent / "results" / "backend_virtual.json"
-    path.write_text(json.dumps(out, indent=2))
+    write_results(path, [], indent=2, **out)
     print(f"wrote {path}")
 
 

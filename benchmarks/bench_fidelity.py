@@ -13,9 +13,10 @@ Writes benchmarks/results/bench_fidelity.json and exits 1 if a check fails.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from _results import write_results
 
 PAYLOAD_GBS = 1e9 / 8 * 1448 / 1514 / 1e9
 
@@ -44,10 +45,10 @@ def main() -> int:
               f"({100 * model_err:+.2f}%)")
     ok = all(c["ok"] for c in checks)
     out = Path(__file__).parent / "results" / "bench_fidelity.json"
-    out.write_text(json.dumps({"command": "gradwire bench --backend gradwire --net 1gbe -b 16M -e 64M -f 2 "
-                                          f"-n {args.iters} -w 1 --world-size {args.world_size}",
-                               "payload_gbs": PAYLOAD_GBS, "checks": checks, "all_within_5pct": ok,
-                               "bench": to_dict_result(result)}, indent=2) + "\n")
+    write_results(out, checks, indent=2,
+                  bench_command="gradwire bench --backend gradwire --net 1gbe -b 16M -e 64M -f 2 "
+                                f"-n {args.iters} -w 1 --world-size {args.world_size}",
+                  payload_gbs=PAYLOAD_GBS, all_within_5pct=ok, bench=to_dict_result(result))
     print(f"{'PASS' if ok else 'FAIL'}: busbw and model within 5 %; wrote {out}")
     return 0 if ok else 1
 

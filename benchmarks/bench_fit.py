@@ -14,9 +14,10 @@ smaller modelled latency would measure the host, not the model.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from _results import write_results
 
 CASES = [
     # (spec, true alpha s, true line rate bit/s, -b, -e, extra ops)
@@ -52,7 +53,7 @@ def main() -> int:
                                     f"{' '.join('--op ' + o for o in config.ops)} -b {lo} -e {hi} -f 4 "
                                     f"-n {args.iters} -w 1 -c 0 --fit"})
     out = Path(__file__).parent / "results" / "bench_fit.json"
-    out.write_text(json.dumps(out_rows, indent=2) + "\n")
+    write_results(out, out_rows, indent=2)
     print(f"{'PASS' if ok else 'FAIL'}: wrote {out}")
     return 0 if ok else 1
 

@@ -28,6 +28,8 @@ import statistics
 import time
 from pathlib import Path
 
+from _results import write_results
+
 from gradwire.train import TrainConfig, run_training
 
 OUT = Path(__file__).parent / "results" / "compress_accuracy.json"
@@ -119,8 +121,7 @@ def main() -> None:
             print(f"{name:>18} seed {seed}: acc {run['test_accuracy']:.4f}  "
                   f"wire/step {run['wire_bytes_per_step']:,.0f} B  {run['seconds']:.0f} s", flush=True)
             rows = summarise(runs, args.names)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"meta": meta, "rows": rows, "runs": runs}, indent=1))
+            write_results(args.out, rows, meta=meta, runs=runs)
             args.out.with_suffix(".md").write_text(markdown(rows, meta))
     print(markdown(summarise(runs, args.names), meta))
 

@@ -17,12 +17,13 @@ so a time is the kernels' time, not their launch). Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from _results import write_results
 
 from gradwire.compress import get_compressor, roundtrip
 
@@ -70,7 +71,7 @@ def main() -> None:
                      "meets_target": None if target is None else ratio <= target})
     where = f"{args.threads} thread(s)" if not x.is_cuda else torch.cuda.get_device_name(x.device)
     meta = {"numel": args.numel, "repeats": args.repeats, "threads": args.threads, "device": args.device,
-            "device_name": where, "torch": torch.__version__}
+            "device_name": where}
     lines = [f"# Encode + decode of {args.numel:,} fp32 elements ({where}, median of "
              f"{args.repeats}, interleaved)", "", "| compressor | median ms | min ms | / fp16 | target |",
              "|---|---|---|---|---|"]
@@ -79,8 +80,7 @@ def main() -> None:
         target = "" if t is None else f"<= {t} ({'met' if r['meets_target'] else 'NOT met'})"
         lines.append(f"| {r['name']} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | {r['ratio_to_fp16']:.2f}x | {target} |")
     md = "\n".join(lines) + "\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_results(out, rows, meta=meta)
     out.with_suffix(".md").write_text(md)
     print(md)
 

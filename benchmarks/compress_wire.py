@@ -19,8 +19,9 @@ Writes benchmarks/results/compress_wire.json and .md. Example::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from _results import write_results
 
 from gradwire.train import TrainConfig, build_model, num_parameters, run_training
 
@@ -90,8 +91,7 @@ def main() -> None:
         print(f"{name:>18}: {row['wire_bytes_per_step']:>14,.0f} B/step  {row['ratio']:7.2f}x", flush=True)
     meta = {"model": args.model, "parameters": num_parameters(build_model(args.model)), "world": args.world,
             "steps": args.steps}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_results(args.out, rows, meta=meta)
     args.out.with_suffix(".md").write_text(markdown(rows, meta))
     print(markdown(rows, meta))
 

@@ -14,13 +14,14 @@ Writes ``benchmarks/results/dead_peer_matrix.json`` (about 20 minutes on 2 cores
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _results import write_results  # noqa: E402
 
 from tests.faults import GROUP_TIMEOUT, run_fault  # noqa: E402
 from tests.overlap.test_faults import STRATEGIES  # noqa: E402
@@ -56,8 +57,7 @@ def main() -> None:
         raised = sum(s["kind"] == "raised" for s in c["survivors"])
         row[c["strategy"]] = f"{raised}/{len(c['survivors'])}"
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"group_timeout_s": GROUP_TIMEOUT, "summary": summary, "cases": cases}, indent=1))
+    write_results(out, cases, group_timeout_s=GROUP_TIMEOUT, summary=summary)
     failed = [c for c in cases if not c["ok"]]
     print(f"{len(cases) - len(failed)}/{len(cases)} cases: every survivor raised in time; wrote {out}")
     sys.exit(1 if failed else 0)

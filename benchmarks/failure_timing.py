@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import write_results
+
 TIMEOUT_S = 10.0
 
 
@@ -166,10 +168,7 @@ def main() -> int:
         net = "bandwidth=1mbit,latency=1ms" + (",clock=virtual" if clock == "virtual" else "")
         timeouts[clock] = spawn(_timeouts, 2, (net,), timeout=300)[0]
         print(clock, json.dumps(timeouts[clock], indent=1), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python benchmarks/failure_timing.py", "group_timeout_s": TIMEOUT_S,
-                                    "date": time.strftime("%Y-%m-%d"), "peer_failures": rows,
-                                    "timeouts_64MiB_1mbit": timeouts}, indent=1) + "\n")
+    write_results(args.out, rows, group_timeout_s=TIMEOUT_S, timeouts_64MiB_1mbit=timeouts)
     return 0
 
 

@@ -35,8 +35,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fsdp2_gpt.py"
@@ -115,19 +116,16 @@ def main() -> int:
               "measured_s": dominant["step_s_measured"] - before["step_s_measured"],
               "model_s": dominant["model_comm_per_step_s"] - before["model_comm_per_step_s"]}
     growth["error"] = growth["measured_s"] / growth["model_s"] - 1
-    report = {
-        "command": "python benchmarks/fsdp2_profile.py " + " ".join(sys.argv[1:]),
-        "world": args.world, "steps": args.steps, "n_params": steps["n_params"],
-        "root_params": steps["root_params"], "block_params": steps["block_params"], "layers": steps["layers"],
-        "compute_step_s": compute_step, "bytes_match": ok_bytes,
-        "dominant_net": DOMINANT, "dominant_error": dominant["error"],
-        "growth": growth,
-        "within_tolerance": abs(dominant["error"]) <= TOLERANCE and abs(growth["error"]) <= TOLERANCE,
-        "tolerance": TOLERANCE,
-        "date": time.strftime("%Y-%m-%d"), "networks": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    report = write_results(
+        args.out, rows,
+        world=args.world, steps=args.steps, n_params=steps["n_params"],
+        root_params=steps["root_params"], block_params=steps["block_params"], layers=steps["layers"],
+        compute_step_s=compute_step, bytes_match=ok_bytes,
+        dominant_net=DOMINANT, dominant_error=dominant["error"],
+        growth=growth,
+        within_tolerance=abs(dominant["error"]) <= TOLERANCE and abs(growth["error"]) <= TOLERANCE,
+        tolerance=TOLERANCE,
+    )
     print(f"bytes match the parameter count: {ok_bytes}; on {DOMINANT} the step is "
           f"{dominant['error']:+.1%} off the model's prediction; from {before['net']} it grew by "
           f"{growth['measured_s']:.3f} s, the model says {growth['model_s']:.3f} s ({growth['error']:+.1%}) -> {args.out}")

@@ -24,12 +24,13 @@ backward that makes the gradient is not timed). Example::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from _results import write_results
 
 from gradwire.compress import ErrorFeedback, StateKey, get_compressor, twophase
 from gradwire.train import build_model, num_parameters
@@ -104,10 +105,8 @@ def main() -> None:
                     times[name].append(time.perf_counter() - t0)
     med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
     same = torch.equal(ranks["fresh"].u, ranks["reuse"].u)
-    result = {"numel": n, "blocks": args.blocks, "block": args.block, "warmup": args.warmup, "median_ms": med,
-              "saved_ms": med["fresh"] - med["reuse"], "identical_updates": same}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_results(args.out, [], numel=n, blocks=args.blocks, block=args.block, warmup=args.warmup, median_ms=med,
+                  saved_ms=med["fresh"] - med["reuse"], identical_updates=same)
     print(f"{n:,} values, median of {len(times['reuse'])} steps each: fresh {med['fresh']:.2f} ms, "
           f"reuse {med['reuse']:.2f} ms per rank-step; identical updates: {same}")
 

@@ -24,10 +24,11 @@ Writes benchmarks/results/overlap_strategies.json. Example::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
+
+from _results import write_results
 
 from gradwire.net import NetworkModel
 from gradwire.train import TrainConfig, build_model, num_parameters, run_training
@@ -134,12 +135,9 @@ def main() -> None:
             s["accuracy_minus_sync_points"] = 100 * (s["mean_accuracy"] - base["mean_accuracy"])
             s["collective_reduction_vs_sync"] = base["mean_collectives_in_steps"] / s["mean_collectives_in_steps"]
         print(f"{name:>16}: " + "  ".join(f"{k} {v:.4g}" for k, v in s.items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "network": spec, "probe_compute_per_step_s": compute, "modelled_all_reduce_s": comm,
-        "summary": summary, "runs": runs,
-    }, indent=2))
+    write_results(args.out, runs, indent=2,
+                  config={k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                  network=spec, probe_compute_per_step_s=compute, modelled_all_reduce_s=comm, summary=summary)
     print(f"wrote {args.out}")
 
 

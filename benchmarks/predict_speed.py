@@ -12,7 +12,6 @@ sweep alone in this process. Writes benchmarks/results/predict_speed.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 from torch import nn
+
+from _results import write_results
 
 HERE = Path(__file__).resolve().parent
 STRATEGIES = "sync,fp16,onebit,delayed,onebit+delayed,powersgd:4"
@@ -58,12 +59,12 @@ def main() -> None:
     preds, ratios = sweep(lambda s: prof, strategies, NETS, default_worlds, lambda s: costs.get(s) or costs["fp16"])
     sweep_s = time.perf_counter() - start
     load = os.getloadavg()
-    result = {"command": " ".join(cmd[2:]), "buckets": len(prof.buckets), "predictions": len(preds),
+    result = {"timed_command": " ".join(cmd[2:]), "buckets": len(prof.buckets), "predictions": len(preds),
               "ratio_cells": len(ratios), "command_seconds": walls, "command_median_s": statistics.median(walls),
-              "sweep_seconds": sweep_s, "load_average": load, "cpus": os.cpu_count()}
+              "sweep_seconds": sweep_s}
     print(f"{len(prof.buckets)} buckets, {len(preds)} predictions + {len(ratios)} ratio cells: command "
           f"{statistics.median(walls):.2f} s (median of {len(walls)}), sweep alone {sweep_s:.2f} s; load {load[0]:.1f}")
-    (HERE / "results" / "predict_speed.json").write_text(json.dumps(result, indent=1))
+    write_results(HERE / "results" / "predict_speed.json", [], **result)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ without running anything.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pickle
 import statistics
@@ -43,6 +42,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from _results import write_results
 
 #: the network the committed validation ran on
 DEFAULT_NET = "bandwidth=1.5gbit,latency=100us"
@@ -191,11 +192,11 @@ def main() -> None:
     for name in raws:
         rows += score_suite(name, SUITES[name], raws[name])
     out = Path(args.out)
-    out.write_text(json.dumps({
-        "command": meta["command"], "steps": meta["steps"], "repeats": meta["repeats"],
-        "suites": {n: SUITES[n] for n in raws}, "load_before": meta["load_before"],
-        "load_after": meta.get("load_after"), "cpus": os.cpu_count(), "minutes": meta.get("minutes"),
-        "rescored": args.rescore, "rows": rows}, indent=1))
+    # a rescore's own command is --rescore: the one that measured the runs goes beside it
+    measured = {"measured_command": meta["command"]} if args.rescore else {}
+    write_results(out, rows, **measured, steps=meta["steps"], repeats=meta["repeats"],
+                  suites={n: SUITES[n] for n in raws}, load_before=meta["load_before"],
+                  load_after=meta.get("load_after"), minutes=meta.get("minutes"), rescored=args.rescore)
     bad = [r for r in rows if not r["within_10pct"]]
     print(f"{len(rows) - len(bad)} of {len(rows)} within 10%; load {meta['load_before'][0]:.1f} before, "
           f"{(meta.get('load_after') or (0,))[0]:.1f} after; wrote {out}")
