@@ -100,3 +100,18 @@ def warm_and_after_idle(rank: int, world: int, net: str, nbytes: int, idle_s: fl
 
     last, before = backend.events()[-1], backend.events()[-2]
     return {"warm": min(times), "after_idle": took, "idle": last.started - before.modelled_done}
+
+
+def ops_on_a_shared_link(rank: int, world: int, net: str, nbytes: int, count: int) -> list[float]:
+    """``count`` blocking all_reduces back to back: each one's seconds."""
+    import torch
+    import torch.distributed as dist
+
+    _init(rank, world, net, 60)
+    buf = torch.ones(nbytes // 4)
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        out.append(time.perf_counter() - t0)
+    return out

@@ -2,6 +2,7 @@
 an outage holds a training's step and it goes on, an outage past the timeout fails every rank."""
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -87,3 +88,28 @@ def test_tcp_restarts_its_window_after_an_idle_longer_than_the_rto(congestion: s
     else:
         assert cold == pytest.approx(warm)
         assert got["after_idle"] == pytest.approx(warm, rel=0.05, abs=0.01)
+
+
+@pytest.mark.slow
+def test_two_jobs_on_one_named_link_share_it_and_one_alone_has_all_of_it() -> None:
+    import threading
+    import uuid
+
+    net = f"bandwidth=50mbit,latency=1ms,protocol=none,link=test-{uuid.uuid4().hex[:8]}"
+    nbytes = 1 << 20
+    alone = NetworkModel(net, 2).cost("all_reduce", nbytes).seconds
+    solo = spawn(w.ops_on_a_shared_link, 2, (net, nbytes, 6), timeout=90)[0]
+    assert statistics.median(solo) == pytest.approx(alone, rel=0.1)
+    both: list[list[float]] = []
+
+    def job() -> None:
+        both.append(spawn(w.ops_on_a_shared_link, 2, (net, nbytes, 12), timeout=120)[0])
+
+    threads = [threading.Thread(target=job) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(both) == 2
+    for ops in both:  # while both send, each op gets half the link (the first may start alone)
+        assert statistics.median(ops[2:-2]) == pytest.approx(2 * alone, rel=0.1), ops

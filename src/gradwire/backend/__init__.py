@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import uuid
 import weakref
 from datetime import timedelta
 from pathlib import Path
@@ -35,13 +36,15 @@ _LOG = logging.getLogger("gradwire")
 _model: NetworkModel | None = None
 #: the clock's time when the default group was created: t = 0 of a changing network's schedule
 _origin = 0.0
+#: this job's id, the same on all its ranks (from the store): what a shared link (``link=NAME``) tells jobs apart by
+_job = ""
 #: this process's live gradwire groups by group id (torch hides the Python object behind its wrapper)
 _groups: "weakref.WeakValueDictionary[str, GradwireProcessGroup]" = weakref.WeakValueDictionary()
 
 
 def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     """Creator called by torch.distributed for the default group and new_group()."""
-    global _model, _origin
+    global _model, _origin, _job
     global_ranks = list(opts.global_ranks_in_group)
     if not global_ranks or _model is None:  # the default group: (re)build the model
         world = opts.group_size if not global_ranks else dist.get_world_size()
@@ -52,12 +55,21 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
                          ", ".join(spec.unused_by_local()))
         _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
         _origin = CLOCK.now()
+        if _model.spec.link is not None:
+            _job = _job_id(opts.store, opts.group_rank)
         LEDGER.rank = opts.group_rank if not global_ranks else dist.get_rank()
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
-                                 global_ranks, str(opts.group_id), _model, _origin)
+                                 global_ranks, str(opts.group_id), _model, _origin, _job)
     _groups[group.group_id] = group
     return group
+
+
+def _job_id(store: dist.Store, rank: int) -> str:
+    """An id every rank of this job shares: rank 0 draws it, the others read it from the store."""
+    if rank == 0:
+        store.set("gradwire/job", uuid.uuid4().hex)
+    return store.get("gradwire/job").decode()
 
 
 def register() -> None:

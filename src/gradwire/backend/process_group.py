@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 import socket
 import threading
 from datetime import timedelta
@@ -74,6 +75,7 @@ from gradwire.backend import local
 from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.link import link_for
+from gradwire.backend.shared import SharedLink
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost
 
@@ -104,6 +106,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         group_id: str,
         model: NetworkModel,
         origin: float = 0.0,
+        job: str = "",
     ) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lacks the (rank, size) constructor
         from torch.distributed.distributed_c10d import ProcessGroupGloo
@@ -121,7 +124,9 @@ class GradwireProcessGroup(dist.ProcessGroup):
         #: ops priced at the instant they start, not at issue: a network that changes, or TCP links whose
         #: window restarts after an idle (this group's own connections: when their last op ended)
         tcp = model.inter_link.tcp
-        self._priced_at_start = model.schedule is not None or (
+        #: the named bottleneck this job shares with others on the machine (shared.py), if any
+        self._shared = SharedLink(model.spec.link, job) if model.spec.link is not None else None
+        self._priced_at_start = model.schedule is not None or self._shared is not None or (
             tcp is not None and tcp.enabled and tcp.slow_start_after_idle)
         self._last_end: float | None = None
         #: an idle this short never restarts TCP's window (the RTO is at least rto_min)
@@ -295,6 +300,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 self._last_end = done
                 if self._model.schedule is not None:
                     cause = self._outage_in(start, done)
+                if self._shared is not None:
+                    self._shared.busy_until(done)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       done - start, now, start, done)
         try:
@@ -316,6 +323,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
         horizon = self._timeout_s if math.isfinite(self._timeout_s) else 24 * 3600.0
         # how long this group's connections were quiet: TCP restarts its window after an idle past the RTO
         idle = None if self._last_end is None else max(0.0, at - self._last_end)
+        others = self._shared.others(at) if self._shared is not None else 0
+        if others:  # a fair share of the named link, on the condition the op starts in
+            cond = self._model.condition(at - self._origin)[0]
+            rate = (self._model.spec.bandwidth if cond.bandwidth is None else cond.bandwidth) / (others + 1)
+            return self._model.at(replace(cond, bandwidth=rate, down=False)).cost(
+                op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst, idle=idle).seconds
         if self._model.schedule is None and idle is not None and idle <= self._warm_idle:
             return self._price(op, nbytes, seq, src, dst).seconds  # a warm connection: the cached price
         seconds = self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst,

@@ -30,6 +30,7 @@ nodes and ranks per node are read in torchrun's environment (see
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
@@ -49,6 +50,7 @@ AUTO_TOPOLOGY = "auto"
 LOCAL = "local"
 #: what a ``local`` spec reads besides its name; its link fields reach no wire
 _LOCAL_KEYS = ("name", "clock", "seed", "topology")
+_LINK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
 
 # Ranges of the numeric fields: far past any real network, while the times the
@@ -220,6 +222,8 @@ class NetSpec:
     """how the network changes over time (drop, outage, slow, cross, trace: gradwire.net.schedule)"""
     tcp: TcpConfig = TcpConfig()
     """TCP's window cap, slow start, restart after idle and streams on tcp links (gradwire.net.tcp)"""
+    link: str | None = None
+    """a named bottleneck that jobs on this machine share (``link=NAME``): each gets its fair share while others send"""
 
     def __post_init__(self) -> None:
         _choice(self.name, ("custom", *PRESETS), "preset name")
@@ -237,6 +241,12 @@ class NetSpec:
         _choice(self.jitter_dist, JITTER_DISTS, "jitter_dist")
         _choice(self.algorithm, ALGORITHM_CHOICES, "algorithm")
         _choice(self.clock, CLOCKS, "clock")
+        if self.link is not None:
+            if not _LINK_NAME.fullmatch(self.link):
+                raise ValueError(f"link name {self.link!r} must be 1 to 64 letters, digits, '-', '_' or '.' "
+                                 "(the name jobs on this machine share), e.g. link=switch1")
+            if self.clock != "realtime":
+                raise ValueError("link= shares a bottleneck between jobs as they run: it needs clock=realtime")
         loss = float(self.loss)
         if not 0 <= loss < 1:
             raise ValueError(f"loss must be in [0, 100%), got {loss!r} (write '0.01%' or '0.0001')")
@@ -358,7 +368,7 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "latency": format_time, "intra_latency": format_time, "jitter": format_time,
     "loss": format_fraction, "seed": str,
     "topology": lambda t: "flat" if t is None else t if t == AUTO_TOPOLOGY else f"{t[0]}x{t[1]}",
-    "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str,
+    "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str, "link": str,
 }
 
 #: spec keys and how each value is read (``straggler`` and ``intra`` are handled apart)
@@ -367,7 +377,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "latency": parse_time, "intra_latency": parse_time, "jitter": parse_time,
     "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology,
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
-    "algorithm": str.lower, "clock": str.lower,
+    "algorithm": str.lower, "clock": str.lower, "link": str,
 }
 SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS, *TCP_KEYS)
 
