@@ -86,6 +86,9 @@ class Event:
     inner_done: float = 0.0
     completed: float = 0.0
     error: str | None = None
+    #: whether the op carried floating-point data (gradients); integer ops are bookkeeping, such as the map of
+    #: used parameters DDP all-reduces with ``find_unused_parameters=True``
+    floating: bool = True
 
 
 class Ledger:

@@ -303,7 +303,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 if self._shared is not None:
                     self._shared.busy_until(done)
         event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
-                      done - start, now, start, done)
+                      done - start, now, start, done,
+                      floating=not tensors or any(t.is_floating_point() for t in tensors))
         try:
             work = start_inner(inner)
         except RuntimeError as exc:

@@ -17,8 +17,10 @@ on the thread that trains (the one a :class:`ProfileSession` starts on):
    time: compression runs there, on the training thread) and when the hook's
    future completes; its size is the bucket buffer's. A DDP without a comm
    hook runs its built-in all_reduce from C++, where Python sees nothing:
-   then every all_reduce that the backend issued during backward's compute
-   is a bucket, ready when it was issued, of its payload's size.
+   then every floating-point all_reduce that the backend issued during
+   backward's compute is a bucket, ready when it was issued, of its payload's
+   size (an integer one is DDP's map of used parameters, with
+   ``find_unused_parameters=True``, not a bucket).
 4. Collectives: the backend's event log (issue, link start, completion,
    the real inner op's end).
 
@@ -260,7 +262,8 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
         else:  # DDP's built-in all_reduce: issued when the bucket is ready
             rows = [{"index": i, "nbytes": e.payload_bytes, "element_size": 4, "ready": e.issued - b0, "hook": 0.0,
                      "done": (e.completed - b0) if e.completed else None}
-                    for i, e in enumerate(e for e in events if e.op == "all_reduce" and b0 <= e.issued <= computed)]
+                    for i, e in enumerate(e for e in events
+                                          if e.op == "all_reduce" and e.floating and b0 <= e.issued <= computed)]
         colls = [{"op": e.op, "group": e.group, "seq": e.seq, "nbytes": e.payload_bytes, "issued": e.issued - b0,
                   "started": e.started - b0, "completed": (e.completed - b0) if e.completed else None,
                   "inner": (e.inner_done - e.issued) if e.inner_done else None}
