@@ -21,8 +21,9 @@ is *when* the op completes:
    the modelled time (realtime clock, via the completer thread) or at once,
    moving the simulated clock (virtual clock). The caller's thread never sleeps.
 
-On the ``local`` network none of this runs: each op is answered at once from
-the rank's own data (``local.py``), at 0 s and 0 bytes on the wire.
+On the ``local`` network none of this runs for a reduction: it is answered at
+once from the rank's own data (``local.py``), at 0 s and 0 bytes on the wire;
+the other ops run on the inner group at 0 s, as on ``loopback``.
 
 Traps:
 - Ranks price ops independently and identically: the modelled time is a pure
@@ -273,13 +274,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
         ``label`` names the op in the accounting where it differs from the
         priced pattern: a receive is priced as the ``send`` it takes part in
         and counted as ``recv`` (bytes received, nothing sent). ``answer``
-        computes the op from this rank's own data on the ``local`` network
-        (local.py), which runs it instead of the inner op, at 0 s and 0 bytes
-        on the wire; an op without one (point-to-point) is refused there.
+        computes a reduction from this rank's own data on the ``local``
+        network (local.py), which runs it instead of the inner op, at 0 s
+        and 0 bytes on the wire.
         """
-        if self._local:
-            if answer is None:
-                raise local.no_peers(label or op, src if label == "recv" else dst)
+        if self._local and answer is not None and op in local.ANSWERED:
             return self._answer_locally(label or op, nbytes, answer, opts)
         inner = self._inner(tensors, collective=op != "send")
         me = self._ranks[self.rank()]
@@ -411,8 +410,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.BroadcastOptions()
-        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts,
-                            answer=lambda: tensors)
+        return self._launch("broadcast", _nbytes(tensors), tensors, lambda b: b.broadcast(tensors, opts), opts=opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> GradwireWork:  # type: ignore[override]
         opts = opts or c10d.ReduceOptions()
@@ -431,32 +429,18 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
-
-        def answer() -> Any:
-            for outs, inp in zip(output_lists, inputs):
-                local.all_gather(outs, inp)
-            return output_lists
-
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts, answer=answer)
+                            lambda b: b.allgather(output_lists, inputs, opts), opts=opts)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllgatherOptions()
-
-        def answer() -> Any:  # output_lists[rank][i] holds input i of that rank
-            for outs in output_lists:
-                for out, inp in zip(outs, inputs):
-                    out.copy_(inp)
-            return output_lists
-
         return self._launch("all_gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts, answer=answer)
+                            lambda b: b.allgather_coalesced(output_lists, inputs, opts), opts=opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> GradwireWork:  # noqa: A002
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes([output]), [input],
-                            lambda b: b._allgather_base(output, input, opts), opts=opts,
-                            answer=lambda: self._gather_own([output], [input]))
+                            lambda b: b._allgather_base(output, input, opts), opts=opts)
 
     _allgather_base = all_gather_single
 
@@ -469,8 +453,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         """
         opts = opts or c10d.AllgatherOptions()
         return self._launch("all_gather", _nbytes(outputs), inputs,
-                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts,
-                            answer=lambda: self._gather_own(outputs, inputs))
+                            lambda b: b.allgather_into_tensor_coalesced(outputs, inputs, opts), opts=opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
@@ -511,44 +494,28 @@ class GradwireProcessGroup(dist.ProcessGroup):
     ) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
         return self._launch("all_to_all", _nbytes([input]), [input],
-                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts), opts=opts,
-                            answer=lambda: local.all_to_all(output, input, output_split_sizes, input_split_sizes,
-                                                            self.rank(), self.size()))
+                            lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
+                            opts=opts)
 
     alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> GradwireWork:
         opts = opts or c10d.AllToAllOptions()
-        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts,
-                            answer=lambda: [out.copy_(inputs[self.rank()]) for out in outputs])
+        return self._launch("all_to_all", _nbytes(inputs), inputs, lambda b: b.alltoall(outputs, inputs, opts), opts=opts)
 
     def gather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.GatherOptions()
-
-        def answer() -> Any:  # the root's slots; the others have none
-            if self.rank() == opts.rootRank:
-                for outs, inp in zip(output_lists, inputs):
-                    local.all_gather(outs, inp)
-            return output_lists
-
         return self._launch("gather", _nbytes(inputs) * self.size(), inputs,
-                            lambda b: b.gather(output_lists, inputs, opts), opts=opts, answer=answer)
+                            lambda b: b.gather(output_lists, inputs, opts), opts=opts)
 
     def scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None,
     ) -> GradwireWork:
         opts = opts or c10d.ScatterOptions()
-
-        def answer() -> Any:  # the root keeps its own chunk; the others hold no data to answer with
-            if self.rank() == opts.rootRank:
-                for out, ins in zip(outputs, input_lists):
-                    out.copy_(ins[self.rank()])
-            return outputs
-
         return self._launch("scatter", _nbytes(outputs) * self.size(), outputs,
-                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts, answer=answer)
+                            lambda b: b.scatter(outputs, input_lists, opts), opts=opts)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> GradwireWork:
         staged = self._host_staged(tensors)
@@ -589,7 +556,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> GradwireWork:
         opts = opts or c10d.BarrierOptions()
-        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts, answer=lambda: [])
+        return self._launch("barrier", 0, [], lambda b: b.barrier(opts), opts=opts)
 
     def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier on the inner group, priced as a barrier.
@@ -609,15 +576,9 @@ class GradwireProcessGroup(dist.ProcessGroup):
 
         opts = c10d.BarrierOptions()
         opts.asyncOp = False
-        self._launch("barrier", 0, [], start, opts=opts, answer=lambda: []).wait()
+        self._launch("barrier", 0, [], start, opts=opts).wait()
 
     # ---- the local network's answers (local.py) ------------------------
-    def _gather_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """all_gather_into_tensor: the own input in each of the output's ``size()`` slots."""
-        for out, inp in zip(outputs, inputs):
-            local.all_gather(list(out.view(self.size(), -1)), inp)
-        return outputs
-
     def _scatter_own(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], op: Any) -> list[torch.Tensor]:
         """reduce_scatter_tensor: the own chunk of each input, reduced as if every rank held it."""
         for out, inp in zip(outputs, inputs):

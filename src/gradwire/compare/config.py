@@ -29,12 +29,13 @@ DEFAULT_STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-fp16
 
 #: the name of the run with no communication at all: ``sync`` on the ``local`` network
 COMPUTE_ONLY = "compute-only"
-#: where compute-only runs: every collective answered from the rank's own data (no network, no real
-#: collective), so its time is a bound on what any strategy can reach
+#: where compute-only runs: every reduction answered from the rank's own data (no network, no real
+#: collective), the rare other ops at 0 s, so its time is a bound on what any strategy can reach
 IDEAL_NET = "local"
 #: how the tables say it
-IDEAL_NOTE = ("compute-only: the baseline with every collective answered on the rank itself (no network, no real "
-              "collective): a bound on every strategy's time. Its ranks train apart, so its accuracy is rank 0's own.")
+IDEAL_NOTE = ("compute-only: the baseline with every gradient all_reduce answered on the rank itself (no network, no "
+              "real collective; other ops at 0 s): a bound on every strategy's time. Its ranks train apart, so its "
+              "accuracy is rank 0's own.")
 
 
 def usable_cores() -> int:
