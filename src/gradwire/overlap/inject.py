@@ -214,6 +214,9 @@ class Injection:
         if not first:  # sync: a second DDP is the script's business
             return
         ddp.register_forward_pre_hook(self._before_forward)
+        made = next((o for o in _registry if self.owns(p for g in o.param_groups for p in g["params"])), None)
+        if made is not None:  # an optimizer made before the DDP: its first step may run the first forward
+            self._take_step(made)
         if self.is_sync:
             self.description = "the script as written"
             self._set(APPLIED)
@@ -338,7 +341,7 @@ class Injection:
     def owns(self, params: Iterable[Any]) -> bool:
         """Whether ``params`` (tensors, or anything else) include a parameter of the adopted DDP."""
         ddp = self._ddp() if self._ddp is not None else None
-        if ddp is None or self.strategy is None:
+        if ddp is None:
             return False
         mine = {id(p) for p in ddp.module.parameters()}
         return any(id(p) in mine for p in params)
@@ -346,7 +349,7 @@ class Injection:
     def owns_grads(self, ids: set) -> bool:
         """Whether ``ids`` hold the ``id`` of a ``.grad`` of the adopted DDP's parameters."""
         ddp = self._ddp() if self._ddp is not None else None
-        if ddp is None or self.strategy is None:
+        if ddp is None:
             return False
         return any(id(p.grad) in ids for p in ddp.module.parameters() if p.grad is not None)
 
