@@ -12,8 +12,13 @@
 #
 # The machine's load before and after goes into load.txt.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out=benchmarks/results/compare_stacks
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=$repo/benchmarks/results/compare_stacks
+# every comparison works in a scratch folder: what a stack writes in its working directory (lightning_logs/,
+# the Trainer's output_dir) stays out of the repository, and edits in the repository never reach the
+# comparison's check of its working directory
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 strategies=${STRATEGIES:-sync,onebit,delayed,onebit+delayed,int8,torch-fp16,torch-powersgd:2,localsgd:4,async-average:4,handler}
 seeds=${SEEDS:-1}
 stacks=${STACKS:-lightning hf_trainer accelerate}
@@ -23,15 +28,15 @@ mkdir -p "$out"
 start=$(date +%s)
 for stack in $stacks; do
   case $stack in
-    lightning)  script=examples/lightning_digits.py; metric=val_acc ;;
-    hf_trainer) script=examples/hf_trainer_gpt.py;   metric=eval_loss ;;
-    accelerate) script=examples/accelerate_loop.py;  metric=test_accuracy ;;
+    lightning)  script=$repo/examples/lightning_digits.py; metric=val_acc ;;
+    hf_trainer) script=$repo/examples/hf_trainer_gpt.py;   metric=eval_loss ;;
+    accelerate) script=$repo/examples/accelerate_loop.py;  metric=test_accuracy ;;
     *) echo "unknown stack $stack (lightning, hf_trainer, accelerate)" >&2; exit 2 ;;
   esac
   t0=$(date +%s)
   # a stack whose runs fail still gets its row in the summary: compare's exit code is not the verdict
-  gradwire compare --net "$net" --strategies "$strategies" --seeds "$seeds" --timeout 300 --metric "$metric" \
-    --out "$out/$stack" -- torchrun --nproc-per-node 2 "$script" --seed {seed} || true
+  (cd "$work" && gradwire compare --net "$net" --strategies "$strategies" --seeds "$seeds" --timeout 300 \
+    --metric "$metric" --out "$out/$stack" -- torchrun --nproc-per-node 2 "$script" --seed {seed}) || true
   echo "$stack: $(( $(date +%s) - t0 )) s" >> "$out/load.txt"
 done
 { echo "after:  $(uptime)"; echo "wall: $(( $(date +%s) - start )) s"; } >> "$out/load.txt"
