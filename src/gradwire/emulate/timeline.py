@@ -17,9 +17,15 @@ built (:mod:`gradwire.emulate.controller` applies them):
   Each node's ``gw-eth`` loses its carrier, as with a cable pulled: packets
   queued on the links are dropped, TCP's retransmission timer backs off
   (200 ms, 400 ms, 800 ms, ... while it lasts) and the connections resume on
-  the first retransmission after the ports come back up. That wait is real
-  time that the model of an outage (ops resume the moment it ends) does not
+  the first retransmission after the ports come back up: gloo's all_reduce
+  carried on on the same connections, 0.05-0.6 s after 1.5-2 s outages
+  (tests/emulate, benchmarks/emulate_schedule.py). That wait is real time
+  that the model of an outage (ops resume the moment it ends) does not
   price; `gradwire emulate` reports the timeouts.
+
+A change takes 20-50 ms to apply on a busy 2-core host, now and then 0.5 s
+(:mod:`gradwire.emulate.controller`): a schedule of seconds is followed
+closely, a Mahimahi trace (a new rate every 100 ms) only coarsely.
 
 What cannot change on these links is refused with the reason
 (:func:`refusals`): background flows (``cross=``) need traffic of their own;
@@ -27,10 +33,14 @@ latency and loss from a trace need netem, and changing netem at run time is
 not done here.
 
 Times count from the run's ``t = 0``: the moment the first node's agent is
-started, once the network is built. The simulated backend's ``t = 0`` is
-later, when the job creates its default process group (after torchrun's
-start, the imports and the rendezvous: a few seconds, measured in
-``benchmarks/emulate_schedule.py``).
+started, once the network is built (the agents get it as ``time.monotonic()``
+in ``GRADWIRE_EMULATE_T0``). The simulated backend's ``t = 0`` is later,
+when the job creates its default process group: after torchrun's start,
+Python's and torch's imports and the rendezvous, 7-13 s on a busy 2-core
+host (benchmarks/emulate_schedule.py records it per run). A spec written for
+the simulated backend runs that much earlier in its job here; a script that
+needs the two to agree can read the offset from ``GRADWIRE_EMULATE_T0``
+once its group is up.
 """
 from __future__ import annotations
 
