@@ -67,7 +67,8 @@ def test_gloo_resumes_after_an_outage_and_the_network_is_restored(caps, tmp_path
     at, length, until = 14.0, 1.5, 19.0
     proc = subprocess.run(
         [*GRADWIRE, "--net", f"bandwidth=100mbit,outage={length}s:at={at}s", "--nodes", "2", "--timeout", "120", "--",
-         WORKER, str(tmp_path), str(1 << 20), str(until)], env=ENV, capture_output=True, text=True, timeout=180)
+         sys.executable, WORKER, str(tmp_path), str(1 << 20), str(until)],
+        env=ENV, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if "switch port" in ln]
     assert "schedule from t=0" in proc.stderr and len(lines) == 4, proc.stderr  # --plan's two lines, then applied
@@ -102,3 +103,27 @@ def test_sigterm_during_an_outage_restores_and_removes_everything(caps, no_lefto
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "every switch port down (outage) (applied at" in err
     assert [n for n in netlink.namespaces() if n.startswith(f"gw-{proc.pid}-")] == []
+
+
+def test_a_change_the_kernel_refuses_stops_the_run_and_says_which(caps, monkeypatch, no_leftovers):
+    from gradwire.emulate import prepare, run
+    from gradwire.emulate.host import EmulationUnavailable
+
+    real = netlink.Links.set_rate
+    calls = []
+
+    def refuse_the_schedule(self, port, rate):
+        calls.append(rate.rate)
+        if len(calls) == 5:  # prime's four ports pass, the first change of the schedule fails
+            raise OSError(95, "refused by the test")
+        real(self, port, rate)
+
+    monkeypatch.setattr(netlink.Links, "set_rate", refuse_the_schedule)
+    plan, _ = prepare(parse_spec("bandwidth=100mbit,drop=50mbit:for=5s:at=0.5s"), 2, 1)
+    t0 = time.monotonic()
+    with pytest.raises(EmulationUnavailable, match=r"t=0\.500s: 50 Mbit/s on every link failed: OSError.*refused by "
+                                                   r"the test.*the run was stopped"):
+        run(plan, [sys.executable, "-c", "import time; time.sleep(60)"], grace=5)
+    assert time.monotonic() - t0 < 40
+    # the half-made change was undone before teardown: every port back at 100 Mbit/s
+    assert calls[5:] == [100e6] * 4

@@ -180,8 +180,7 @@ def run(
             with Emulation(plan):
                 try:
                     if plan.spec.events:  # sockets open before the agents start: no thread may exist then
-                        controller = Controller(plan, netlink.Links(plan), on_change)
-                        controller.prime()
+                        controller = _controller(plan, on_change)
                     t0 = time.monotonic()
                     env[T0_ENV] = repr(t0)
                     for node, argv in enumerate(argvs):
@@ -205,6 +204,20 @@ def run(
                             report(counts)
         except Stopped as stop:  # a signal while building or tearing down: the network is gone already
             return 128 + stop.signum
+
+
+def _controller(plan: EmulationPlan, on_change: Callable[[Applied], None] | None) -> Controller:
+    """The schedule's controller, its sockets open and one change made already (nothing runs yet)."""
+    links = netlink.Links(plan)
+    controller = Controller(plan, links, on_change)
+    try:
+        controller.prime()
+    except (OSError, NetlinkError) as exc:
+        links.close()
+        raise EmulationUnavailable(f"this kernel refused to change a shaper in place ({exc}); a network that "
+                                   "changes (drop=, slow=, outage=, trace=) needs it: run the spec without its "
+                                   "events") from None
+    return controller
 
 
 def _close(controller: Controller | None) -> None:
