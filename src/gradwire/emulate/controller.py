@@ -20,11 +20,12 @@ Traps:
 
 - A change is due at ``t0 + at``; applying it takes time: a netlink request
   per tbf port and three per htb port, each encoding its rate tables in
-  Python. A 4-port htb change measured 20-50 ms of wall time for 12 ms of
-  CPU under a 1 Gbit/s stream on a busy 2-core host (the first one 90 ms
-  before :meth:`Controller.prime`), and now and then 0.2-0.6 s: the thread
-  waits for a core, and every netlink change on the host takes the kernel's
-  rtnl lock (a higher priority for the thread did not shorten it). The ports
+  Python. A 4-port htb change measured 20-50 ms of wall time for 11-17 ms
+  of CPU under a 1 Gbit/s stream on a busy 2-core host (the first one 90 ms
+  before :meth:`Controller.prime`), and now and then 0.1-0.6 s. The rest is
+  waiting: for a core, or for the kernel's rtnl lock, which every qdisc and
+  link change on the host takes, other namespaces' too (a higher priority
+  for the thread did not shorten it). The ports
   change one after the other within that time; changes that come faster
   fall behind, and :attr:`Applied.late` shows by how much.
 - The thread must not exist while an agent is being started: the agents'
