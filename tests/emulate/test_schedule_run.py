@@ -32,12 +32,13 @@ def rate_between(marks, t0, a, b):
     return (nb - na) * 8 / (tb - ta)
 
 
-@pytest.mark.parametrize("kind", ["htb", "tbf"])
-def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, tmp_path, no_leftovers):
+@pytest.mark.parametrize("kind, event", [("htb", "drop=25mbit"), ("tbf", "drop=25mbit"), ("htb", "slow=0:link=0.25")])
+def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, event, tmp_path, no_leftovers):
     if kind not in caps.qdiscs:
         pytest.skip(f"this kernel has no {kind}")
     lay = Layout(2, 1, this_run())
-    plan = plan_network(parse_spec("bandwidth=100mbit,drop=25mbit:for=2.5s:at=2.5s"), lay, caps, limiter=kind)
+    # slow=0: node 0's uplink alone, which carries the stream from node 0 to node 1
+    plan = plan_network(parse_spec(f"bandwidth=100mbit,{event}:for=2.5s:at=2.5s"), lay, caps, limiter=kind)
     out = tmp_path / "marks.json"
     with Emulation(plan):
         controller = Controller(plan, netlink.Links(plan))
@@ -55,6 +56,7 @@ def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, tmp_path, no_
         assert controller.error is None and [a.change.at for a in controller.applied] == [2.5, 5.0]
         print("changes applied in", [f"{a.seconds * 1e3:.1f} ms, {a.late * 1e3:.1f} ms late" for a in controller.applied])
         assert all(a.late < 0.2 and a.seconds < 0.5 for a in controller.applied)
+        assert len(controller.applied[0].change.rates) == (1 if event.startswith("slow") else 4)
     marks = json.loads(out.read_text())
     # the rate of each stretch, half a second after its change (the queue of the old rate drains first)
     for (a, b), line in (((0.7, 2.4), 100e6), ((3.0, 4.9), 25e6), ((5.5, 7.4), 100e6)):
