@@ -120,21 +120,21 @@ class Recorder:
 
 
 def test_the_controller_applies_each_change_at_its_time_then_restores():
-    p = plan("bandwidth=1gbit,drop=100mbit:for=0.2s:at=0.1s,outage=0.1s:at=0.4s")
+    p = plan("bandwidth=1gbit,drop=100mbit:for=0.4s:at=0.2s,outage=0.2s:at=0.8s")
     links = Recorder()
     seen = []
     ctl = Controller(p, links, on_change=seen.append)
     links.t0 = time.monotonic()
     ctl.start(links.t0)
-    time.sleep(0.7)
+    time.sleep(1.3)
     ctl.close()
-    assert ctl.error is None and len(seen) == 4 and [a.change.at for a in seen] == pytest.approx([0.1, 0.3, 0.4, 0.5])
-    assert all(0 <= a.late < 0.05 and a.seconds >= 0 for a in seen)
+    assert ctl.error is None and len(seen) == 4 and [a.change.at for a in seen] == pytest.approx([0.2, 0.6, 0.8, 1.0])
+    assert all(0 <= a.late < 0.15 and a.seconds >= 0 for a in seen)  # a busy CI host wakes threads late
     kinds = [c[1:] for c in links.calls]
     assert kinds[:4] == [("rate", 0, "upload", 1e8), ("rate", 0, "download", 1e8), ("rate", 1, "upload", 1e8),
                          ("rate", 1, "download", 1e8)]
     assert kinds[8:10] == [("down",), ("up",)]
-    assert abs(links.calls[0][0] - 0.1) < 0.05 and abs(links.calls[8][0] - 0.4) < 0.05
+    assert abs(links.calls[0][0] - 0.2) < 0.15 and abs(links.calls[8][0] - 0.8) < 0.15
     # close: the built rates on every port and the ports up, then the sockets closed
     assert kinds[10:] == [("rate", n, d, 1e9) for n in (0, 1) for d in ("upload", "download")] + [("up",)]
     assert links.closed and not any(t.name == "gradwire-emulate-schedule" for t in threading.enumerate())
