@@ -55,11 +55,12 @@ def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, event, tmp_pa
             controller.close()
         assert controller.error is None and [a.change.at for a in controller.applied] == [2.5, 5.0]
         print("changes applied in", [f"{a.seconds * 1e3:.1f} ms, {a.late * 1e3:.1f} ms late" for a in controller.applied])
-        assert all(a.late < 0.2 and a.seconds < 0.5 for a in controller.applied)
+        assert all(a.late < 0.5 and a.seconds < 1.0 for a in controller.applied)
         assert len(controller.applied[0].change.rates) == (1 if event.startswith("slow") else 4)
     marks = json.loads(out.read_text())
-    # the rate of each stretch, half a second after its change (the queue of the old rate drains first)
-    for (a, b), line in (((0.7, 2.4), 100e6), ((3.0, 4.9), 25e6), ((5.5, 7.4), 100e6)):
+    # the rate of each stretch, from half a second after its change was made (the old rate's queue drains first)
+    done = [a.began + a.seconds + 0.5 for a in controller.applied]
+    for (a, b), line in (((0.7, 2.4), 100e6), ((done[0], 4.9), 25e6), ((done[1], 7.4), 100e6)):
         got = rate_between(marks, t0, a, b)
         assert abs(got / (line * PAYLOAD) - 1) < 0.1, (a, b, got, line * PAYLOAD)
 
