@@ -48,7 +48,8 @@ def test_kill_9_leaves_a_set_that_the_next_run_removes_before_running_on_shaped_
 
     nbytes = 2 << 20
     proc = subprocess.run([*GRADWIRE, "--net", "bandwidth=100mbit,topology=2x1", "--timeout", "90", "--",
-                           WORKER, str(tmp_path), str(nbytes)], env=ENV, capture_output=True, text=True, timeout=120)
+                           sys.executable, WORKER, str(tmp_path), str(nbytes)],
+                          env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"removed stale namespace(s) of killed runs: {', '.join(victim_sets)}" in proc.stderr
     assert sets_of(victim.pid) == []

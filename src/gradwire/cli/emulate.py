@@ -3,7 +3,14 @@
     gradwire emulate --net bandwidth=1gbit --nodes 2 --nproc-per-node 2 -- python train.py
     gradwire emulate --net bandwidth=100mbit,topology=2x2 -- gradwire bench -b 1M -e 64M
     gradwire emulate --net bandwidth=1gbit --nodes 4 --plan      # what would be built, and its model spec
+    gradwire emulate --net bandwidth=1gbit,drop=100mbit:for=5s:every=30s,outage=2s:at=45s --nodes 2 -- ...
     gradwire emulate --clean                                      # remove sets left by killed runs
+
+A network that changes (drop=, slow=, outage=, trace= bandwidth rows) is
+followed from the moment the first node starts: rates change in place on the
+shapers, an outage takes every switch port down (``--plan`` lists the changes;
+see gradwire.emulate.timeline). cross= and latency or loss changes are refused
+with the reason.
 
 Needs root. The exit code is the command's (the first failing node's), 2 when
 the spec or the host is refused before anything starts, 128 + N after signal N.
@@ -28,8 +35,8 @@ def add_parser(subparsers: Any) -> None:
         "backend carries the packets.",
     )
     p.add_argument("--net", default="custom",
-                   help="network spec: bandwidth (tbf/htb); latency, jitter, loss only where the kernel has netem "
-                        "(default: unshaped)")
+                   help="network spec: bandwidth (tbf/htb); latency, jitter, loss only where the kernel has netem; "
+                        "events drop=, slow=, outage=, trace= (bandwidth) are applied as the run goes (default: unshaped)")
     p.add_argument("--nodes", type=int, metavar="K", help="nodes (default: the spec's topology, else 1)")
     p.add_argument("--nproc-per-node", type=int, metavar="M", help="ranks per node (default: the spec's topology, else 1)")
     p.add_argument("--subnet", default="10.250.0.0/24", help="private IPv4 subnet inside the namespaces (default: %(default)s)")
@@ -38,7 +45,8 @@ def add_parser(subparsers: Any) -> None:
                    help="rate limiter: htb (pure ACKs first, needs u32) or tbf (one FIFO) (default: htb if present)")
     p.add_argument("--burst", metavar="SIZE", help="token bucket size, e.g. 256KiB (default: 2 ms of line time, >= 32 KiB)")
     p.add_argument("--timeout", type=float, metavar="S", help="stop the command after S seconds (exit code 124)")
-    p.add_argument("--plan", action="store_true", help="print what would be built and its model spec, then exit")
+    p.add_argument("--plan", action="store_true",
+                   help="print what would be built, its model spec and the schedule's first changes, then exit")
     p.add_argument("--clean", action="store_true", help="remove namespaces left by killed runs, then exit")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command each node's torchrun runs, after --")
     p.set_defaults(func=run)
@@ -75,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if removed:
         say(f"removed stale namespace(s) of killed runs: {', '.join(removed)}")
-    for line in plan.describe():
+    from gradwire.emulate.timeline import describe as describe_schedule
+
+    for line in [*plan.describe(), *describe_schedule(plan)]:
         say(line)
     if os.environ.get("GRADWIRE_NET"):
         say(f"note: GRADWIRE_NET={os.environ['GRADWIRE_NET']} is set: a script on the gradwire backend adds that "
@@ -83,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         return 0
     try:
-        return run_emulation(plan, cmd, timeout=args.timeout, report=lambda traffic: say(traffic.describe()))
+        return run_emulation(plan, cmd, timeout=args.timeout, report=lambda traffic: say(traffic.describe()),
+                             on_change=lambda done: say(done.describe(plan)))
     except EmulationUnavailable as exc:  # teardown could not remove something: say what and how to retry
         say(f"error: {exc}")
         return 1

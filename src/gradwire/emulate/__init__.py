@@ -13,9 +13,12 @@ Modules, pure first:
 - :mod:`~gradwire.emulate.plan`: which qdisc goes where for a spec, checked
   against the kernel's :class:`Capabilities` (a spec asking for more is
   refused with the reason), and the model spec of the emulated network;
+- :mod:`~gradwire.emulate.timeline`: a network that changes (the spec's events)
+  as changes of the built links at given times, and what cannot change, refused;
 - :mod:`~gradwire.emulate.host`: privileges, processes, ``/proc``;
-- :mod:`~gradwire.emulate.netlink`: pyroute2: probe, build, teardown, stale sets;
+- :mod:`~gradwire.emulate.netlink`: pyroute2: probe, build, change in place, teardown, stale sets;
 - :mod:`~gradwire.emulate.agents`: the torchrun command line of each node and its start;
+- :mod:`~gradwire.emulate.controller`: the thread that applies the timeline while the job runs;
 - :mod:`~gradwire.emulate.runner`: the lifecycle and its guaranteed teardown.
 
 Example::

@@ -44,9 +44,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from gradwire.emulate.host import NETNS_DIR, EmulationUnavailable, alive, kill_inside
 from gradwire.emulate.layout import BRIDGE, NODE_IF, PREFIX, Layout, RunId, port_if
-from gradwire.emulate.plan import Capabilities, EmulationPlan, Port
+from gradwire.emulate.plan import Capabilities, EmulationPlan, Port, RateLimit
 
-__all__ = ["Traffic", "build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown", "traffic"]
+__all__ = ["Links", "Traffic", "build", "links", "namespaces", "probe", "qdisc_kinds", "remove", "stale", "teardown", "traffic"]
 
 TC_H_ROOT = 0xFFFFFFFF
 _ROOT_HANDLE = 0x10000  # 1:
@@ -169,12 +169,8 @@ def _shape(port: Port) -> None:
             leaves = [_CLASS]
         elif rate is not None:
             ipr.tc("add", "htb", index=index, handle=_ROOT_HANDLE, default=_BULK_CLASS & 0xFFFF)
-            link = {"ceil": rate.rate_bytes, "burst": rate.burst, "cburst": rate.burst, "quantum": 200_000}
-            ipr.tc("add-class", "htb", index=index, handle=_CLASS, parent=_ROOT_HANDLE, rate=rate.rate_bytes, **link)
-            ack = max(int(rate.rate_bytes * _ACK_SHARE), 1)
-            ipr.tc("add-class", "htb", index=index, handle=_ACK_CLASS, parent=_CLASS, rate=ack, prio=0, **link)
-            ipr.tc("add-class", "htb", index=index, handle=_BULK_CLASS, parent=_CLASS, rate=rate.rate_bytes - ack,
-                   prio=1, **link)
+            for handle, args in _htb_classes(rate):
+                ipr.tc("add-class", "htb", index=index, handle=handle, **args)
             _add_ack_filter(ipr, index)
             leaves = [_ACK_CLASS, _BULK_CLASS]
         imp = port.impairment
@@ -182,6 +178,108 @@ def _shape(port: Port) -> None:
             assert imp is not None
             ipr.tc("add", "netem", index=index, handle=(2 + n) << 16, parent=leaf, delay=imp.delay * 1e6,
                    jitter=imp.jitter * 1e6, loss=imp.loss * 100, limit=10_000)
+
+
+def _htb_classes(rate: RateLimit) -> list[tuple[int, dict]]:
+    """(handle, arguments) of htb's three classes for ``rate`` (module doc), parents first."""
+    link = {"ceil": rate.rate_bytes, "burst": rate.burst, "cburst": rate.burst, "quantum": 200_000}
+    ack = max(int(rate.rate_bytes * _ACK_SHARE), 1)
+    return [(_CLASS, {"parent": _ROOT_HANDLE, "rate": rate.rate_bytes, **link}),
+            (_ACK_CLASS, {"parent": _CLASS, "rate": ack, "prio": 0, **link}),
+            (_BULK_CLASS, {"parent": _CLASS, "rate": rate.rate_bytes - ack, "prio": 1, **link})]
+
+
+class Links:
+    """Netlink sockets into a built plan's namespaces, held open to change its links while a run goes on.
+
+    Opening a socket inside a namespace forks a helper (pyroute2), tens of
+    milliseconds on a busy host; held open, a change costs one netlink
+    request per class or qdisc (``apply`` returns how long it took). Open
+    it after the agents have started: their start forks this process, which
+    must hold no threads then (:func:`gradwire.emulate.agents.start_agent`).
+
+    - :meth:`set_rate` changes a port's token bucket in place: tbf's
+      parameters (``tc qdisc change``), or htb's three classes (``tc class
+      change``); queued packets and connections stay;
+    - :meth:`set_up` sets every switch port up or down; a node's ``gw-eth``
+      follows as its carrier (a pulled cable, see :mod:`gradwire.emulate.timeline`).
+    """
+
+    def __init__(self, plan: EmulationPlan) -> None:
+        self.plan = plan
+        self._ipr: dict[str, IPRoute] = {}
+        self._index: dict[tuple[str, str], int] = {}
+        try:
+            for port in plan.ports:
+                ipr = self._open(port.namespace)
+                self._index[(port.namespace, port.device)] = _index(ipr, port.device)
+            sw = self._open(plan.layout.switch_ns)
+            for node in range(plan.layout.nodes):
+                self._index[(plan.layout.switch_ns, port_if(node))] = _index(sw, port_if(node))
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, namespace: str) -> IPRoute:
+        if namespace not in self._ipr:
+            self._ipr[namespace] = _ipr(namespace)
+        return self._ipr[namespace]
+
+    def set_rate(self, port: Port, rate: RateLimit) -> None:
+        """Give ``port`` the token bucket ``rate`` (its kind must be the one built)."""
+        ipr = self._ipr[port.namespace]
+        index = self._index[(port.namespace, port.device)]
+        if rate.kind == "tbf":
+            ipr.tc("change", "tbf", index=index, handle=_ROOT_HANDLE, rate=rate.rate_bytes, burst=rate.burst,
+                   limit=rate.limit)
+            return
+        for handle, args in _htb_classes(rate):
+            ipr.tc("change-class", "htb", index=index, handle=handle, **args)
+
+    def set_up(self, up: bool) -> None:
+        """Set every switch port up (``True``) or down."""
+        sw = self._ipr[self.plan.layout.switch_ns]
+        for node in range(self.plan.layout.nodes):
+            sw.link("set", index=self._index[(self.plan.layout.switch_ns, port_if(node))],
+                    state="up" if up else "down")
+
+    def rates(self, port: Port) -> list[int]:
+        """The rates (bytes/s) the kernel holds for ``port``'s limiter now: tbf's, or htb's three classes."""
+        ipr = self._ipr[port.namespace]
+        index = self._index[(port.namespace, port.device)]
+        if port.rate is not None and port.rate.kind == "htb":
+            found = []
+            for cls in ipr.get_classes(index=index):
+                opts = cls.get_attr("TCA_OPTIONS")
+                params = opts.get_attr("TCA_HTB_PARMS") if opts is not None else None
+                if params is not None:
+                    found.append(int(params["rate"]))
+            return sorted(found)
+        out = []
+        for q in ipr.get_qdiscs(index=index):
+            opts = q.get_attr("TCA_OPTIONS")
+            params = opts.get_attr("TCA_TBF_PARMS") if opts is not None else None
+            if params is not None:
+                out.append(int(params["rate"]))
+        return out
+
+    def is_up(self) -> list[bool]:
+        """Whether each node's ``gw-eth`` has its carrier (operstate UP)."""
+        out = []
+        for node in range(self.plan.layout.nodes):
+            ns = self.plan.layout.node_ns(node)
+            link = self._ipr[ns].get_links(self._index[(ns, NODE_IF)])[0]
+            out.append(link.get_attr("IFLA_OPERSTATE") == "UP")
+        return out
+
+    def close(self) -> None:
+        """Close every socket (idempotent)."""
+        for ipr in self._ipr.values():
+            try:
+                ipr.close()
+            except OSError:
+                pass
+        self._ipr.clear()
 
 
 def qdisc_kinds(namespace: str, device: str) -> list[str]:

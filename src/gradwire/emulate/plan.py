@@ -150,6 +150,8 @@ class EmulationPlan:
     ports: tuple[Port, ...]
     model_spec: NetSpec
     """the spec under which the gradwire model prices this emulated network"""
+    burst: int | None = None
+    """the bucket asked for (``--burst``); None: each rate's :func:`default_burst`, also as the schedule changes it"""
 
     def describe(self) -> list[str]:
         """Lines for a person: the nodes, each node's link, the model spec."""
@@ -233,6 +235,10 @@ def plan_network(
     topo = spec.topology  # topology=auto passes: the ranks resolve it against this same layout
     if isinstance(topo, tuple) and topo != (layout.nodes, layout.per_node):
         reasons.append(f"topology={topo[0]}x{topo[1]} but the run has {layout.nodes} nodes x {layout.per_node} ranks")
+    if spec.events:
+        from gradwire.emulate.timeline import refusals  # the timeline builds on this module's plan
+
+        reasons += refusals(spec, caps, layout.world_size, kind)
     if reasons:
         raise Unsupported(reasons)
     ports: list[Port] = []
@@ -241,7 +247,7 @@ def plan_network(
         impairment = Impairment(spec.latency + spec.jitter / 2, spec.jitter / 2, spec.loss) if impaired else None
         ports.append(Port(layout.node_ns(node), NODE_IF, node, "upload", rate, impairment))
         ports.append(Port(layout.switch_ns, port_if(node), node, "download", rate, None))
-    return EmulationPlan(layout, spec, tuple(ports), model_spec(spec, layout))
+    return EmulationPlan(layout, spec, tuple(ports), model_spec(spec, layout), burst)
 
 
 def model_spec(spec: NetSpec, layout: Layout) -> NetSpec:

@@ -28,6 +28,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from gradwire.emulate import netlink
 from gradwire.emulate.agents import agent_env, start_agent, torchrun_argv
+from gradwire.emulate.controller import T0_ENV, Applied, Controller
 from gradwire.emulate.host import EmulationUnavailable, check_host, this_run
 from gradwire.emulate.layout import DEFAULT_PORT, DEFAULT_SUBNET, Layout
 from gradwire.emulate.plan import EmulationPlan, plan_network
@@ -150,6 +151,7 @@ def run(
     timeout: float | None = None,
     grace: float = GRACE_SECONDS,
     report: Callable[[netlink.Traffic], None] | None = None,
+    on_change: Callable[[Applied], None] | None = None,
 ) -> int:
     """Build the network, run ``cmd`` under one torchrun agent per node, tear down; return the exit code.
 
@@ -158,22 +160,40 @@ def run(
     124 when ``timeout`` seconds passed. ``report`` receives what the packets
     met (:func:`~gradwire.emulate.netlink.traffic`) once the agents are gone,
     before teardown.
+
+    A spec with events (a network that changes) is followed from ``t = 0``,
+    the moment the first agent starts, by a :class:`~gradwire.emulate.controller.Controller`
+    (``on_change`` receives each change as it is made); the agents get that
+    moment as ``time.monotonic()`` in :data:`~gradwire.emulate.controller.T0_ENV`.
+    When a change cannot be made the agents are stopped and
+    :class:`EmulationUnavailable` says which change and why. On every way out
+    the schedule stops and the built links are restored before the agents are
+    stopped and the network is removed.
     """
     lay = plan.layout
     argvs = [torchrun_argv(lay, node, cmd) for node in range(lay.nodes)]  # a bad command fails before building
     env = agent_env(os.environ, plan.model_spec.to_string(), lay.world_size, os.cpu_count() or 1)
     agents: list[subprocess.Popen] = []
+    controller: Controller | None = None
     with _signals("raise"):
         try:
             with Emulation(plan):
                 try:
+                    if plan.spec.events:  # sockets open before the agents start: no thread may exist then
+                        controller = _controller(plan, on_change)
+                    t0 = time.monotonic()
+                    env[T0_ENV] = repr(t0)
                     for node, argv in enumerate(argvs):
                         agents.append(start_agent(lay.node_ns(node), argv, env))
-                    return _wait(agents, timeout, grace)
+                    if controller is not None:
+                        controller.start(t0)
+                    return _wait(agents, timeout, grace, controller)
                 except Stopped as stop:
+                    _close(controller)  # the network as built: the workers' shutdown must get through
                     _stop(agents, stop.signum, grace)
                     return 128 + stop.signum
                 finally:
+                    _close(controller)
                     _stop(agents, signal.SIGTERM, grace)
                     if report is not None:
                         try:
@@ -186,9 +206,35 @@ def run(
             return 128 + stop.signum
 
 
-def _wait(agents: list[subprocess.Popen], timeout: float | None, grace: float) -> int:
+def _controller(plan: EmulationPlan, on_change: Callable[[Applied], None] | None) -> Controller:
+    """The schedule's controller, its sockets open and one change made already (nothing runs yet)."""
+    links = netlink.Links(plan)
+    controller = Controller(plan, links, on_change)
+    try:
+        controller.prime()
+    except (OSError, NetlinkError) as exc:
+        links.close()
+        raise EmulationUnavailable(f"this kernel refused to change a shaper in place ({exc}); a network that "
+                                   "changes (drop=, slow=, outage=, trace=) needs it: run the spec without its "
+                                   "events") from None
+    return controller
+
+
+def _close(controller: Controller | None) -> None:
+    """Stop following the schedule and restore the built links; a failure here is left to the teardown."""
+    if controller is not None:
+        with contextlib.suppress(OSError, RuntimeError, NetlinkError):
+            controller.close()
+
+
+def _wait(agents: list[subprocess.Popen], timeout: float | None, grace: float,
+          controller: Controller | None = None) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        if controller is not None and controller.error is not None:
+            _stop(agents, signal.SIGTERM, grace)
+            raise EmulationUnavailable(f"the network's schedule could not be followed ({controller.error}); "
+                                       "the run was stopped")
         codes = [a.poll() for a in agents]
         failed = [c for c in codes if c not in (None, 0)]
         if failed:

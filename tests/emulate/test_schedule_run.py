@@ -1,0 +1,132 @@
+"""A changing network on real links (root): rates change under a running TCP stream, gloo survives an outage."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gradwire.emulate import Emulation, netlink
+from gradwire.emulate.agents import start_agent
+from gradwire.emulate.controller import Controller
+from gradwire.emulate.host import this_run
+from gradwire.emulate.layout import Layout
+from gradwire.emulate.plan import plan_network
+from gradwire.net import parse_spec
+
+HERE = Path(__file__).parent
+METER = str(HERE / "tcp_meter.py")
+WORKER = str(HERE / "outage_worker.py")
+GRADWIRE = [sys.executable, "-m", "gradwire.cli.main", "emulate"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+PAYLOAD = 1448 / 1514  # TCP payload per byte of Ethernet frame (the model's tcp framing)
+
+
+def rate_between(marks, t0, a, b):
+    """Payload bits/s the receiver got between ``a`` and ``b`` seconds after ``t0``."""
+    inside = [(t - t0, n) for t, n in marks if a <= t - t0 <= b]
+    (ta, na), (tb, nb) = inside[0], inside[-1]
+    return (nb - na) * 8 / (tb - ta)
+
+
+@pytest.mark.parametrize("kind, event", [("htb", "drop=25mbit"), ("tbf", "drop=25mbit"), ("htb", "slow=0:link=0.25")])
+def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, event, tmp_path, no_leftovers):
+    if kind not in caps.qdiscs:
+        pytest.skip(f"this kernel has no {kind}")
+    lay = Layout(2, 1, this_run())
+    # slow=0: node 0's uplink alone, which carries the stream from node 0 to node 1
+    plan = plan_network(parse_spec(f"bandwidth=100mbit,{event}:for=2.5s:at=2.5s"), lay, caps, limiter=kind)
+    out = tmp_path / "marks.json"
+    with Emulation(plan):
+        controller = Controller(plan, netlink.Links(plan))
+        try:
+            controller.prime()
+            t0 = time.monotonic()
+            recv = start_agent(lay.node_ns(1), [sys.executable, METER, "recv", str(lay.address(1).ip), "5001",
+                                                str(out)], {})
+            send = start_agent(lay.node_ns(0), [sys.executable, METER, "send", str(lay.address(1).ip), "5001",
+                                                "7.5"], {})
+            controller.start(t0)  # after the agents' start: no thread while this process forks them
+            assert send.wait(timeout=30) == 0 and recv.wait(timeout=30) == 0
+        finally:
+            controller.close()
+        assert controller.error is None and [a.change.at for a in controller.applied] == [2.5, 5.0]
+        print("changes applied in", [f"{a.seconds * 1e3:.1f} ms, {a.late * 1e3:.1f} ms late" for a in controller.applied])
+        assert all(a.late < 0.5 and a.seconds < 1.0 for a in controller.applied)
+        assert len(controller.applied[0].change.rates) == (1 if event.startswith("slow") else 4)
+    marks = json.loads(out.read_text())
+    # the rate of each stretch, from half a second after its change was made (the old rate's queue drains first)
+    done = [a.began + a.seconds + 0.5 for a in controller.applied]
+    for (a, b), line in (((0.7, 2.4), 100e6), ((done[0], 4.9), 25e6), ((done[1], 7.4), 100e6)):
+        got = rate_between(marks, t0, a, b)
+        assert abs(got / (line * PAYLOAD) - 1) < 0.1, (a, b, got, line * PAYLOAD)
+
+
+def test_gloo_resumes_after_an_outage_and_the_network_is_restored(caps, tmp_path, no_leftovers):
+    # the outage starts well after the group exists (torch's import and the rendezvous take seconds here)
+    at, length, until = 14.0, 1.5, 19.0
+    proc = subprocess.run(
+        [*GRADWIRE, "--net", f"bandwidth=100mbit,outage={length}s:at={at}s", "--nodes", "2", "--timeout", "120", "--",
+         sys.executable, WORKER, str(tmp_path), str(1 << 20), str(until)],
+        env=ENV, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if "switch port" in ln]
+    assert "schedule from t=0" in proc.stderr and len(lines) == 4, proc.stderr  # --plan's two lines, then applied
+    assert lines[2].startswith(f"gradwire emulate: t={at:.3f}s: every switch port down (outage) (applied at ")
+    ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert len(ranks) == 2
+    for r in ranks:
+        assert r["group_at"] < at - 2, "the group came up too late to meet the outage"
+        calls = r["calls"]
+        assert all(ok for _, _, ok in calls)
+        across = [(b, e) for b, e, _ in calls if b < at + length and e > at]
+        assert across, "no call met the outage"
+        # the calls that met the outage ended after it: they waited and resumed on the same connections
+        assert max(e for _, e in across) > at + length
+        assert calls[-1][1] > until and sum(1 for b, _, _ in calls if b > at + length) >= 3
+        resumed = max(e for _, e in across) - (at + length)
+        print(f"rank {r['rank']}: group at {r['group_at']:.2f} s; calls resumed {resumed:.2f} s after the outage")
+        assert resumed < 5.0  # TCP's backed-off retransmission, not a reconnect or a timeout of gloo's
+    assert "after a timeout" in proc.stderr  # what the packets met says the outage cost retransmission timeouts
+
+
+def test_sigterm_during_an_outage_restores_and_removes_everything(caps, no_leftovers):
+    proc = subprocess.Popen([*GRADWIRE, "--net", "bandwidth=100mbit,outage=60s:at=0.5s", "--nodes", "2", "--",
+                             sys.executable, "-c", "import time; time.sleep(120)"], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not [n for n in netlink.namespaces() if n.startswith(f"gw-{proc.pid}-")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # the outage has begun
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "every switch port down (outage) (applied at" in err
+    assert [n for n in netlink.namespaces() if n.startswith(f"gw-{proc.pid}-")] == []
+
+
+def test_a_change_the_kernel_refuses_stops_the_run_and_says_which(caps, monkeypatch, no_leftovers):
+    from gradwire.emulate import prepare, run
+    from gradwire.emulate.host import EmulationUnavailable
+
+    real = netlink.Links.set_rate
+    calls = []
+
+    def refuse_the_schedule(self, port, rate):
+        calls.append(rate.rate)
+        if len(calls) == 5:  # prime's four ports pass, the first change of the schedule fails
+            raise OSError(95, "refused by the test")
+        real(self, port, rate)
+
+    monkeypatch.setattr(netlink.Links, "set_rate", refuse_the_schedule)
+    plan, _ = prepare(parse_spec("bandwidth=100mbit,drop=50mbit:for=5s:at=0.5s"), 2, 1)
+    t0 = time.monotonic()
+    with pytest.raises(EmulationUnavailable, match=r"t=0\.500s: 50 Mbit/s on every link failed: OSError.*refused by "
+                                                   r"the test.*the run was stopped"):
+        run(plan, [sys.executable, "-c", "import time; time.sleep(60)"], grace=5)
+    assert time.monotonic() - t0 < 40
+    # the half-made change was undone before teardown: every port back at 100 Mbit/s
+    assert calls[5:] == [100e6] * 4
