@@ -129,12 +129,15 @@ def check_command(program: str) -> None:
         raise ValueError(f"cannot run {program!r}: no such command on PATH")
 
 
-def command_after_dashes(remainder: list[str], usage: str, required: bool = True) -> list[str]:
+def command_after_dashes(remainder: list[str], usage: str, required: bool = True,
+                         scripts: bool = False) -> list[str]:
     """The command a ``gradwire`` command runs: what follows ``--`` (``argparse.REMAINDER``), checked.
 
     One rule for compare, profile and emulate: the command goes after ``--``
     (anything else left over is an unknown option), it can be started, and
     ``required=False`` allows none (``--plan``, compare's bundled models).
+    ``scripts=True``: a ``.py`` file may stand first, as after torchrun (it
+    runs under Python).
     """
     if remainder and remainder[0] != "--":
         raise ValueError(f"unrecognized arguments: {' '.join(remainder)} (the command goes after --: `{usage}`)")
@@ -142,6 +145,10 @@ def command_after_dashes(remainder: list[str], usage: str, required: bool = True
     if not cmd:
         if required or remainder:
             raise ValueError(f"no command after --: use `{usage}`")
+        return cmd
+    if scripts and cmd[0].endswith(".py"):
+        if not Path(cmd[0]).is_file():
+            raise ValueError(f"cannot run {cmd[0]!r}: no such file")
         return cmd
     check_command(cmd[0])
     return cmd

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
             return 0
         cmd = command_after_dashes(args.cmd, "gradwire emulate --net SPEC --nodes K -- python train.py ...",
-                                   required=not args.plan)
+                                   required=not args.plan, scripts=True)
         spec = parse_spec(args.net)
         topo = spec.topology if isinstance(spec.topology, tuple) else (None, None)
         nodes = args.nodes or topo[0] or 1
