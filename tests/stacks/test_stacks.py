@@ -49,10 +49,12 @@ NET = "bandwidth=200mbit"
 #: ``bash benchmarks/compare_stacks.sh`` runs it for every stack, with the table committed
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "int8", "torch-fp16", "torch-powersgd:2",
               "localsgd:4", "async-average:4", "handler")
-#: what the suite runs by default (a training costs 15-50 s here): sync and the strategy that meets what the
+#: what the suite runs by default (a training costs 15-50 s here): sync and the strategies that meet what the
 #: stack does: Lightning's closure under onebit+delayed (both own the step), the Trainer's unused-parameter
-#: map and clipping beside PowerSGD's second all_reduce, Accelerate's loop under onebit
-QUICK = {"lightning": ("sync", "onebit+delayed"), "hf_trainer": ("sync", "torch-powersgd:2"),
+#: map beside PowerSGD's second all_reduce and its clipping (allowed there, refused under onebit),
+#: Accelerate's loop under onebit. (PowerSGD at rank 2 ends 0.10 above sync's eval loss in the Trainer's 60
+#: steps, outside the seeds' spread of 0.064: a lossier compression, reported by compare_stacks.sh)
+QUICK = {"lightning": ("sync", "onebit+delayed"), "hf_trainer": ("sync", "torch-powersgd:4", "onebit"),
          "accelerate": ("sync", "onebit")}
 
 #: the message gloo's teardown leaves when it aborts a finished process (DESIGN.md); not a failure by itself
