@@ -195,3 +195,18 @@ def test_a_scripts_time_to_target_reached_from_above_for_a_loss() -> None:
     assert refused.count("|") == line.count("|")  # a refused row keeps the columns
     # sync did not reach it on every seed: onebit, which did, is the fastest to it
     assert "Fastest: onebit reached 1.60 in 1.00 s (sync did not)." in to_markdown(list(rows.values()), 1.6)
+
+
+def test_a_changing_network_adds_the_steps_spread_beside_the_mean() -> None:
+    net = "bandwidth=1gbit,drop=100mbit:for=5s:every=30s"
+    steps = [0.010] * 18 + [0.050, 0.200]  # a drop met twice
+    results = Results({"target_accuracy": 0.9, "strategies": ["sync"], "mode": "models"}, "", [
+        Run("sync", net, "ok", seeds=[_seed([1.0, 1.0], [0.5, 0.6], 0, steps, [0.010] * 20)])])
+    (row,) = rows_of(results)
+    assert (row.step_p50_ms, row.step_p95_ms, row.step_max_ms) == pytest.approx((10.0, 50.0, 200.0))
+    table = to_markdown([row], 0.9)
+    assert "step p50 / p95 / max (ms)" in table and "10.0 / 50.0 / 200.0" in table
+    # a constant network has no such column
+    static = rows_of(Results({"target_accuracy": 0.9, "strategies": ["sync"], "mode": "models"}, "", [
+        Run("sync", "1gbe", "ok", seeds=[_seed([1.0, 1.0], [0.5, 0.6], 0, steps, [0.010] * 20)])]))
+    assert "p95" not in to_markdown(static, 0.9)

@@ -75,15 +75,17 @@ def test_no_steps_or_no_buckets_is_one_clear_error():
 
 
 class _Event:
-    def __init__(self, op, issued, completed, nbytes=400):
+    def __init__(self, op, issued, completed, nbytes=400, floating=True):
         self.op, self.group, self.seq, self.payload_bytes = op, "g", 0, nbytes
         self.issued, self.started, self.completed, self.inner_done = issued, issued, completed, completed
+        self.floating = floating  # gradients; an integer all_reduce is DDP's map of used parameters
 
 
 def test_steps_are_cut_at_backward_and_the_optimizer():
     backwards = [(1.0, 1.5, 1.6), (2.0, 2.4, 2.5), (3.0, 3.3, 3.6)]
     optimizer = [(1.7, 1.8), (2.6, 2.7), (3.7, 3.75)]
-    events = [_Event("all_reduce", 2.1, 2.45), _Event("all_reduce", 2.35, 2.48, 800), _Event("all_reduce", 3.2, 3.5)]
+    events = [_Event("all_reduce", 2.1, 2.45), _Event("all_reduce", 2.35, 2.48, 800), _Event("all_reduce", 3.2, 3.5),
+              _Event("all_reduce", 2.39, 2.4, 12, floating=False)]  # not a bucket
     out = steps(backwards, optimizer, [], events, waits=[(2.5, 2.55)])
     assert len(out) == 2  # the first backward only starts the series
     s = out[0]

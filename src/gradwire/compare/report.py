@@ -202,11 +202,32 @@ def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
               compute_ms=_mean(s.compute_ms for s in seeds), exposed_ms=_mean(s.network_ms for s in seeds),
               peer_wait_ms=_mean(s.peer_wait_ms for s in seeds), applied=run.applied,
               wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20)
+    steps = sorted(x for s in seeds for x in s.step_seconds)
+    if steps:
+        row.step_p50_ms, row.step_p95_ms, row.step_max_ms = (1e3 * _quantile(steps, q) for q in (0.5, 0.95, 1.0))
     if unit == "epoch":
         row.epoch_seconds = _mean(_mean(s.epoch_seconds) for s in seeds)
         n_epochs = max(1, len(seeds[0].epoch_seconds))
         row.wire_mb_per_epoch = _mean(s.wire_bytes for s in seeds) / n_epochs / 2**20
     return row
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of ``ordered`` (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def _changing(rows: list[Row]) -> bool:
+    """Whether a network of the table changes over time (then the steps' spread is a column)."""
+    from gradwire.net import parse_spec
+
+    def changes(net: str) -> bool:
+        try:
+            return bool(parse_spec(net).events)
+        except ValueError:  # a name, not a spec (a results file from elsewhere)
+            return False
+
+    return any(changes(net) for net in {r.net for r in rows} if net)
 
 
 def rows_of(results: Results) -> list[Row]:
@@ -256,10 +277,11 @@ def _columns(rows: list[Row], target: float | None = None) -> list[str]:
     unit = rows[0].unit if rows else "epoch"
     metric = next((r.metric for r in rows), "test_accuracy")
     name = "accuracy" if metric == "test_accuracy" else metric
+    spread = ["step p50 / p95 / max (ms)"] if _changing(rows) else []
     if unit == "epoch":
-        return ["strategy", "time/epoch (s)", "speedup", "of ideal", "wire MiB/epoch", "reduction",
+        return ["strategy", "time/epoch (s)", *spread, "speedup", "of ideal", "wire MiB/epoch", "reduction",
                 f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
-    return ["strategy", "time/step (ms)", "speedup", "of ideal", "wire KiB/step", "reduction",
+    return ["strategy", "time/step (ms)", *spread, "speedup", "of ideal", "wire KiB/step", "reduction",
             f"{name} (mean [min, max])"] + (["time to target (s)"] if target is not None else []) + [
             "exposed comm", "other waits", "optimizer / note"]
 
@@ -269,7 +291,16 @@ def _ttt(r: Row) -> str:
             else f"not reached (0/{r.seeds})")
 
 
-def _cells(r: Row, target: float | None = None) -> list[str]:
+def _cells(r: Row, target: float | None = None, spread: bool = False) -> list[str]:
+    """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network)."""
+    cells = _plain_cells(r, target)
+    if spread:
+        shown = "" if math.isnan(r.step_p50_ms) else f"{r.step_p50_ms:.1f} / {r.step_p95_ms:.1f} / {r.step_max_ms:.1f}"
+        cells.insert(2, shown if r.ok or r.status == UNSOUND else "")
+    return cells
+
+
+def _plain_cells(r: Row, target: float | None = None) -> list[str]:
     width = 10 + (r.unit == "step" and target is not None)
     if not r.ok and r.status != UNSOUND:
         status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
@@ -373,6 +404,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
     """Markdown tables, one per network."""
     out = []
     columns = _columns(rows, target)
+    spread = _changing(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         title = _title(f"`{net}`", rows, target)
         out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
@@ -380,7 +412,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r, target)) + " |")
+                out.append("| " + " | ".join(_cells(r, target, spread)) + " |")
         out.append("")
         said = verdict(rows, net, target)
         if said:
@@ -397,13 +429,14 @@ def print_table(rows: list[Row], target: float | None) -> None:
 
     console = Console(width=max(Console().width, 150))
     columns = _columns(rows, target)
+    spread = _changing(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         table = Table(title=escape(_title(net, rows, target)))
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r, target)))
+                table.add_row(*(escape(c) for c in _cells(r, target, spread)))
         console.print(table)
         said = verdict(rows, net, target)
         if said:

@@ -235,6 +235,10 @@ class Row(_Status):
     peer_wait_share: float = float("nan")
     of_ideal: float = float("nan")
     """compute-only time / this strategy's time"""
+    step_p50_ms: float = float("nan")
+    """the steps' median, 95th percentile and longest over every seed (shown on a network that changes)"""
+    step_p95_ms: float = float("nan")
+    step_max_ms: float = float("nan")
     error: str = ""
     applied: str = ""
 

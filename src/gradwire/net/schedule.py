@@ -117,8 +117,27 @@ class Event:
         raise NotImplementedError
 
 
+class _Windowed(Event):
+    """An event active in windows of ``duration`` every ``every`` (once without), first at ``at``.
+
+    Without ``at`` the first window opens one period in (at 0 when the event happens once): a job starts
+    on the spec's own link.
+    """
+
+    duration: float
+    every: float | None
+    at: float | None
+
+    @property
+    def start(self) -> float:
+        return self.at if self.at is not None else (self.every or 0.0)
+
+    def state(self, t: float) -> tuple[bool, float]:
+        return _window(t, self.start, self.duration, self.every)
+
+
 @dataclass(frozen=True)
-class Drop(Event):
+class Drop(_Windowed):
     """``drop=RATE:for=T:every=T[:at=T]``: the bandwidth falls to ``rate`` for a while (the lower of the two)."""
 
     rate: float
@@ -130,13 +149,6 @@ class Drop(Event):
         if not 0 < self.rate < math.inf:
             raise ValueError(f"drop: the rate must be a finite bandwidth > 0, got {self.rate!r}")
         _check_window("drop", self.duration, self.every, self.start)
-
-    @property
-    def start(self) -> float:
-        return self.at if self.at is not None else (self.every or 0.0)
-
-    def state(self, t: float) -> tuple[bool, float]:
-        return _window(t, self.start, self.duration, self.every)
 
     def apply(self, cond: Condition, bandwidth: float) -> Condition:
         return replace(cond, bandwidth=min(bandwidth, self.rate))
@@ -169,7 +181,7 @@ class Outage(Event):
 
 
 @dataclass(frozen=True)
-class Slow(Event):
+class Slow(_Windowed):
     """``slow=RANK:link=F:for=T:every=T[:at=T]``: a straggler link that comes and goes."""
 
     rank: int
@@ -184,13 +196,6 @@ class Slow(Event):
         if not 0 < self.factor < math.inf:
             raise ValueError(f"slow: link= must be a factor > 0 (0.2 = a fifth of the speed), got {self.factor!r}")
         _check_window("slow", self.duration, self.every, self.start)
-
-    @property
-    def start(self) -> float:
-        return self.at if self.at is not None else (self.every or 0.0)
-
-    def state(self, t: float) -> tuple[bool, float]:
-        return _window(t, self.start, self.duration, self.every)
 
     def apply(self, cond: Condition, bandwidth: float) -> Condition:
         links = dict(cond.links)
