@@ -11,8 +11,9 @@ repo=$(pwd)
 out=benchmarks/results/compare_default
 tmp=$(mktemp -d)
 git clone -q "$repo" "$tmp/gradwire"
-rm -rf "$out" && mkdir -p "$out/repeats"
-for i in 1 2 3; do
+rm -rf "$out"/{results.json,table.md,accuracy.png,breakdown.png,bandwidth.png,wall.json,summary.json,repeats}
+mkdir -p "$out/repeats"  # (slower_host/, a figure of another host, stays)
+for i in $(seq 1 "${RUNS:-3}"); do  # RUNS=1 for one run
   load=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s.%N)
   (cd "$tmp/gradwire" && PYTHONPATH=src python -m gradwire compare --out "$tmp/run$i" "$@")
@@ -31,7 +32,8 @@ from pathlib import Path
 
 out = Path(sys.argv[1])
 runs = [(out / "results.json", out / "wall.json")] + [
-    (out / f"repeats/run{i}.json", out / f"repeats/run{i}.wall.json") for i in (2, 3)]
+    (out / f"repeats/run{i}.json", out / f"repeats/run{i}.wall.json") for i in (2, 3)
+    if (out / f"repeats/run{i}.json").exists()]
 summary = []
 for i, (res, wall) in enumerate(runs, 1):
     rows = json.loads(res.read_text())["rows"]
