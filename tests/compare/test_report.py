@@ -210,3 +210,22 @@ def test_a_changing_network_adds_the_steps_spread_beside_the_mean() -> None:
     static = rows_of(Results({"target_accuracy": 0.9, "strategies": ["sync"], "mode": "models"}, "", [
         Run("sync", "1gbe", "ok", seeds=[_seed([1.0, 1.0], [0.5, 0.6], 0, steps, [0.010] * 20)])]))
     assert "p95" not in to_markdown(static, 0.9)
+
+
+def test_plots_shade_where_a_changing_network_is_slower_or_down() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gradwire.compare.plots import _shade_conditions
+
+    fig, (changing, static) = plt.subplots(1, 2)
+    for ax in (changing, static):
+        ax.plot([0, 70], [0, 1])
+    _shade_conditions(changing, "bandwidth=1gbit,drop=100mbit:for=5s:every=30s,outage=2s:at=40s")
+    _shade_conditions(static, "1gbe")
+    spans = sorted((p.get_x(), p.get_x() + p.get_width()) for p in changing.patches)
+    assert spans == [(30.0, 35.0), (40.0, 42.0), (60.0, 65.0)] and not static.patches
+    assert changing.get_xlim()[1] == pytest.approx(static.get_xlim()[1])
+    plt.close(fig)

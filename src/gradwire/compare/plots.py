@@ -42,6 +42,7 @@ def plot_metric(results: Results, path: Path) -> Path:
             v = [sum(c.values[i] for c in curves) / len(curves) for i in range(n)]
             style = ":" if run.strategy == COMPUTE_ONLY else "-"
             ax.plot(t, v, style, marker="o" if n < 40 else None, ms=3, label=run.strategy)
+        _shade_conditions(ax, net)
         ax.set_xlabel("training time (s)")
         ax.set_ylabel("test accuracy" if metric == "test_accuracy" else metric)
         ax.set_title(net, fontsize=9)
@@ -56,6 +57,36 @@ def plot_metric(results: Results, path: Path) -> Path:
 
 #: the bundled models' plot keeps its name
 plot_accuracy = plot_metric
+
+
+def _shade_conditions(ax, net: str) -> None:  # type: ignore[no-untyped-def]
+    """On a network that changes, shade the stretches where its link is slower than specified (grey: down).
+
+    The schedule's t = 0 is each training's process group creation, just before its first step: the time
+    axis of the training, to a fraction of a second.
+    """
+    from gradwire.net import parse_spec
+    from gradwire.net.schedule import Schedule
+
+    try:
+        spec = parse_spec(net)
+    except ValueError:
+        return
+    if not spec.events:
+        return
+    right = ax.get_xlim()[1]
+    t, labelled = 0.0, set()
+    for end, cond in Schedule(spec.events).segments(0.0, spec.bandwidth):
+        slower = cond.down or (cond.bandwidth is not None and cond.bandwidth < spec.bandwidth) or bool(cond.links)
+        if slower:
+            label = "link down" if cond.down else "link slower"
+            ax.axvspan(t, min(end, right), color="0.55" if cond.down else "tab:red", alpha=0.15, lw=0,
+                       label=None if label in labelled else label)
+            labelled.add(label)
+        t = end
+        if t >= right:
+            break
+    ax.set_xlim(right=right)
 
 
 def plot_breakdown(rows: list[Row], path: Path) -> Path:
