@@ -85,4 +85,15 @@ def report(results: list[dict], net: str) -> None:
         shares.add_row(str(r["rank"]), f"{r['wall_seconds']:.3f}", f"{r['comm_seconds']:.3f}",
                        f"{r['exposed_seconds']:.3f}", f"{r['hidden_seconds']:.3f}", f"{share:.0%}")
     console.print(shares)
+    from gradwire.net import parse_spec
+
+    if parse_spec(net).events:  # a network that changes: how the steps spread, beside their mean
+        for r in sorted(results, key=lambda r: r["rank"]):
+            times = sorted(step["step"] for step in r.get("steps", []))
+            if times:
+                def at(q: float) -> float:
+                    return times[min(len(times) - 1, int(q * (len(times) - 1) + 0.5))] * 1e3
+
+                console.print(f"rank {r['rank']}: {len(times)} steps, mean {sum(times) / len(times) * 1e3:.1f} ms, "
+                              f"p50 {at(0.5):.1f} / p95 {at(0.95):.1f} / max {at(1.0):.1f} ms", highlight=False)
 
