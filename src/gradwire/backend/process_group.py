@@ -317,10 +317,11 @@ class GradwireProcessGroup(dist.ProcessGroup):
     def _price_at(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None, at: float) -> float:
         """Modelled seconds of an op that starts at ``at`` (the clock's time) on the network's schedule.
 
-        Past the group's timeout the op cannot end in time: it is priced just
-        beyond it, so that it fails as gloo's would, at the timeout.
+        One that ends past the group's timeout fails at the timeout, as gloo's
+        would (work.py); one that would not end within a day (an outage
+        without end) is priced just past that.
         """
-        horizon = self._timeout_s if math.isfinite(self._timeout_s) else 24 * 3600.0
+        horizon = 24 * 3600.0  # an op that ends past its timeout fails at the timeout (work.py), with its real need
         # how long this group's connections were quiet: TCP restarts its window after an idle past the RTO
         idle = None if self._last_end is None else max(0.0, at - self._last_end)
         others = self._shared.others(at) if self._shared is not None else 0
