@@ -76,7 +76,7 @@ from torch import Tensor, nn
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gradwire.hooks import CompressionState, Compressor, StateKey
+from gradwire.hooks import CompressionState, StateKey
 
 from .base import CannotApply, DDPAttachment, Strategy, Timing, average_parameters, group_timeout
 
