@@ -62,10 +62,11 @@ for stack in stacks:
         cells = [stack, r["strategy"], r["status"]]
         if ok:
             vs = (f"{r['metric_mean'] - sync['metric_mean']:+.4f}" if sync and sync["status"] == "ok" else "")
-            cells += [f"{r['step_ms']:.1f}", f"{r['speedup']:.2f}x", f"{r['reduction']:.1f}x",
+            reduction = "—" if r["strategy"] == "compute-only" else f"{r['reduction']:.1f}x"  # nothing on the wire
+            cells += [f"{r['step_ms']:.1f}", f"{r['speedup']:.2f}x", reduction,
                       f"{r['metric']} {r['metric_mean']:.4f}", vs, r["applied"]]
         else:
-            cells += [""] * 5 + [" ".join(r["error"].split())[:160]]
+            cells += [""] * 5 + [" ".join(r["error"].split())[:240]]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -123,11 +123,13 @@ def unsound_reason(metric: str, values: list[float], baseline: list[float], base
 def judge(rows: list[Row], values: dict[tuple[str, str], list[float]], baseline: str) -> None:
     """Mark ``unsound`` each ok row whose final metric is clearly worse than ``baseline``'s on its network.
 
-    ``values``: (net, strategy) -> the final metric of each seed.
+    ``values``: (net, strategy) -> the final metric of each seed. compute-only is
+    not judged: nothing is exchanged, so its ranks train apart and its metric is
+    rank 0's alone (a bound on time, not a training to compare).
     """
     for r in rows:
         base = values.get((r.net, baseline))
-        if not r.ok or r.strategy == baseline or base is None:
+        if not r.ok or r.strategy in (baseline, COMPUTE_ONLY) or base is None:
             continue
         said = unsound_reason(r.metric, values.get((r.net, r.strategy), []), base, baseline)
         if said:
@@ -314,11 +316,16 @@ def _plain_cells(r: Row, target: float | None = None) -> list[str]:
         note = f"UNSOUND: {r.error}" + (f" ({r.applied})" if r.applied else "")
     if r.unit == "epoch":
         return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", _share(r.of_ideal),
-                f"{r.wire_mb_per_epoch:.2f}", f"{r.reduction:.1f}x", metric, _ttt(r), _share(r.exposed_share),
+                f"{r.wire_mb_per_epoch:.2f}", _reduction(r), metric, _ttt(r), _share(r.exposed_share),
                 _share(r.peer_wait_share)]
     return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", _share(r.of_ideal), f"{r.wire_mb_per_step * 1024:.1f}",
-            f"{r.reduction:.1f}x", metric] + ([_ttt(r)] if target is not None else []) + [
+            _reduction(r), metric] + ([_ttt(r)] if target is not None else []) + [
             _share(r.exposed_share), _share(r.peer_wait_share), note]
+
+
+def _reduction(r: Row) -> str:
+    """The bytes' reduction; none for compute-only, whose gradients never go on the wire."""
+    return "—" if r.strategy == COMPUTE_ONLY or math.isnan(r.reduction) else f"{r.reduction:.1f}x"
 
 
 def _share(x: float) -> str:
