@@ -138,12 +138,12 @@ def clipped(rank: int) -> Callable[[], nn.Module]:
     return train
 
 
-def scaled(rank: int) -> Callable[[], nn.Module]:
-    """Mixed precision with a GradScaler (bf16 autocast on the CPU)."""
+def mixed(rank: int, scaled: bool) -> Callable[[], nn.Module]:
+    """bf16 autocast (the gradients stay fp32: the parameters are), with or without a GradScaler."""
     def train() -> nn.Module:
         ddp = DDP(_model())
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-        scaler = torch.amp.GradScaler("cpu")
+        scaler = torch.amp.GradScaler("cpu", enabled=scaled)
         for x in _data(rank):
             opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -151,21 +151,6 @@ def scaled(rank: int) -> Callable[[], nn.Module]:
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-        return ddp
-    return train
-
-
-def autocast_bf16(rank: int) -> Callable[[], nn.Module]:
-    """bf16 autocast without a scaler (the gradients are fp32: the parameters are)."""
-    def train() -> nn.Module:
-        ddp = DDP(_model())
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-        for x in _data(rank):
-            opt.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = _loss(ddp, x)
-            loss.backward()
-            opt.step()
         return ddp
     return train
 
@@ -209,8 +194,8 @@ CASES: dict[str, Callable[..., Callable[[], nn.Module]]] = {
     "adamw-closure": lambda rank: plain(rank, True, "adamw"),
     "lbfgs": lbfgs,
     "clipped": clipped,
-    "scaled": scaled,
-    "bf16": autocast_bf16,
+    "scaled": lambda rank: mixed(rank, True),
+    "bf16": lambda rank: mixed(rank, False),
     "accumulated": accumulated,
     "unused": lambda rank: ddp_options(rank, find_unused_parameters=True),
     "static": lambda rank: ddp_options(rank, static_graph=True),
