@@ -51,6 +51,16 @@ def _loss(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return nn.functional.mse_loss(module(x), x.flip(1))
 
 
+def _closure(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """What Lightning hands ``optimizer.step``: zero_grad, forward and backward, the loss returned."""
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = _loss(ddp, x)
+        loss.backward()
+        return loss
+    return closure
+
+
 def _params(module: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.parameters()]
 
@@ -95,12 +105,7 @@ def plain(rank: int, closure: bool, optimizer: str = "sgd") -> Callable[[], nn.M
                                       if optimizer == "sgd" else torch.optim.AdamW(ddp.parameters(), lr=1e-2))
         for x in _data(rank):
             if closure:
-                def step_closure(x: torch.Tensor = x) -> torch.Tensor:
-                    opt.zero_grad()
-                    loss = _loss(ddp, x)
-                    loss.backward()
-                    return loss
-                opt.step(step_closure)
+                opt.step(_closure(ddp, opt, x))
             else:
                 opt.zero_grad()
                 _loss(ddp, x).backward()
@@ -114,12 +119,7 @@ def lbfgs(rank: int) -> Callable[[], nn.Module]:
         ddp = DDP(_model())
         opt = torch.optim.LBFGS(ddp.parameters(), lr=0.5, max_iter=3)
         for x in _data(rank, 2):
-            def step_closure(x: torch.Tensor = x) -> torch.Tensor:
-                opt.zero_grad()
-                loss = _loss(ddp, x)
-                loss.backward()
-                return loss
-            opt.step(step_closure)
+            opt.step(_closure(ddp, opt, x))
         return ddp
     return train
 
