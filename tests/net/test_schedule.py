@@ -137,3 +137,14 @@ def test_work_is_conserved_across_any_schedule(start: float, rate: float, durati
             break
     assert done == pytest.approx(1.0, rel=1e-9)
     assert T_FAST * (1 - 1e-9) <= end - start <= T_FAST * GBIT / rate * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("1gbe,link=a/b", "letters, digits"),
+    ("1gbe,link=" + "x" * 65, "1 to 64"),
+    ("1gbe,link=sw1,clock=virtual", "clock=realtime"),
+])
+def test_a_bad_shared_link_says_what_is_wrong(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_spec(text)
+    assert parse_spec("1gbe,link=sw-1.a").link == "sw-1.a"
