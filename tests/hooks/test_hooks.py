@@ -130,6 +130,31 @@ def test_ddp_none_hook_equals_plain_ddp(plain_ddp):
     assert torch.equal(hooked[0]["params"], plain_ddp[0]["params"])
 
 
+def test_small_buckets_fuse_into_one_exchange_equal_to_one_bucket():
+    # mlp's five tensors in 1 KB buckets (3 after DDP's rebuild) leave as one fused exchange per step;
+    # the fused tensor is the rebuilt buckets in order, which is what one 25 MB bucket holds: equal bit for bit
+    spec = {"model": "mlp", "compressor": "onebit", "hook_momentum": 0.9, "warmup": 1, "steps": 5}
+    fused = spawn(workers.fused_train, 2, args=({**spec, "bucket_cap_mb": 0.001},), timeout=100)
+    apart = spawn(workers.fused_train, 2, args=({**spec, "bucket_cap_mb": 0.001, "fuse_numel": 0},), timeout=100)
+    one = spawn(workers.fused_train, 2, args=({**spec, "bucket_cap_mb": None, "fuse_numel": 0},), timeout=100)
+    assert apart[0]["buckets"] >= 3
+    assert fused[0]["collectives"]["all_to_all_single"] == 4  # steps 1-4 compress, one exchange each
+    assert apart[0]["collectives"]["all_to_all_single"] == 4 * 3
+    for r in range(2):
+        assert torch.equal(fused[r]["params"], one[r]["params"])
+        assert not torch.equal(fused[r]["params"], apart[r]["params"])  # other blocks and chunks: other signs
+
+
+def test_fuse_layouts_is_the_online_rule_and_idempotent():
+    from gradwire.hooks import fuse_layouts
+
+    keys = [StateKey.of(f"p{i}", n) for i, n in enumerate([10, 30, 100, 5, 70, 20])]
+    fused = fuse_layouts(keys, 50)
+    assert [[n for n, _ in k.segments] for k in fused] == [["p0", "p1", "p2"], ["p3", "p4"], ["p5"]]
+    assert fuse_layouts(fused, 50) == fused
+    assert fuse_layouts(keys, 1) == keys  # every bucket is large enough alone
+
+
 def test_ddp_fp16_hook_close_to_plain_ddp(plain_ddp):
     hooked = spawn(workers.ddp_train, 2, args=({"compressor": "fp16"},), timeout=100)
     torch.testing.assert_close(hooked[0]["params"], plain_ddp[0]["params"], rtol=0, atol=1e-4)

@@ -129,3 +129,29 @@ def test_a_tensor_that_does_not_fit_its_key_is_refused() -> None:
     state = CompressionState("onebit")
     with pytest.raises(ValueError, match="names 10 elements, the tensor has 3"):
         state.reduce(torch.zeros(3), StateKey.of("w", 10))
+
+
+def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one rank, local correction: each bucket gets back its own vector, fused or not
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000)
+    a, b = _g(1, 3000), _g(2, 2000)
+    wa, wb = torch.zeros(3000), torch.zeros(2000)  # stand-ins for the buckets' parameters
+    _, fa = state.reduce_params(a.clone(), [wa], last=False)
+    assert not fa.done()  # held for the next bucket
+    _, fb = state.reduce_params(b.clone(), [wb], last=True)
+    torch.testing.assert_close(fa.wait(), a, rtol=0, atol=2e-5)
+    torch.testing.assert_close(fb.wait(), b, rtol=0, atol=2e-5)
+    state.end_step()
+
+    def broken(self: CompressionState, flat: torch.Tensor, key: StateKey, local: torch.Tensor | None = None):
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_exception(RuntimeError("peer went away"))
+        return fut
+
+    monkeypatch.setattr(CompressionState, "reduce", broken)
+    _, fa = state.reduce_params(a.clone(), [wa], last=False)
+    _, fb = state.reduce_params(b.clone(), [wb], last=False)
+    state.end_step()  # a caller that never said "last": the held buckets leave at the step's end
+    for fut in (fa, fb):
+        with pytest.raises(RuntimeError, match="peer went away"):
+            fut.wait()

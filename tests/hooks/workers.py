@@ -177,6 +177,7 @@ def _make(spec: dict[str, Any]):
         state = CompressionState(
             spec["compressor"], momentum=spec.get("hook_momentum", 0.0), warmup_iters=spec.get("warmup", 1),
             min_compress_numel=0, local_correction=spec.get("local_correction"),
+            **({"fuse_numel": spec["fuse_numel"]} if "fuse_numel" in spec else {}),
         )
         ddp.register_comm_hook((state, seen), _counting_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=spec.get("momentum", 0.0))
@@ -228,6 +229,22 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     out["buckets"] = len(seen) if state is not None else None
     if state is not None and state.error_feedback is not None:
         out["residual"] = _applied_residual(state, list(ddp.parameters()), world)
+    return out
+
+
+def fused_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`ddp_train` counting the exchange's collectives (all_to_all: one per compressed exchange)."""
+    counts = {"all_to_all_single": 0, "all_gather": 0}
+    for name in counts:
+        real = getattr(dist, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(dist, name, counted)
+    out = ddp_train(rank, world, spec)
+    out["collectives"] = counts
     return out
 
 

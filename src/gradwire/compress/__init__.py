@@ -10,7 +10,9 @@ follow, each after a colon::
     <compressor onebit pattern=two_phase block=1024>
 
 Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
-(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``).
+(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``), and
+``fuse=N``: buckets of fewer than N elements are sent together as one
+exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``).
 
 Names (``COMPRESSORS`` lists them with their parameter):
 
@@ -31,7 +33,7 @@ powersgd:r          allreduce  r (rows + cols) floats in two rounds
 
 Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
 for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
-``warmup=N`` (all).
+``warmup=N``, ``fuse=N`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.hooks`.
@@ -89,7 +91,7 @@ class Entry:
 COMPRESSORS: dict[str, Entry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
-COMMON_OPTIONS = ("warmup",)
+COMMON_OPTIONS = ("warmup", "fuse")
 
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
@@ -150,8 +152,12 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     warmup = options.pop("warmup", 0)
     if warmup < 0:
         raise ValueError(f"compressor {spec!r}: warmup must be >= 0 steps, got {warmup}")
+    fuse = options.pop("fuse", None)
+    if fuse is not None and fuse < 0:
+        raise ValueError(f"compressor {spec!r}: fuse must be >= 0 elements (0: never fuse buckets), got {fuse}")
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
+    compressor.fuse = fuse
     return compressor
 
 

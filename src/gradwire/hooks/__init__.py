@@ -21,10 +21,10 @@ from .allreduce import allreduce_compressed
 from .futures import Sequencer, Turn, completed, then, then_async
 from .hook import compression_hook
 from .optim import OptimizerScheme, UnsupportedOptimizer, scheme_for, scheme_hook
-from .state import MIN_COMPRESS_NUMEL, CompressionState, ParamNames
+from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
 
 __all__ = [
-    "COMPRESSORS", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "COMPRESSORS", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
     "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
-    "compression_hook", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
+    "compression_hook", "fuse_layouts", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
 ]
