@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 from gradwire.compare.config import COMPUTE_ONLY  # noqa: E402
+from gradwire.compare.report import rows_of, to_markdown  # noqa: E402
 from gradwire.compare.results import Results  # noqa: E402
 
 
@@ -55,7 +56,12 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/wan_diloco")
     raw = json.loads((out / "results.json").read_text())
     results = Results.from_json(raw)
-    rows = {(r["net"], r["strategy"]): r for r in raw.get("rows", [])}
+    if not raw.get("rows"):  # a comparison stopped early: the table of the runs that finished
+        results.runs = [run for run in results.runs if run.finished]
+        results.rows = rows_of(results)
+        (out / "table.md").write_text(to_markdown(results.rows, None))
+        raw["rows"] = [r.as_dict() for r in results.rows]
+    rows = {(r["net"], r["strategy"]): r for r in raw["rows"]}
     _plot(results, rows, "time", out / "loss_time.png")
     _plot(results, rows, "bytes", out / "loss_bytes.png")
     keep = ("net", "strategy", "status", "step_ms", "speedup", "metric_mean", "metric_min", "metric_max",
