@@ -306,8 +306,12 @@ def nonfinite_one_tensor(rank: int, world: int, name: str) -> dict[str, Any]:
     return {"finite": out}
 
 
-def local_correction_steps(rank: int, world: int, name: str, steps: int, correct: bool) -> dict[str, Any]:
-    """The hook (no momentum) on one fixed bucket for a few steps: every rank's inputs and outputs."""
+def local_correction_steps(rank: int, world: int, name: str, steps: int, correct: bool,
+                           plan: list[str] | None = None) -> dict[str, Any]:
+    """The hook (no momentum) on one fixed bucket for a few steps: every rank's inputs and outputs.
+
+    ``plan``: under ``auto``, the candidate each step uses (set by hand instead of measured).
+    """
     from gradwire.hooks import CompressionState, compression_hook
 
     _init(rank, world)
@@ -315,6 +319,10 @@ def local_correction_steps(rank: int, world: int, name: str, steps: int, correct
     param = torch.zeros(4099)  # one identity for the bucket's parameters: the residuals persist
     outs = []
     for step in range(steps):
+        if plan is not None:
+            assert state.auto is not None
+            state.auto.choice[state.names.key([param])] = next(c for c in state.auto.candidates
+                                                                if c.name == plan[step])
         t = _rank_tensor(rank, 4099, seed=step)
         bucket = _FakeBucket(t)
         bucket.parameters = lambda: [param]  # type: ignore[method-assign]
@@ -368,4 +376,38 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
         elif bad_step is not None and step > bad_step:
             out["finite_after"] &= all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
     out["params"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return out
+
+
+def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = "") -> dict[str, Any]:
+    """DDP on the gradwire backend under ``auto`` (one 131 k-element bucket): its decisions and parameters."""
+    import gradwire
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradwire.hooks import CompressionState, compression_hook
+
+    torch.set_num_threads(1)
+    gradwire.configure(net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    torch.manual_seed(0)
+    model = nn.Linear(256, 512)
+    ddp = DDP(model)
+    state = CompressionState("auto" + (f":{candidates}" if candidates else "") + ":every=4", momentum=0.9)
+    ddp.register_comm_hook(state, compression_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    target = torch.randn(512, 256, generator=torch.Generator().manual_seed(7))
+    losses = []
+    for step in range(steps):
+        x = torch.randn(32, 256, generator=torch.Generator().manual_seed(100 * step + rank))
+        loss = (ddp(x) - x @ target.t()).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert state.auto is not None
+    out = {"summary": state.auto.summary(), "losses": losses,
+           "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+           "residual": sum(float(state.error_feedback.residual(k).abs().sum()) for k in state.error_feedback.keys())
+           if state.error_feedback is not None else 0.0}
+    dist.destroy_process_group()
     return out

@@ -88,6 +88,24 @@ def crossover(bandwidths: Sequence[float], speedups: Sequence[float]) -> float |
     return found
 
 
+def auto_candidates(strategy: str) -> list[str] | None:
+    """The fixed strategies ``strategy`` chooses among when its compressor is ``auto`` (else None).
+
+    ``auto:fp16/onebit+delayed`` -> ``["delayed", "fp16+delayed", "onebit+delayed"]``.
+    """
+    from gradwire.compress import AutoCompressor, get_compressor
+    from gradwire.overlap import parse_strategy
+
+    choice = parse_strategy(strategy)
+    if choice.compressor is None:
+        return None
+    auto = get_compressor(choice.compressor)
+    if not isinstance(auto, AutoCompressor):
+        return None
+    spec = str(choice.spec)
+    return [spec] + [f"{c.name}+{spec}" if spec != "sync" else c.name for c in auto.candidates]
+
+
 def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net: NetSpec, world: int,
                    batch_size: int | None = None,
                    bandwidths: Sequence[float] = BANDWIDTHS) -> SpeedupCurves:
@@ -100,8 +118,11 @@ def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net
     if not compute_ms > 0:
         raise ValueError(f"compute_ms must be > 0, got {compute_ms}")
     profile = describe_model(model, compute_ms / 1.5, batch_size=batch_size)
+    # ``auto`` is replayed as its candidates: at each bandwidth the fastest of them (``none``: the strategy
+    # uncompressed), the choice its chooser makes when it prices every exchange alike
+    replayed = {s: auto_candidates(s) or [s] for s in strategies}
     costs = {}
-    for s in strategies:
+    for s in (c for cands in replayed.values() for c in cands):
         name = uses_compressor(s)
         if name is not None and name not in costs:
             costs[name] = codec_cost(name)
@@ -112,8 +133,8 @@ def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net
     for bw in bandwidths:
         spec = replace(net, bandwidth=bw, name="custom")
         for s in strategies:
-            name = uses_compressor(s)
-            steps[s].append(predict(profile, s, spec, world, costs.get(name) if name else None, pricers).step_seconds)
+            steps[s].append(min(predict(profile, c, spec, world, costs.get(name) if (name := uses_compressor(c))
+                                        else None, pricers).step_seconds for c in replayed[s]))
     for s in strategies[1:]:
         out.speedups[s] = [b / t for b, t in zip(steps[baseline], steps[s])]
         out.crossovers[s] = crossover(out.bandwidths, out.speedups[s])

@@ -62,7 +62,7 @@ import math
 import re
 import statistics
 from dataclasses import replace
-from typing import Iterable
+from typing import Any, Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
 from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult
@@ -221,6 +221,14 @@ def relative_target(metric: str, baseline_mean: float, within: float) -> float |
     return baseline_mean * (1 - within) if sign > 0 else baseline_mean * (1 + within)
 
 
+def _auto_of(seed: SeedResult) -> list[dict[str, Any]]:
+    """``auto``'s summaries of one seed: a model run keeps them, a script's rank 0 injection reports them."""
+    if seed.detail.get("auto"):
+        return list(seed.detail["auto"])
+    ranks = seed.detail.get("injection") or [{}]
+    return list(ranks[0].get("auto") or [])
+
+
 def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
     if not run.ok:
         return Row(run.net, run.strategy, run.status, unit, metric=metric, error=_error_line(run), applied=run.applied)
@@ -233,6 +241,7 @@ def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
               peer_wait_ms=_mean(s.peer_wait_ms for s in seeds), applied=run.applied,
               wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20,
               peak_kib_per_step=max((s.peak_step_bytes for s in seeds), default=float("nan")) / 1024)
+    row.auto = [a for s in seeds for a in _auto_of(s)]
     _set_target(row, seeds, target)
     steps = sorted(x for s in seeds for x in s.step_seconds)
     if steps:
@@ -486,6 +495,9 @@ def verdict(rows: list[Row], net: str, target: float | None = None) -> str:
             f"{r.strategy} {r.speedup:.2f}x, {r.error}" for r in faster) + "."
     elif unsound:
         out += " UNSOUND: " + "; ".join(f"{r.strategy}, {r.error}" for r in unsound) + "."
+    for r in mine:
+        if r.auto:
+            out += f" {r.strategy} (first seed): {r.auto[0]['describe'].removeprefix('auto: ')}."
     return out
 
 

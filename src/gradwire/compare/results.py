@@ -265,6 +265,8 @@ class Row(_Status):
     step_max_ms: float = float("nan")
     error: str = ""
     applied: str = ""
+    auto: list[dict[str, Any]] = field(default_factory=list)
+    """``auto``'s decisions per seed (rank 0's; every rank decides alike): what it chose where, over time"""
 
     @property
     def time_per_unit(self) -> float:

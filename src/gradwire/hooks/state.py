@@ -137,12 +137,14 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gradwire.compress import Compressor, ErrorFeedback, Pattern, SegmentStore, StateKey, get_compressor, is_finite
+from gradwire.compress import (AutoCompressor, Compressor, ErrorFeedback, Pattern, SegmentStore, StateKey,
+                               get_compressor, is_finite)
 from gradwire.compress.none import NoneCompressor
 from gradwire.compress.state import rearrange
 from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from . import exchange
+from .auto import AutoChooser
 from .futures import Sequencer, then
 
 __all__ = ["FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "fuse_layouts"]
@@ -239,6 +241,8 @@ class CompressionState:
         "_run_steps",
         "_rebuild_check",
         "_held",
+        "auto",
+        "_step_futures",
     )
 
     def __init__(
@@ -261,6 +265,8 @@ class CompressionState:
         if fuse_numel is not None and fuse_numel < 0:
             raise ValueError(f"fuse_numel must be >= 0 (0: never fuse buckets), got {fuse_numel}")
         self.compressor = get_compressor(compressor)
+        #: ``auto``: which candidate each exchange uses (None for one fixed compressor)
+        self.auto = AutoChooser(self.compressor) if isinstance(self.compressor, AutoCompressor) else None
         if fuse_numel is None:
             fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
         if warmup_iters is None:
@@ -299,6 +305,8 @@ class CompressionState:
         self._rebuild_check = False
         #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
         self._held: list[_Held] = []
+        #: this step's exchanges (``auto`` probes the link once they are done)
+        self._step_futures: list[Future] = []
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -317,6 +325,10 @@ class CompressionState:
         was the last) leave now, as one exchange.
         """
         self._flush()
+        if self.auto is not None and self.step >= self.warmup_iters:
+            self.auto.end_step(self.step, list(self._layouts), self._step_futures, self.sequencer,
+                               self.process_group)
+        self._step_futures = []
         self.step += 1
         self._loaded = []
         self._run_steps += 1
@@ -346,9 +358,15 @@ class CompressionState:
         key.check(flat)
         self._layouts[key] = None
         numel = flat.numel()
-        compress = (self.compressing(numel) and flat.is_floating_point() and numel > 0
-                    and not isinstance(self.compressor, NoneCompressor))
-        ef = self.error_feedback if compress else None
+        compressor = self.compressor
+        if self.auto is not None:
+            self.auto.begin_exchange()
+            compressor = self.auto.compressor_for(key, flat)
+        coding = self.compressing(numel) and flat.is_floating_point() and numel > 0
+        compress = coding and not isinstance(compressor, NoneCompressor)
+        # auto moving an exchange to none: what error feedback still owes is sent now, exactly
+        settle = coding and not compress and self.auto is not None and self._owes(key)
+        ef = self.error_feedback if compress or settle else None
         finite = True
         if flat.is_floating_point() and numel and (self.momentum or ef is not None):
             finite = is_finite(flat)
@@ -358,19 +376,72 @@ class CompressionState:
             local.copy_(flat)
         turn = self.sequencer.turn()
         group = self.process_group
-        if not compress:
-            return exchange.average(turn, flat, group)
+        if not compress and not settle:
+            return self._track(exchange.average(turn, flat, group))
         if ef is not None:
             ef.compensate(flat, key)
-        correct = self._corrector(key, numel) if self.local_correction else None
-        pattern = self.compressor.pattern
-        if pattern is Pattern.TWO_PHASE:
-            fut = exchange.two_phase(turn, flat, key, self.compressor, group, ef, finite)
+        retired = self._retire_chunks(key, compressor, flat) if self.auto is not None and finite else []
+        correct = self._corrector(key, numel, compressor, retired) if self.local_correction else None
+        if settle:  # m + e goes out as it is: every residual of this layout is paid and forgotten
+            if finite:
+                self._forget(key)
+            fut = exchange.average(turn, flat, group)
+        elif compressor.pattern is Pattern.TWO_PHASE:
+            fut = exchange.two_phase(turn, flat, key, compressor, group, ef, finite)
         else:
             update = None if ef is None else (lambda approx: ef.update(key, flat, approx, finite))
-            run = exchange.allgather if pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
-            fut = run(turn, flat, key, self.compressor, group, update)
-        return fut if correct is None else then(fut, correct)
+            run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
+            fut = run(turn, flat, key, compressor, group, update)
+        return self._track(fut if correct is None else then(fut, correct))
+
+    def _track(self, fut: Future) -> Future:
+        """Keep the step's exchanges for ``auto``'s probe, which waits for them; return ``fut``."""
+        if self.auto is not None:
+            self._step_futures.append(fut)
+        return fut
+
+    def _owes(self, key: StateKey) -> bool:
+        """Whether error feedback holds a worker residual of ``key``'s parameters or a served chunk of its layout."""
+        ef = self.error_feedback
+        if ef is None:
+            return False
+        return ef.residual(key) is not None or any(k.chunk is not None and k.segments == key.segments
+                                                   for k in ef.keys())
+
+    def _retire_chunks(self, key: StateKey, compressor: Compressor, flat: Tensor) -> list[tuple[tuple[int, int], Tensor]]:
+        """Pay in the server residuals of ``key``'s layout that ``compressor`` does not serve; return them.
+
+        ``auto`` moved the exchange to another pattern or granule: what rank
+        ``i``'s server withheld from everyone on its chunk (``s_i``) goes into
+        this exchange (``world * s_i`` added to the chunk, so the average
+        carries ``s_i``), and the local correction takes rank ``i``'s own
+        displacement back (``world * (0 - s_i)``, see :meth:`_corrector`).
+        """
+        ef = self.error_feedback
+        if ef is None:
+            return []
+        rank, world = self.rank_world()
+        start, count = chunk_bounds(key.total, world, chunk_granule(compressor))[rank]
+        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
+        served = key.serving(start, count) if two_phase and count else None
+        retired = []
+        for k in ef.keys():
+            if k.chunk is not None and k.segments == key.segments and k != served:
+                residual = ef.residual(k)
+                if residual is not None:
+                    begin, length = k.chunk
+                    flat.view(-1)[begin:begin + length].add_(residual.view(-1), alpha=float(world))
+                    retired.append((k.chunk, residual.clone()))
+                ef.reset(k)
+        return retired
+
+    def _forget(self, key: StateKey) -> None:
+        """Drop ``key``'s worker residual and its layout's served chunks (after the corrector copied them)."""
+        ef = self.error_feedback
+        assert ef is not None
+        for k in ef.keys():
+            if k == key or (k.chunk is not None and k.segments == key.segments):
+                ef.reset(k)
 
     def reduce_params(self, flat: Tensor, params: Sequence[Tensor], local: Tensor | None = None,
                       key: StateKey | None = None, last: bool = True) -> tuple[StateKey, Future]:
@@ -531,27 +602,35 @@ class CompressionState:
             return 0, 1
         return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
 
-    def _corrector(self, key: StateKey, numel: int) -> Callable[[Tensor], Tensor]:
+    def _corrector(self, key: StateKey, numel: int, compressor: Compressor,
+                   retired: list[tuple[tuple[int, int], Tensor]] | None = None) -> Callable[[Tensor], Tensor]:
         """Called after ``compensate``: a function adding this rank's change of residuals to the average.
 
         ``avg + (e_new - e_old)`` for the worker residual, and, on the chunk
         this rank serves in the two-phase exchange, ``world * (s_new - s_old)``
         for the server residual: the mean over ranks of what they apply is
-        then exactly the mean of the uncompressed inputs (module doc).
+        then exactly the mean of the uncompressed inputs (module doc). A
+        served chunk of this layout that ``compressor`` does not serve (``auto``
+        moved the exchange to another pattern or granule, ``retired``: paid
+        into this exchange by :meth:`_retire_chunks`) ends with ``world * (0 - s_old)``.
         """
         ef = self.error_feedback
         assert ef is not None, "local correction needs error feedback"
         rank, world = self.rank_world()
-        start, count = chunk_bounds(numel, world, chunk_granule(self.compressor))[rank]
-        served = key.serving(start, count) if self.compressor.pattern is Pattern.TWO_PHASE and count else None
+        start, count = chunk_bounds(numel, world, chunk_granule(compressor))[rank]
+        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
+        served = key.serving(start, count) if two_phase and count else None
         worker_old = _copy(ef.residual(key))
         server_old = _copy(ef.residual(served)) if served is not None else None
+        ended = list(retired or [])
 
         def correct(average: Tensor) -> Tensor:
             flat = average.view(-1)
             _add_change(flat, ef.residual(key), worker_old, 1.0)
             if served is not None:
                 _add_change(flat[start:start + count], ef.residual(served), server_old, float(world))
+            for (begin, length), old in ended:
+                _add_change(flat[begin:begin + length], None, old, float(world))
             return average
 
         return correct
@@ -574,6 +653,7 @@ class CompressionState:
             "world": world,
             "replica": replica,
             "run_steps": self._run_steps,
+            **({"auto": self.auto.state_dict()} if self.auto is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -600,6 +680,8 @@ class CompressionState:
         self._layouts, self._last_layouts = {}, {}
         self._run_steps = 0
         self._rebuild_check = state.get("run_steps") == 1
+        if self.auto is not None and state.get("auto"):
+            self.auto.load_state_dict(state["auto"])
         resumed: dict[str, Any] = {k: state[k] for k in ("rank", "world") if k in state}
         resumed["replica"] = dict(state.get("replica") or {})
         self._resumed = resumed
@@ -607,7 +689,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check", "_held")
+                "_run_steps", "_rebuild_check", "_held", "_step_futures", "auto")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
