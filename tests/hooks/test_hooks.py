@@ -293,7 +293,10 @@ def test_auto_compresses_on_a_slow_link_measures_it_and_every_rank_agrees():
     # the probe's estimate lands within 10% of it, the exchange is compressed, and both ranks decided alike
     res = spawn(workers.auto_train, 2, args=("bandwidth=100mbit", 16), timeout=200)
     summary = res[0]["summary"]
-    assert summary["decisions"] == res[1]["summary"]["decisions"]
+    def decided(r):  # what was decided, without when (each rank's own clock)
+        return [{k: v for k, v in d.items() if k != "unix"} for d in r["summary"]["decisions"]]
+
+    assert decided(res[0]) == decided(res[1])
     assert abs(summary["link"]["bus_gbit_s"] - 0.0956) / 0.0956 < 0.10
     assert set(summary["decisions"][-1]["choices"].values()) <= {"onebit", "int8"}
     assert res[0]["losses"][-1] < res[0]["losses"][0]
