@@ -8,8 +8,9 @@ one, whose collectives take the time its network model says):
    all_reduces of one element (the first lines the ranks up; the faster of
    the next two is ``alpha``: the per-collective cost, latency and the
    backend's own work) and two of the step's largest exchange (at most
-   :data:`PROBE_NUMEL` elements; the faster gives ``beta`` per bus byte from
-   the difference), each timed from issue to completion: ``bench --fit``'s
+   :data:`PROBE_NUMEL` elements, doubled while its bytes are too few to
+   tell from ``alpha``; the faster gives ``beta`` per bus byte from the
+   difference), each timed from issue to completion: ``bench --fit``'s
    two-point fit, online. Delays on a busy host only add time, so the
    fastest of each pair is the link's.
 2. The CPU: each candidate's compress and decompress on a tensor of each
@@ -29,10 +30,12 @@ counts against compressing). Until the first agreement,
 every exchange is uncompressed (``none``): what sync does.
 
 Scheduling: the probe and the agreement are collectives on the exchange's
-group, so they take turns in its :class:`~gradwire.hooks.futures.Sequencer`
-after the step's exchanges, and nobody waits for them at once: the
-agreement is read at the first exchange of the next step (by then it is
-done; if not, that exchange waits for it).
+group, so they are issued in turns of its
+:class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
+(never from a completion callback, where they could race the collectives
+DDP itself issues on that group during forward), and nobody waits for them
+at once: a probe runs at step ``t``, the agreement on it at ``t + 1``, the
+decision applies from ``t + 2``; every ``every`` steps.
 
 Switching keeps the arithmetic consistent (:class:`CompressionState` does
 it): error feedback's residuals are per parameter and carry over; a move to
@@ -71,8 +74,12 @@ SWITCH_GAIN = 0.05
 #: the uncompressed all_reduces of the first buckets with backward; coding runs on the training thread)
 #: counts against compressing
 LEAVE_NONE_GAIN = 0.2
-#: the probe's larger all_reduce: the largest exchange, at most this many elements (512 KiB of fp32)
+#: the probe's larger all_reduce starts at the largest exchange, at most this many elements (512 KiB of fp32),
 PROBE_NUMEL = 1 << 17
+#: and doubles, up to twice the largest exchange and this many elements (4 MiB of fp32), while its bytes take
+#: less than PROBE_BYTES_SHARE x alpha (the difference would be noise)
+PROBE_MAX_NUMEL = 1 << 20
+PROBE_BYTES_SHARE = 8.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
 #: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
@@ -131,9 +138,15 @@ class AutoChooser:
         self.link: Link | None = None
         self._cpu: dict[tuple[str, int, int], float] = {}
         self._lines: dict[tuple[str, int], tuple[float, float]] = {}
+        self._probe_numel: int | None = None
         #: (small seconds, large seconds, large bus bytes) of the last probe, when it completed
         self._probed: list[float] | None = None
-        self._agreement: tuple[Future, Tensor, list[StateKey], int, int] | None = None
+        self._agreement: tuple[Future, list[StateKey], int, int] | None = None
+        self._probe_future: Future | None = None
+        #: (agree, probe) at the next step's first exchange; the keys and step they are for
+        self._due: tuple[bool, bool] | None = None
+        self._keys: list[StateKey] = []
+        self._step = 0
         self._dtypes: dict[StateKey, torch.dtype] = {}
         self._first: int | None = None
 
@@ -143,34 +156,56 @@ class AutoChooser:
         return self.choice.get(key, self.none)
 
     # -- the state's step --------------------------------------------------------
-    def begin_exchange(self) -> None:
-        """At every exchange: apply an agreement that arrived (first exchange of a step)."""
+    def begin_exchange(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """At every exchange; at a step's first: decide, agree, probe, as the schedule says (module doc).
+
+        Everything is issued here, from the exchange's own thread and before
+        the step's first exchange takes its turn, never from a completion
+        callback: a collective of the probe issued while the script's next
+        forward runs could race the collectives DDP issues on the same group
+        there (its buffers' broadcast, the rebuilt buckets' order).
+        """
+        if self._due is None:
+            return
+        agree, probe = self._due
+        self._due = None
         if self._agreement is not None:
-            fut, _, keys, step, world = self._agreement
+            fut, keys, step, world = self._agreement
             self._agreement = None
             self._decide(fut.wait(), keys, step, world)
+        if agree and self._probe_future is not None:
+            self._probe_future.wait()
+            self._agree(self._keys, sequencer, group)
+        if probe:
+            self._probe(self._keys, sequencer, group)
 
-    def end_step(self, step: int, keys: list[StateKey], futures: list[Future], sequencer: Sequencer,
-                 group: dist.ProcessGroup | None) -> None:
-        """After step ``step``'s exchanges were issued: probe and agree on the schedule (module doc)."""
+    def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None) -> None:
+        """After step ``step``'s exchanges were issued: what the next step's first exchange does."""
         if not keys or not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) < 2:
             return
         if self._first is None:
             self._first = step
         since = step - self._first
-        due_probe = since % self.auto.every == 0
-        due_agree = since == 1 or (since > 1 and since % self.auto.every == 1)
-        if due_agree and self._probed is not None:
-            self._agree(step, keys, futures, sequencer, group)
-        if due_probe:
-            self._probe(keys, futures, sequencer, group)
+        self._keys, self._step = list(keys), step + 1
+        self._due = (since == 1 or (since > 1 and since % self.auto.every == 1), since % self.auto.every == 0)
 
     # -- measuring -----------------------------------------------------------------
-    def _probe(self, keys: list[StateKey], futures: list[Future], sequencer: Sequencer,
-               group: dist.ProcessGroup | None) -> None:
-        """Time an all_reduce of 1 element and one of the largest exchange, once the step's exchanges are done."""
+    def _probe(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """Time all_reduces of 1 element and of the largest exchange (module doc), in a turn of their own.
+
+        The large one's size grows from the agreed link only (every rank
+        computes the same size): doubled while its bytes take less than
+        :data:`PROBE_BYTES_SHARE` x alpha.
+        """
         world = dist.get_world_size(group)
-        large = min(max(k.total for k in keys), PROBE_NUMEL)
+        largest = max(k.total for k in keys)
+        if self._probe_numel is None:
+            self._probe_numel = min(largest, PROBE_NUMEL)
+        elif self.link is not None:
+            bytes_time = self.link.beta * 2 * (world - 1) / world * self._probe_numel * 4
+            if bytes_time < PROBE_BYTES_SHARE * self.link.alpha:
+                self._probe_numel = min(2 * self._probe_numel, max(2 * largest, PROBE_NUMEL), PROBE_MAX_NUMEL)
+        large = self._probe_numel
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
         times: list[float] = []
@@ -184,14 +219,14 @@ class AutoChooser:
             return launch
 
         # the first small all_reduce lines the ranks up (it waits for the slowest); the next ones are timed
-        fut = turn.issue(timed(small_t), last=False, also=list(futures))
+        fut = turn.issue(timed(small_t), last=False)
         for tensor, last in ((small_t, False), (small_t, False), (large_t, False), (large_t, True)):
             fut = turn.issue(timed(tensor), after=fut, last=last)
 
         def record(_: Any) -> None:  # delays only add: the fastest of each pair is the link's
             self._probed = [min(times[1], times[2]), min(times[3], times[4]), busbytes]
 
-        fut.then(lambda done: record(done.value()))
+        self._probe_future = fut.then(lambda done: record(done.value()))
 
     def cpu_seconds(self, compressor: Compressor, numel: int, world: int) -> float:
         """This rank's coding time for one exchange of ``numel`` elements with ``compressor`` (cached).
@@ -254,8 +289,7 @@ class AutoChooser:
             self._lines[key] = (max(0.0, t1_ - slope * n1), slope)
         return self._lines[key]
 
-    def _agree(self, step: int, keys: list[StateKey], futures: list[Future], sequencer: Sequencer,
-               group: dist.ProcessGroup | None) -> None:
+    def _agree(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """All_reduce (mean) of the probe and every candidate's CPU cost per exchange, read next step."""
         assert self._probed is not None
         small, large, busbytes = self._probed
@@ -263,9 +297,8 @@ class AutoChooser:
         cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
         numbers = torch.tensor([small, large, busbytes, *cpu], dtype=torch.float64) / world
         turn = sequencer.turn()
-        fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future(),
-                         also=list(futures))
-        self._agreement = (then(fut, lambda _: numbers), numbers, list(keys), step, world)
+        fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
+        self._agreement = (then(fut, lambda _: numbers), list(keys), self._step, world)
 
     # -- deciding --------------------------------------------------------------------
     def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
@@ -310,7 +343,7 @@ class AutoChooser:
         self._first = state.get("first")
         self.decisions = [Decision(d["step"], dict(d["choices"]), d["alpha_us"] / 1e6, d["bus_gbit_s"],
                                    d.get("unix", 0.0)) for d in state.get("decisions", [])]
-        self._probed, self._agreement = None, None
+        self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
 
     def describe(self) -> str:
         """A few words: what the exchanges use now, and what was chosen before."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, TypeVar
 
-import torch
 from torch.futures import Future
 
 __all__ = ["Sequencer", "Turn", "completed", "one_bucket_at_a_time", "then", "then_async"]
@@ -83,19 +82,13 @@ class Turn:
         self._gate = gate
         self._token = token
 
-    def issue(self, launch: Callable[[Any], Future], after: Future | None = None, *, last: bool = True,
-              also: list[Future] | None = None) -> Future:
+    def issue(self, launch: Callable[[Any], Future], after: Future | None = None, *, last: bool = True) -> Future:
         """Call ``launch(value of after)`` once ``after`` (default: the previous exchange's last issue) is done.
 
         ``launch`` issues collectives and returns the future of their
         result. The turn passes to the next exchange after the ``last``
-        launch returned, or as soon as anything on the way failed. ``also``
-        (with no ``after``): wait for these futures too, besides the turn
-        (their failures do not stop the launch; it gets None).
+        launch returned, or as soon as anything on the way failed.
         """
-        if after is None and also:
-            waited = torch.futures.collect_all([self._gate, *also])
-            after = waited.then(lambda _: None)
 
         def run(value: Any) -> Future:
             fut = launch(value)

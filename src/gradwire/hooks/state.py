@@ -242,7 +242,6 @@ class CompressionState:
         "_rebuild_check",
         "_held",
         "auto",
-        "_step_futures",
     )
 
     def __init__(
@@ -305,8 +304,6 @@ class CompressionState:
         self._rebuild_check = False
         #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
         self._held: list[_Held] = []
-        #: this step's exchanges (``auto`` probes the link once they are done)
-        self._step_futures: list[Future] = []
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -326,9 +323,7 @@ class CompressionState:
         """
         self._flush()
         if self.auto is not None and self.step >= self.warmup_iters:
-            self.auto.end_step(self.step, list(self._layouts), self._step_futures, self.sequencer,
-                               self.process_group)
-        self._step_futures = []
+            self.auto.end_step(self.step, list(self._layouts), self.process_group)
         self.step += 1
         self._loaded = []
         self._run_steps += 1
@@ -360,7 +355,7 @@ class CompressionState:
         numel = flat.numel()
         compressor = self.compressor
         if self.auto is not None:
-            self.auto.begin_exchange()
+            self.auto.begin_exchange(self.sequencer, self.process_group)
             compressor = self.auto.compressor_for(key, flat)
         coding = self.compressing(numel) and flat.is_floating_point() and numel > 0
         compress = coding and not isinstance(compressor, NoneCompressor)
@@ -377,7 +372,7 @@ class CompressionState:
         turn = self.sequencer.turn()
         group = self.process_group
         if not compress and not settle:
-            return self._track(exchange.average(turn, flat, group))
+            return exchange.average(turn, flat, group)
         if ef is not None:
             ef.compensate(flat, key)
         retired = self._retire_chunks(key, compressor, flat) if self.auto is not None and finite else []
@@ -392,13 +387,7 @@ class CompressionState:
             update = None if ef is None else (lambda approx: ef.update(key, flat, approx, finite))
             run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
             fut = run(turn, flat, key, compressor, group, update)
-        return self._track(fut if correct is None else then(fut, correct))
-
-    def _track(self, fut: Future) -> Future:
-        """Keep the step's exchanges for ``auto``'s probe, which waits for them; return ``fut``."""
-        if self.auto is not None:
-            self._step_futures.append(fut)
-        return fut
+        return fut if correct is None else then(fut, correct)
 
     def _owes(self, key: StateKey) -> bool:
         """Whether error feedback holds a worker residual of ``key``'s parameters or a served chunk of its layout."""
@@ -689,7 +678,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check", "_held", "_step_futures", "auto")
+                "_run_steps", "_rebuild_check", "_held", "auto")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
