@@ -7,7 +7,8 @@ Three comparisons, each one `gradwire compare` from a scratch folder:
 2. ``small``: examples/small_adamw.py (28 k parameters, 10 KB buckets, AdamW) on 200 Mbit/s under sync,
    onebit, int8 and auto;
 3. ``changing``: the default model on 1 Gbit/s whose bandwidth drops to 100 Mbit/s for 4 s of every 8 s,
-   under sync, fp16, onebit and auto.
+   under sync, fp16, onebit and auto; ``changing-10g`` the same from 10 Gbit/s (where sync wins between
+   the drops and onebit during them).
 
 Per network: auto's speedup against the best fixed strategy of its family (sync's family: sync and the
 compressors under sync; delayed's: delayed with a compressor), auto's accuracy against sync's seeds, and
@@ -36,6 +37,8 @@ RUNS = {
                                   "--seed", "{seed}"]),
     "changing": (["--net", "bandwidth=1gbit,latency=100us,drop=100mbit:for=4s:every=8s", "--strategies",
                   "sync,fp16,onebit,auto"], None),
+    "changing-10g": (["--net", "bandwidth=10gbit,latency=20us,drop=100mbit:for=4s:every=8s", "--strategies",
+                      "sync,fp16,onebit,auto"], None),
 }
 
 

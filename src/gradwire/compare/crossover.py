@@ -88,24 +88,6 @@ def crossover(bandwidths: Sequence[float], speedups: Sequence[float]) -> float |
     return found
 
 
-def auto_candidates(strategy: str) -> list[str] | None:
-    """The fixed strategies ``strategy`` chooses among when its compressor is ``auto`` (else None).
-
-    ``auto:fp16/onebit+delayed`` -> ``["delayed", "fp16+delayed", "onebit+delayed"]``.
-    """
-    from gradwire.compress import AutoCompressor, get_compressor
-    from gradwire.overlap import parse_strategy
-
-    choice = parse_strategy(strategy)
-    if choice.compressor is None:
-        return None
-    auto = get_compressor(choice.compressor)
-    if not isinstance(auto, AutoCompressor):
-        return None
-    spec = str(choice.spec)
-    return [spec] + [f"{c.name}+{spec}" if spec != "sync" else c.name for c in auto.candidates]
-
-
 def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net: NetSpec, world: int,
                    batch_size: int | None = None,
                    bandwidths: Sequence[float] = BANDWIDTHS) -> SpeedupCurves:
@@ -113,6 +95,7 @@ def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net
     from gradwire.predict import Pricers, predict
     from gradwire.predict.codec import codec_cost
     from gradwire.predict.describe import describe_model
+    from gradwire.overlap import parse_strategy
     from gradwire.predict.model import uses_compressor
 
     if not compute_ms > 0:
@@ -120,7 +103,7 @@ def speedup_curves(model: str, compute_ms: float, strategies: Sequence[str], net
     profile = describe_model(model, compute_ms / 1.5, batch_size=batch_size)
     # ``auto`` is replayed as its candidates: at each bandwidth the fastest of them (``none``: the strategy
     # uncompressed), the choice its chooser makes when it prices every exchange alike
-    replayed = {s: auto_candidates(s) or [s] for s in strategies}
+    replayed = {s: [str(c) for c in parse_strategy(s).auto_candidates() or [parse_strategy(s)]] for s in strategies}
     costs = {}
     for s in (c for cands in replayed.values() for c in cands):
         name = uses_compressor(s)
