@@ -38,6 +38,14 @@ def test_names_options_and_bad_values() -> None:
             parse_strategy(bad).build()
 
 
+def test_the_outer_exchange_compresses_from_its_first_round() -> None:
+    # no DDP buckets to rebuild: an uncompressed first round would be a fifth of the bytes of five rounds
+    assert parse_strategy("int8+diloco:100").build()._exchange.compressing(10**6)
+    assert parse_strategy("int8+streaming-diloco:100").build()._exchange.compressing(10**6)
+    late = parse_strategy("int8:warmup=2+diloco:100").build()._exchange
+    assert not late.compressing(10**6) and late.warmup_iters == 2
+
+
 def test_one_outer_step_is_sgd_nesterov_on_the_mean_delta() -> None:
     s = parse_strategy("diloco:2:lr=0.5:mu=0.9").build()
     model = torch.nn.Linear(3, 1, bias=False)

@@ -55,7 +55,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
-from gradwire.hooks import Compressor, StateKey
+from gradwire.hooks import CompressionState, Compressor, StateKey
 
 from .averaging import _Averaging
 from .base import Timing, flatten, unflatten_into
@@ -149,6 +149,18 @@ class DiLoCoStrategy(_Averaging):
     @property
     def optimizer_momentum(self) -> float:
         return self.momentum
+
+    def exchange_state(self, group: dist.ProcessGroup | None, momentum: float = 0.0) -> CompressionState:
+        """The outer exchange compresses from its first round (unless the compressor says ``warmup=N``).
+
+        The exchange's default warm-up of one uncompressed step is for DDP, which rebuilds its
+        buckets after the first iteration; an outer round sends the same fragment every time, and
+        with a handful of rounds to the target an uncompressed first one is a large share of the
+        bytes (a fifth of them for five rounds).
+        """
+        state = super().exchange_state(group, momentum)
+        state.warmup_iters = state.compressor.warmup
+        return state
 
     def wrap(self, model: nn.Module) -> nn.Module:
         module = super().wrap(model)
