@@ -8,7 +8,7 @@ the parameters since the last round, and an outer optimizer applies it:
 1. ``delta_i = anchor - x_i`` (the anchor is the last round's global model,
    the same on every rank);
 2. ``g = mean_i(delta_i)``, through the exchange (a compressor with error
-   feedback across rounds: ``int8+diloco:100``, ``onebit+diloco:100``);
+   feedback across rounds: ``int8+diloco:100``);
 3. SGD with Nesterov momentum on the anchor: ``m = mu m + g``,
    ``anchor -= lr (g + mu m)`` (the paper's outer lr 0.7, momentum 0.9);
 4. every rank continues from the new anchor; its inner optimizer keeps its
@@ -32,6 +32,12 @@ and the rank keeps the progress it made meanwhile:
 steps between two rounds of any one fragment (``H``).
 
 Traps:
+- ``onebit`` is refused (and ``signum``, a vote): a sign-compressed outer
+  gradient misses 60-70% of a round's change, and error feedback carries a
+  residual as large as a whole round's change into later rounds, which start
+  from another model; the error grows every round and the training diverges
+  (``benchmarks/diloco_outer_compression.py``). A quantiser whose error is a
+  few percent of a round (``int8``) keeps diloco's loss.
 - The outer step is on the parameters; buffers (BatchNorm statistics) stay
   local, as in PyTorch's post-local SGD.
 - ``finish`` runs one last round of every fragment (overlapped ones waited
@@ -49,7 +55,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
-from gradwire.hooks import Compressor, StateKey
+from gradwire.hooks import CompressionState, Compressor, StateKey
 
 from .averaging import _Averaging
 from .base import Timing, flatten, unflatten_into
@@ -143,6 +149,18 @@ class DiLoCoStrategy(_Averaging):
     @property
     def optimizer_momentum(self) -> float:
         return self.momentum
+
+    def exchange_state(self, group: dist.ProcessGroup | None, momentum: float = 0.0) -> CompressionState:
+        """The outer exchange compresses from its first round (unless the compressor says ``warmup=N``).
+
+        The exchange's default warm-up of one uncompressed step is for DDP, which rebuilds its
+        buckets after the first iteration; an outer round sends the same fragment every time, and
+        with a handful of rounds to the target an uncompressed first one is a large share of the
+        bytes (a fifth of them for five rounds).
+        """
+        state = super().exchange_state(group, momentum)
+        state.warmup_iters = state.compressor.warmup
+        return state
 
     def wrap(self, model: nn.Module) -> nn.Module:
         module = super().wrap(model)

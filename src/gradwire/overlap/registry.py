@@ -24,7 +24,8 @@ parameters so that a comma-separated list of runs stays unambiguous.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
 
 import torch.distributed as dist
 
@@ -41,17 +42,39 @@ from .torch_hooks import TorchFP16Strategy, TorchPostLocalSGDStrategy, TorchPowe
 __all__ = ["STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
 
 #: compressors whose exchange is not an average (a majority vote): they cannot average parameters
-_NOT_AN_AVERAGE = frozenset({"signum"})
+_NOT_AN_AVERAGE: Mapping[str, str] = MappingProxyType({"signum": "its exchange is a vote, not an average"})
+
+#: DiLoCo's outer gradient is one round's whole parameter change, sent once per H steps
+_DILOCO_REFUSES: Mapping[str, str] = MappingProxyType({
+    **_NOT_AN_AVERAGE,
+    # benchmarks/diloco_outer_compression.py: diverged on the GPT example, and no variant came within 2%
+    "onebit": "a sign-compressed outer gradient misses 60-70% of a round's change (the GPT example); error "
+              "feedback carries that miss, as large as a whole round's change, into later rounds taken from "
+              "another model, so it grows every round (it diverged), and without error feedback it stays "
+              "(18-46% worse at 600 steps); use int8 (4x fewer bytes, the loss of plain diloco)",
+})
 
 
-class _Everything(frozenset):
-    """A refusal set that holds every name (for strategies that are their own compression)."""
+class _Everything(Mapping[str, str]):
+    """A refusal map that holds every name, for one reason (strategies that are their own compression)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getitem__(self, key: str) -> str:
+        return self.why
 
     def __contains__(self, item: object) -> bool:
         return True
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
 
-_ANY_COMPRESSOR = _Everything()
+    def __len__(self) -> int:
+        return 0
+
+
+_ANY_COMPRESSOR = _Everything("it is its own compression")
 
 
 @dataclass(frozen=True)
@@ -62,8 +85,9 @@ class StrategyEntry:
     positional: tuple[str, ...]
     options: tuple[str, ...]
     doc: str
-    #: compressor names this strategy refuses (its exchange would not mean what the strategy needs)
-    refuses: frozenset[str] = frozenset()
+    #: compressor names this strategy refuses, each with the reason (its exchange would not mean what the
+    #: strategy needs)
+    refuses: Mapping[str, str] = field(default_factory=dict)
     #: options written as a bare word (``delayed:naive``), passed as ``name=1``
     flags: tuple[str, ...] = ()
     #: options that take a number with a fraction (``lr=0.7``); the others are integers
@@ -96,10 +120,10 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "handler": StrategyEntry(HandlerStrategy, (), (), "AsyncGradientHandler, no DDP"),
     "diloco": StrategyEntry(DiLoCoStrategy, ("H",), ("lr", "mu", "overlap"),
                             "H inner steps, then an outer Nesterov step on the averaged parameter change",
-                            _NOT_AN_AVERAGE, floats=("lr", "mu")),
+                            _DILOCO_REFUSES, floats=("lr", "mu")),
     "streaming-diloco": StrategyEntry(StreamingDiLoCoStrategy, ("H",), ("fragments", "lr", "mu", "overlap"),
                                       "DiLoCo with the parameters in F fragments synchronised in turn",
-                                      _NOT_AN_AVERAGE, floats=("lr", "mu")),
+                                      _DILOCO_REFUSES, floats=("lr", "mu")),
     "torch-postlocalsgd": StrategyEntry(TorchPostLocalSGDStrategy, ("H",), ("warmup",),
                                         "PyTorch's PostLocalSGDOptimizer + PeriodicModelAverager", _ANY_COMPRESSOR),
     # PyTorch's own hooks, as peers; they are the compression, so they take no compressor
@@ -191,15 +215,14 @@ def check_composition(compressor: str | Compressor | None, spec: StrategySpec) -
         return
     entry = STRATEGIES[spec.name]
     head = compressor.name if isinstance(compressor, Compressor) else compressor.split(":")[0].lower()
-    refuses, why = entry.refuses, "its exchange is a vote, not an average"
+    refuses = entry.refuses
     if spec.name == "delayed" and spec.params.get("naive"):
-        refuses = frozenset()  # applies whatever the exchange returns
+        refuses = MappingProxyType({})  # applies whatever the exchange returns
     if head in refuses:
-        if refuses is _ANY_COMPRESSOR:
-            why = "it is its own compression"
         valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses)) or "none"
         raise ValueError(
-            f"compressor {getattr(compressor, 'name', compressor)!r} cannot compose with strategy {spec}: {why}; "
+            f"compressor {getattr(compressor, 'name', compressor)!r} cannot compose with strategy {spec}: "
+            f"{refuses[head]}; "
             f"valid compressors for {spec}: {valid}"
         )
 
