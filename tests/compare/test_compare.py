@@ -33,7 +33,8 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     # (local correction, see gradwire.hooks.state) adds one full all_reduce to the short run
     assert 1.5 < rows["fp16"]["reduction"] <= 2.0  # 11 steps of half the bytes, plus one full average
     assert rows["localsgd:2"]["reduction"] > 1.5  # a parameter average every 2 steps
-    assert rows["compute-only"]["ideal_speedup"] > 1.0  # the 1 ms network costs something
+    # compute-only sends nothing (its time against sync's is a timing: a busy host may reverse it on 12 steps)
+    assert wire["compute-only"] < 0.1 * wire["sync"]
     assert len(res["runs"][1]["seeds"]) == 2
     for name in ("table.md", "accuracy.png", "breakdown.png", "bandwidth.png"):
         assert (out / name).stat().st_size > 0

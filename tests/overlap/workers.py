@@ -137,7 +137,9 @@ def exposure(rank: int, world: int, names: list[str], steps: int, compute_s: flo
     import gradwire
     from gradwire.overlap import parse_strategy, split_exposed, step_comm_seconds
 
-    _init(rank, world, "bandwidth=10mbit,latency=100us")  # Linear(64, 10): 2.6 KB, about 4 ms per all_reduce
+    # Linear(64, 10): 2.6 KB, about 21 ms per all_reduce: long beside a busy host's scheduling delays, which
+    # count as other waits, not the network's
+    _init(rank, world, "bandwidth=1mbit,latency=100us")
     out = {}
     for name in names:
         strategy = parse_strategy(name).build(momentum=0.9)
