@@ -61,7 +61,8 @@ def main() -> None:
             out = Path(work) / "compare"
             cmd = [sys.executable, "-m", "gradwire", "compare", *options, "--seeds", str(args.seeds),
                    "--out", str(out)] + (["--", *command] if command else [])
-            subprocess.run(cmd, cwd=work, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            # a failed run still has its row (status and error): compare's exit code is not the verdict
+        subprocess.run(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
             result = json.loads((out / "results.json").read_text())
         for net in dict.fromkeys(r["net"] for r in result["rows"]):
             mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
@@ -70,7 +71,7 @@ def main() -> None:
                 rows.append({"run": name, "net": net, "strategy": strategy, "status": r["status"],
                              "step_ms": r["step_ms"], "speedup": r["speedup"], "metric": r["metric"],
                              "metric_mean": r["metric_mean"], "metric_min": r["metric_min"],
-                             "metric_max": r["metric_max"], "reduction": r["reduction"],
+                             "metric_max": r["metric_max"], "reduction": r["reduction"], "error": r.get("error", ""),
                              "auto": [a["describe"] for a in r.get("auto") or []]})
             for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
                 fam = family(auto)

@@ -43,7 +43,8 @@ def main() -> None:
         cmd = [sys.executable, "-m", "gradwire", "compare", *nets, "--strategies", args.strategies,
                "--seeds", str(args.seeds), "--metric", "test_accuracy", "--out", str(runs), "--",
                "torchrun", "--nproc-per-node", "2", str(ROOT / "examples/small_adamw.py"), "--seed", "{seed}"]
-        subprocess.run(cmd, cwd=work, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        # a failed run still has its row (status and error): compare's exit code is not the verdict
+        subprocess.run(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         result = json.loads((runs / "results.json").read_text())
     for net in dict.fromkeys(r["net"] for r in result["rows"]):
         mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net}
@@ -52,7 +53,7 @@ def main() -> None:
         for name, r in mine.items():
             rows.append({"net": net, "strategy": name, "status": r["status"], "step_ms": r["step_ms"],
                          "speedup": r["speedup"], "wire_kib_per_step": _kib(r["wire_mb_per_step"]),
-                         "reduction": r["reduction"], "accuracy_mean": r["metric_mean"],
+                         "reduction": r["reduction"], "error": r.get("error", ""), "accuracy_mean": r["metric_mean"],
                          "accuracy_min": r["metric_min"], "accuracy_max": r["metric_max"], "seeds": r["seeds"]})
         onebit = mine.get("onebit")
         if waits is not None and onebit is not None and onebit.get("speedup") is not None:

@@ -8,9 +8,9 @@ one, whose collectives take the time its network model says):
    all_reduces of one element (the first lines the ranks up; the faster of
    the next two is ``alpha``: the per-collective cost, latency and the
    backend's own work) and two of the step's largest exchange (at most
-   :data:`PROBE_NUMEL` elements, doubled while its bytes are too few to
-   tell from ``alpha``; the faster gives ``beta`` per bus byte from the
-   difference), each timed from issue to completion: ``bench --fit``'s
+   :data:`PROBE_NUMEL` elements at first, then as many as cost
+   :data:`PROBE_BYTES_SHARE` times ``alpha`` on the agreed link; the faster
+   gives ``beta`` per bus byte from the difference), each timed from issue to completion: ``bench --fit``'s
    two-point fit, online. Delays on a busy host only add time, so the
    fastest of each pair is the link's.
 2. The CPU: each candidate's compress and decompress on a tensor of each
@@ -76,8 +76,10 @@ SWITCH_GAIN = 0.05
 LEAVE_NONE_GAIN = 0.2
 #: the probe's larger all_reduce starts at the largest exchange, at most this many elements (512 KiB of fp32),
 PROBE_NUMEL = 1 << 17
-#: and doubles, up to twice the largest exchange and this many elements (4 MiB of fp32), while its bytes take
-#: less than PROBE_BYTES_SHARE x alpha (the difference would be noise)
+#: then takes the size whose bytes cost PROBE_BYTES_SHARE x alpha on the agreed link (fewer would be lost in
+#: the noise of alpha, more would cost the step for nothing), between these bounds (64 KiB and 4 MiB of fp32)
+#: and at most twice the largest exchange
+PROBE_MIN_NUMEL = 1 << 14
 PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
@@ -193,18 +195,17 @@ class AutoChooser:
     def _probe(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """Time all_reduces of 1 element and of the largest exchange (module doc), in a turn of their own.
 
-        The large one's size grows from the agreed link only (every rank
-        computes the same size): doubled while its bytes take less than
-        :data:`PROBE_BYTES_SHARE` x alpha.
+        The large one's size comes from the agreed link only (every rank
+        computes the same size): bytes worth :data:`PROBE_BYTES_SHARE` x alpha.
         """
         world = dist.get_world_size(group)
         largest = max(k.total for k in keys)
         if self._probe_numel is None:
             self._probe_numel = min(largest, PROBE_NUMEL)
-        elif self.link is not None:
-            bytes_time = self.link.beta * 2 * (world - 1) / world * self._probe_numel * 4
-            if bytes_time < PROBE_BYTES_SHARE * self.link.alpha:
-                self._probe_numel = min(2 * self._probe_numel, max(2 * largest, PROBE_NUMEL), PROBE_MAX_NUMEL)
+        elif self.link is not None and self.link.beta > 0:  # bytes worth PROBE_BYTES_SHARE alphas, no more
+            per_element = self.link.beta * 2 * (world - 1) / world * 4
+            wanted = int(PROBE_BYTES_SHARE * self.link.alpha / per_element)
+            self._probe_numel = max(PROBE_MIN_NUMEL, min(wanted, max(2 * largest, PROBE_NUMEL), PROBE_MAX_NUMEL))
         large = self._probe_numel
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
