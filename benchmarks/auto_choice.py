@@ -62,7 +62,7 @@ def main() -> None:
             cmd = [sys.executable, "-m", "gradwire", "compare", *options, "--seeds", str(args.seeds),
                    "--out", str(out)] + (["--", *command] if command else [])
             # a failed run still has its row (status and error): compare's exit code is not the verdict
-        subprocess.run(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            subprocess.run(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
             result = json.loads((out / "results.json").read_text())
         for net in dict.fromkeys(r["net"] for r in result["rows"]):
             mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
