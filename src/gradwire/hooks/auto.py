@@ -84,6 +84,8 @@ PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
+#: all-uncompressed steps whose exposure is kept (the fastest counts)
+_EXPOSURE_STEPS = 8
 #: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
 _CPU_REPEATS = 3
 
@@ -141,6 +143,9 @@ class AutoChooser:
         self._cpu: dict[tuple[str, int, int], float] = {}
         self._lines: dict[tuple[str, int], tuple[float, float]] = {}
         self._probe_numel: int | None = None
+        #: (exposed seconds, keys) of the last all-uncompressed steps; the agreed exposed share of their price
+        self._exposed: list[tuple[float, list[StateKey]]] = []
+        self._exposed_share = 1.0
         #: (small seconds, large seconds, large bus bytes) of the last probe, when it completed
         self._probed: list[float] | None = None
         self._agreement: tuple[Future, list[StateKey], int, int] | None = None
@@ -181,8 +186,17 @@ class AutoChooser:
         if probe:
             self._probe(self._keys, sequencer, group)
 
-    def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None) -> None:
-        """After step ``step``'s exchanges were issued: what the next step's first exchange does."""
+    def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None,
+                 futures: list[Future] | None = None) -> None:
+        """After step ``step``'s exchanges were issued: what the next step's first exchange does.
+
+        ``futures``: the step's exchanges. When every one went uncompressed,
+        the time from now (the last one was just issued, backward is done)
+        until the last completes is what the step waited for them: DDP
+        overlapped the rest with backward (:meth:`_exposure`).
+        """
+        if futures and all(self.choice.get(k, self.none) is self.none for k in keys):
+            self._time_exposure(keys, futures)
         if not keys or not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) < 2:
             return
         if self._first is None:
@@ -192,6 +206,33 @@ class AutoChooser:
         self._due = (since == 1 or (since > 1 and since % self.auto.every == 1), since % self.auto.every == 0)
 
     # -- measuring -----------------------------------------------------------------
+    def _time_exposure(self, keys: list[StateKey], futures: list[Future]) -> None:
+        """Record the exposed seconds of this all-uncompressed step's exchanges, and their summed price."""
+        start = time.perf_counter()
+        done = torch.futures.collect_all(list(futures))
+        keys = list(keys)
+
+        def record(_: Any) -> None:
+            self._exposed.append((time.perf_counter() - start, keys))
+            del self._exposed[:-_EXPOSURE_STEPS]
+
+        done.then(lambda f: record(f.value()))
+
+    def _exposure(self, world: int) -> float:
+        """The uncompressed exchanges' exposed share of their price (1: nothing overlapped; last measured).
+
+        The fastest of the last few all-uncompressed steps, over the sum of
+        their exchanges' prices on the current link: DDP overlaps the first
+        buckets' all_reduces with backward, so sync pays only part of the
+        price. A compressed choice is priced whole (fused, it leaves at the
+        end of backward, and its coding runs on the training thread).
+        """
+        if not self._exposed or self.link is None:
+            return self._exposed_share
+        seconds, keys = min(self._exposed, key=lambda e: e[0])
+        full = sum(price(self.none, k.total, world, self.link) for k in keys)
+        return min(1.0, seconds / full) if full > 0 else 1.0
+
     def _probe(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """Time all_reduces of 1 element and of the largest exchange (module doc), in a turn of their own.
 
@@ -296,7 +337,8 @@ class AutoChooser:
         small, large, busbytes = self._probed
         world = dist.get_world_size(group)
         cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
-        numbers = torch.tensor([small, large, busbytes, *cpu], dtype=torch.float64) / world
+        share = self._exposure(world)
+        numbers = torch.tensor([small, large, busbytes, share, *cpu], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
         self._agreement = (then(fut, lambda _: numbers), list(keys), self._step, world)
@@ -309,13 +351,15 @@ class AutoChooser:
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
         self.link = measured if self.link is None else Link((self.link.alpha + measured.alpha) / 2,
                                                             (self.link.beta + measured.beta) / 2)
-        cpu = values[3:]
+        self._exposed_share = values[3]
+        cpu = values[4:]
         changed = False
         per = len(self.candidates)
         for i, key in enumerate(keys):
             size = torch.empty(0, dtype=self._dtypes.get(key, torch.float32)).element_size()
             prices = [price(c, key.total, world, self.link, cpu[i * per + j], size)
                       for j, c in enumerate(self.candidates)]
+            prices[0] *= self._exposed_share  # none: only what backward does not hide (_exposure)
             best = min(range(per), key=prices.__getitem__)
             current = self.choice.get(key, self.none)
             now = prices[self.candidates.index(current)] if current in self.candidates else float("inf")

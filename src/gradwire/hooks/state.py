@@ -242,6 +242,7 @@ class CompressionState:
         "_rebuild_check",
         "_held",
         "auto",
+        "_step_futures",
     )
 
     def __init__(
@@ -304,6 +305,8 @@ class CompressionState:
         self._rebuild_check = False
         #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
         self._held: list[_Held] = []
+        #: this step's exchanges (``auto`` times how long the step waits for them)
+        self._step_futures: list[Future] = []
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -323,7 +326,8 @@ class CompressionState:
         """
         self._flush()
         if self.auto is not None and self.step >= self.warmup_iters:
-            self.auto.end_step(self.step, list(self._layouts), self.process_group)
+            self.auto.end_step(self.step, list(self._layouts), self.process_group, self._step_futures)
+        self._step_futures = []
         self.step += 1
         self._loaded = []
         self._run_steps += 1
@@ -372,7 +376,7 @@ class CompressionState:
         turn = self.sequencer.turn()
         group = self.process_group
         if not compress and not settle:
-            return exchange.average(turn, flat, group)
+            return self._keep(exchange.average(turn, flat, group))
         if ef is not None:
             ef.compensate(flat, key)
         retired = self._retire_chunks(key, compressor, flat) if self.auto is not None and finite else []
@@ -387,7 +391,13 @@ class CompressionState:
             update = None if ef is None else (lambda approx: ef.update(key, flat, approx, finite))
             run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
             fut = run(turn, flat, key, compressor, group, update)
-        return fut if correct is None else then(fut, correct)
+        return self._keep(fut if correct is None else then(fut, correct))
+
+    def _keep(self, fut: Future) -> Future:
+        """``auto`` times a step's exchanges from its end (:meth:`AutoChooser.end_step`): keep them; return ``fut``."""
+        if self.auto is not None:
+            self._step_futures.append(fut)
+        return fut
 
     def _owes(self, key: StateKey) -> bool:
         """Whether error feedback holds a worker residual of ``key``'s parameters or a served chunk of its layout."""
@@ -678,7 +688,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check", "_held", "auto")
+                "_run_steps", "_rebuild_check", "_held", "auto", "_step_futures")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
