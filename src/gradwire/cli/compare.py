@@ -198,16 +198,45 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                            "metric.png")
 
 
-def _predicted(cfg: Any, rows: list[Any]) -> Any:
-    """Speedup against bandwidth on the measured step (None without a compute-only run to measure it by)."""
+def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
+    """The predicted speedups at each network and against bandwidth, on the measured step (None without a
+    compute-only run to measure it by). The host is calibrated first (:mod:`gradwire.compare.crossover`);
+    a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
     from gradwire.compare.config import COMPUTE_ONLY
-    from gradwire.compare.crossover import speedup_curves
+    from gradwire.compare.crossover import hook_buckets, replay_for, speedup_curves
+    from gradwire.overlap import parse_strategy
+    from gradwire.predict.calibrate import calibrate
+    from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
     ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
     if ideal is None or not ideal.compute_ms > 0 or len(cfg.strategies) < 2:
         return None
-    return speedup_curves(cfg.model, ideal.compute_ms, cfg.strategy_names, cfg.nets[0], cfg.workers,
-                          batch_size=cfg.batch_size)
+    names = cfg.strategy_names
+    codecs = [c for s in names if isinstance(c := parse_strategy(s).exchange.codec, str)]
+    steps = cfg.epochs * steps_per_epoch(TRAIN_SIZE, cfg.workers, cfg.batch_size)
+    say(f"predicting: measuring this host with {cfg.workers} ranks (its real collectives, each exchange's CPU work)")
+    try:
+        measured = calibrate(cfg.model, cfg.batch_size, cfg.workers, codecs,
+                             hook_buckets(cfg.model, names, cfg.workers))
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        say(f"predicting without the host: its calibration failed ({str(exc).splitlines()[0][:160]})")
+        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, steps=steps)
+        calibration = None
+    else:
+        scale = ideal.compute_ms / 1e3 / measured.compute
+        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, measured.scaled(scale),
+                            steps)
+        calibration = {**measured.as_dict(), "scale": scale}
+    curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
+    curves.at_nets = {net: replay.speedups(names, net) for net in cfg.net_names}
+    curves.calibration = calibration
+    return curves
+
+
+def _with_predictions(rows: list[Any], at_nets: dict[str, dict[str, float]]) -> None:
+    """Each row's predicted speedup, beside its measured one."""
+    for r in rows:
+        r.predicted_speedup = at_nets.get(r.net, {}).get(r.strategy, float("nan"))
 
 
 def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
@@ -252,10 +281,12 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 128 + signum
     rows = rows_of(results)
+    curves = _predicted(predict_for, rows, lambda line: console.print(escape(line))) if predict_for is not None else None
+    if curves is not None:
+        _with_predictions(rows, curves.at_nets)
     print_table(rows, target)
     results.rows = rows
     plots = [out / plot_name, out / "breakdown.png"]
-    curves = _predicted(predict_for, rows) if predict_for is not None else None
     markdown = to_markdown(rows, target)
     if curves is not None:
         from gradwire.compare.plots import plot_bandwidth

@@ -25,6 +25,9 @@ gradwire does not know):
   waiting;
 - share of ideal: compute-only time / strategy time, how much of the speed
   with a free network the strategy reaches;
+- predicted (bundled models): the step model's speedup for the same
+  training on the same network (:mod:`gradwire.compare.crossover`), and in
+  brackets how far it is from the measured speedup (predicted / measured - 1);
 - the verdict under each table: the regime (communication-bound when the
   baseline waits on the network for at least half its step, compute-bound
   at 15% or less) and the strategies that are slower than the baseline
@@ -274,6 +277,11 @@ def rows_of(results: Results) -> list[Row]:
     return rows
 
 
+def _predicts(rows: list[Row]) -> bool:
+    """Whether the rows carry the step model's speedups (then they are a column beside the measured ones)."""
+    return any(not math.isnan(r.predicted_speedup) for r in rows)
+
+
 def _columns(rows: list[Row], target: float | None = None) -> list[str]:
     """The table's columns: per epoch (bundled models) or per step (a script; time to target when one is set)."""
     unit = rows[0].unit if rows else "epoch"
@@ -281,8 +289,9 @@ def _columns(rows: list[Row], target: float | None = None) -> list[str]:
     name = "accuracy" if metric == "test_accuracy" else metric
     spread = ["step p50 / p95 / max (ms)"] if _changing(rows) else []
     if unit == "epoch":
-        return ["strategy", "time/epoch (s)", *spread, "speedup", "of ideal", "wire MiB/epoch", "reduction",
-                f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
+        predicted = ["predicted (vs measured)"] if _predicts(rows) else []
+        return ["strategy", "time/epoch (s)", *spread, "speedup", *predicted, "of ideal", "wire MiB/epoch",
+                "reduction", f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
     return ["strategy", "time/step (ms)", *spread, "speedup", "of ideal", "wire KiB/step", "reduction",
             f"{name} (mean [min, max])"] + (["time to target (s)"] if target is not None else []) + [
             "exposed comm", "other waits", "optimizer / note"]
@@ -293,13 +302,23 @@ def _ttt(r: Row) -> str:
             else f"not reached (0/{r.seeds})")
 
 
-def _cells(r: Row, target: float | None = None, spread: bool = False) -> list[str]:
-    """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network)."""
+def _cells(r: Row, target: float | None = None, spread: bool = False, predicted: bool = False) -> list[str]:
+    """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network);
+    ``predicted``: with the step model's speedup after the measured one (bundled models)."""
     cells = _plain_cells(r, target)
+    if predicted and r.unit == "epoch":
+        cells.insert(3, _predicted_cell(r))
     if spread:
         shown = "" if math.isnan(r.step_p50_ms) else f"{r.step_p50_ms:.1f} / {r.step_p95_ms:.1f} / {r.step_max_ms:.1f}"
         cells.insert(2, shown if r.ok or r.status == UNSOUND else "")
     return cells
+
+
+def _predicted_cell(r: Row) -> str:
+    """``1.85x (-1%)``: the predicted speedup and its distance from the measured one."""
+    if math.isnan(r.predicted_speedup) or not (r.ok or r.status == UNSOUND):
+        return "—"
+    return f"{r.predicted_speedup:.2f}x ({r.predicted_speedup / r.speedup - 1:+.0%})"
 
 
 def _plain_cells(r: Row, target: float | None = None) -> list[str]:
@@ -411,7 +430,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
     """Markdown tables, one per network."""
     out = []
     columns = _columns(rows, target)
-    spread = _changing(rows)
+    spread, predicted = _changing(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         title = _title(f"`{net}`", rows, target)
         out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
@@ -419,7 +438,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r, target, spread)) + " |")
+                out.append("| " + " | ".join(_cells(r, target, spread, predicted)) + " |")
         out.append("")
         said = verdict(rows, net, target)
         if said:
@@ -436,14 +455,14 @@ def print_table(rows: list[Row], target: float | None) -> None:
 
     console = Console(width=max(Console().width, 150))
     columns = _columns(rows, target)
-    spread = _changing(rows)
+    spread, predicted = _changing(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         table = Table(title=escape(_title(net, rows, target)))
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r, target, spread)))
+                table.add_row(*(escape(c) for c in _cells(r, target, spread, predicted)))
         console.print(table)
         said = verdict(rows, net, target)
         if said:

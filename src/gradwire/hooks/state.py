@@ -127,13 +127,24 @@ from gradwire.compress.twophase import chunk_bounds, chunk_granule
 from . import exchange
 from .futures import Sequencer, then
 
-__all__ = ["MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames"]
+__all__ = ["MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "warmup_steps"]
 
 log = logging.getLogger(__name__)
 
 #: tensors (buckets) smaller than this are averaged uncompressed: a compression round's fixed
 #: cost (chunking, packing, a second collective) outweighs the few bytes it saves
 MIN_COMPRESS_NUMEL = 1024
+
+
+def warmup_steps(compressor: str | Compressor | None) -> int:
+    """Steps a :class:`CompressionState` of ``compressor`` reduces uncompressed first by default (module doc).
+
+    The compressor's ``warmup=N``, else 1; 0 without a compressor (nothing to warm up).
+    """
+    if compressor is None:
+        return 0
+    c = get_compressor(compressor)
+    return 0 if isinstance(c, NoneCompressor) else c.warmup or 1
 
 
 class ParamNames:
@@ -232,7 +243,7 @@ class CompressionState:
             raise ValueError(f"min_compress_numel must be >= 0, got {min_compress_numel}")
         self.compressor = get_compressor(compressor)
         if warmup_iters is None:
-            warmup_iters = self.compressor.warmup or 1
+            warmup_iters = max(1, warmup_steps(self.compressor))  # "none" too: DDP's first iteration
         if error_feedback is None:
             error_feedback = not self.compressor.unbiased
         if isinstance(error_feedback, bool):

@@ -1,0 +1,277 @@
+"""Measure what the step model needs of a host: its compute, its real collectives, each exchange's CPU work.
+
+:func:`calibrate` starts the job's ranks on this machine (``world`` of them,
+as the training would) and measures, in every rank at once (so that the
+cores are as busy as in training):
+
+1. the reference step: the bundled model trained for a few epochs with
+   ``sync`` on the ``local`` network (every all_reduce answered on the rank,
+   :mod:`gradwire.backend.local`), the time each step computes, as a
+   comparison's compute-only run measures it (the mean step of an epoch,
+   each of its steps the median over epochs); and, apart, the shares of
+   forward, backward and optimizer in a plain step of the model;
+2. the real collectives (:class:`~gradwire.predict.host.Floors`): every op
+   the exchanges use, at a few sizes, on the ``gradwire`` backend over
+   ``loopback`` (nothing modelled, so an op takes what the host makes it
+   take), median seconds per call of back-to-back calls;
+3. each exchange's CPU stages: a compressor's with
+   :func:`gradwire.predict.codec.codec_cost`, a hook's
+   (:class:`~gradwire.overlap.ExchangeModel`) with
+   :func:`gradwire.predict.codec.stage_seconds` at each bucket it will
+   price, and one pass over a bucket's memory (a copy).
+
+Figures are the mean over the ranks. :meth:`Calibration.scaled` moves them to
+the pace the host had elsewhere: a comparison divides its compute-only
+run's compute by the reference step and scales every figure by that, so that
+CPU work measured here, at one moment of a shared machine's load, is priced
+at the pace of the runs it is set beside. Every figure here is a median (of
+calls, or of each step's place in an epoch): the work itself, with as little
+of another job's preemption as it can; the runs' mean compute has their
+share of it, and the scale carries that share to every figure. Nothing here is fitted to a run
+that is predicted: each figure is a time measured of its own work.
+
+Trap: on a machine other jobs share, a calibration under a load the runs
+did not see is only as right as that scaling; the load is recorded with it.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, codec_cost, stage_seconds
+from gradwire.predict.host import Floors, Host
+
+__all__ = ["Calibration", "FLOOR_SIZES", "calibrate"]
+
+_TIMEOUT = datetime.timedelta(seconds=300)
+#: bytes the real collectives are timed at (their nccl-tests sizes)
+FLOOR_SIZES = (4 << 10, 64 << 10, 512 << 10, 4 << 20)
+#: the ops the exchanges issue
+_OPS = ("all_reduce", "all_to_all", "all_gather")
+#: untimed and timed calls per op and size
+_WARM, _TIMED = 3, 15
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What :func:`calibrate` measured (module doc); figures in seconds."""
+
+    world: int
+    host: Host
+    compute: float
+    """the reference step's compute: mean seconds per step of ``sync`` on ``local``"""
+    shares: tuple[float, float, float]
+    """forward, backward and optimizer, as shares of a plain step of the model"""
+    codecs: Mapping[str, CodecCost] = field(default_factory=dict)
+    """each compressor's stages, by its spec"""
+    hooks: Mapping[str, HookCost] = field(default_factory=dict)
+    """each hook's stages at the buckets asked for, by the hook's name"""
+    load: tuple[float, ...] = ()
+    """the host's 1, 5 and 15 minute load average when it ended"""
+
+    def scaled(self, factor: float) -> "Calibration":
+        """Every CPU figure times ``factor`` (module doc); the reference step too."""
+        return replace(self, host=self.host.scaled(factor), compute=self.compute * factor,
+                       codecs={k: c.scaled(factor) for k, c in self.codecs.items()},
+                       hooks={k: h.scaled(factor) for k, h in self.hooks.items()})
+
+    def cost_for(self, codec: Any) -> Any:
+        """The measured CPU cost of a codec (a compressor's spec or a hook's model); free for None."""
+        from gradwire.predict.codec import FREE
+
+        if codec is None:
+            return FREE
+        if isinstance(codec, str):
+            return self.codecs.get(codec) or codec_cost(codec)
+        return self.hooks.get(codec.name) or HookCost(codec)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"world": self.world, "compute": self.compute, "shares": list(self.shares),
+                "busy_cores": self.host.busy_cores, "floors": self.host.floors.as_dict(),
+                "copy": [self.host.copy.fixed, self.host.copy.per_element],
+                "codecs": {k: {s: [getattr(c, s).fixed, getattr(c, s).per_element]
+                               for s in ("encode", "serve", "decode", "per_rank")} for k, c in self.codecs.items()},
+                "hooks": {k: [{"numel": key[0], "shapes": [list(s) for s in key[1]], "world": key[2],
+                               "stages": [t * h.scale for t in v]} for key, v in h.measured.items()]
+                          for k, h in self.hooks.items()},
+                "load": list(self.load)}
+
+
+@dataclass(frozen=True)
+class _Request:
+    model: str
+    batch_size: int
+    codecs: tuple[str, ...]
+    hooks: tuple[tuple[Any, tuple[BucketKey, ...]], ...]
+    epochs: int
+
+
+def _time_op(op: str, nbytes: int, world: int) -> float:
+    """Median seconds per call of ``op`` at ``nbytes`` (nccl-tests convention), back to back."""
+    import torch
+    import torch.distributed as dist
+
+    if op == "all_reduce":
+        x = torch.ones(max(1, nbytes // 4))
+
+        def call() -> None:
+            dist.all_reduce(x, async_op=True).wait()
+    elif op == "all_to_all":
+        send = torch.zeros(max(world, nbytes // world * world), dtype=torch.uint8)
+        recv = torch.empty_like(send)
+
+        def call() -> None:
+            dist.all_to_all_single(recv, send, async_op=True).wait()
+    else:
+        row = torch.zeros(max(1, nbytes // world), dtype=torch.uint8)
+        rows = list(torch.empty(world, row.numel(), dtype=torch.uint8).unbind(0))
+
+        def call() -> None:
+            dist.all_gather(rows, row, async_op=True).wait()
+    times = []
+    for i in range(_WARM + _TIMED):
+        t0 = time.perf_counter()
+        call()
+        if i >= _WARM:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _robust_mean(steps: Sequence[float], per_epoch: int) -> float:
+    """The mean step of an epoch, each step's place in it the median over the epochs after the first.
+
+    An epoch's steps differ (its last batch is partial); a moment of another
+    job's load lengthens one step of one epoch: the median of each place
+    leaves that out, as the medians of the other figures do.
+    """
+    epochs = [steps[i:i + per_epoch] for i in range(per_epoch, len(steps) - per_epoch + 1, per_epoch)]
+    if not epochs:
+        return statistics.fmean(steps)
+    return statistics.fmean(statistics.median(col) for col in zip(*epochs))
+
+
+def _shares(model: str, batch_size: int) -> tuple[float, float, float]:
+    """Forward, backward and optimizer shares of a plain step of ``model`` (medians of a few steps)."""
+    import torch
+    from torch import nn
+
+    from gradwire.train.data import load_digits
+    from gradwire.train.models import build_model
+
+    data = load_digits()
+    net = build_model(model, seed=0)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    x, y = data.x_train[:batch_size], data.y_train[:batch_size]
+    parts: list[tuple[float, float, float]] = []
+    for _ in range(12):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        parts.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+    f, b, o = (statistics.median(p[i] for p in parts[2:]) for i in range(3))
+    total = f + b + o
+    return f / total, b / total, o / total
+
+
+def _copy_line() -> Line:
+    """One pass over ``n`` fp32 elements (``copy_``), fitted through two sizes."""
+    import torch
+
+    small, large = 1 << 16, 1 << 21
+    out = []
+    for n in (small, large):
+        x, y = torch.randn(n), torch.empty(n)
+        times = []
+        for i in range(20):
+            t0 = time.perf_counter()
+            y.copy_(x)
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        out.append(statistics.median(times))
+    return Line.fit(small, out[0], large, out[1])
+
+
+def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    import gradwire
+    from gradwire.net import parse_spec
+    from gradwire.overlap import parse_strategy
+    from gradwire.train.loop import TrainConfig, train_rank
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=_TIMEOUT)
+    out: dict[str, Any] = {}
+    gradwire.configure("local")
+    dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/local/", store), rank=rank,
+                            world_size=world, timeout=_TIMEOUT)
+    run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=parse_spec("local"), model=request.model,
+                                 epochs=request.epochs,
+                                 batch_size=request.batch_size))
+    out["compute"] = _robust_mean(run.step_compute, len(run.step_compute) // request.epochs)
+    dist.destroy_process_group()
+    gradwire.configure("loopback")
+    dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/loopback/", store), rank=rank,
+                            world_size=world, timeout=_TIMEOUT)
+    out["floors"] = {op: [(n, _time_op(op, n, world)) for n in FLOOR_SIZES] for op in _OPS}
+    dist.barrier()
+    dist.destroy_process_group()
+    out["shares"] = _shares(request.model, request.batch_size)
+    out["copy"] = _copy_line()
+    out["codecs"] = {spec: codec_cost(spec) for spec in request.codecs}
+    out["hooks"] = {model.name: {key: stage_seconds(model, *key) for key in keys} for model, keys in request.hooks}
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values)
+
+
+def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (),
+              hooks: Mapping[Any, Sequence[BucketKey]] | None = None, busy_cores: bool | None = None,
+              epochs: int = 4, timeout: float = 600.0) -> Calibration:
+    """Measure this host for ``world`` ranks training bundled ``model`` at ``batch_size`` (module doc).
+
+    ``codecs``: compressor specs to time; ``hooks``: hook models
+    (:class:`~gradwire.overlap.ExchangeModel`) and the buckets to time each
+    at. ``busy_cores``: whether every core runs a rank (default: when the
+    ranks are at least as many as the cores this process may use).
+    """
+    from gradwire.launch import spawn
+    from gradwire.train.loop import CPU_ONLY
+
+    request = _Request(model, batch_size, tuple(dict.fromkeys(codecs)),
+                       tuple((m, tuple(dict.fromkeys(keys))) for m, keys in (hooks or {}).items()), epochs)
+    ranks = spawn(_rank, world, (request,), timeout=timeout, env=CPU_ONLY)
+    floors = Floors({op: [(n, _mean([r["floors"][op][i][1] for r in ranks])) for i, n in enumerate(FLOOR_SIZES)]
+                     for op in _OPS})
+    copy = Line(_mean([r["copy"].fixed for r in ranks]), _mean([r["copy"].per_element for r in ranks]))
+    shares = tuple(_mean([r["shares"][i] for r in ranks]) for i in range(3))
+    codec_costs = {spec: _mean_cost([r["codecs"][spec] for r in ranks]) for spec in request.codecs}
+    hook_costs = {m.name: HookCost(m, measured={key: tuple(_mean(v) for v in zip(*(r["hooks"][m.name][key]
+                                                                                  for r in ranks)))
+                                                for key in keys})
+                  for m, keys in request.hooks}
+    if busy_cores is None:
+        busy_cores = world >= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
+    return Calibration(world, Host(floors, copy, busy_cores), _mean([r["compute"] for r in ranks]),
+                       (shares[0], shares[1], shares[2]), codec_costs, hook_costs,
+                       tuple(round(x, 2) for x in os.getloadavg()))
+
+
+def _mean_cost(costs: Sequence[CodecCost]) -> CodecCost:
+    def line(name: str) -> Line:
+        return Line(_mean([getattr(c, name).fixed for c in costs]), _mean([getattr(c, name).per_element for c in costs]))
+
+    return CodecCost(line("encode"), line("serve"), line("decode"), line("per_rank"))
