@@ -39,7 +39,7 @@ class Floors:
             return 0.0
         sizes = [b for b, _ in pts]
         i = bisect.bisect_left(sizes, nbytes)
-        if i == 0:
+        if i == 0 or len(pts) == 1:  # at or below the smallest size, or a single size: a constant
             return pts[0][1]
         (b0, t0), (b1, t1) = (pts[-2], pts[-1]) if i >= len(pts) else (pts[i - 1], pts[i])
         if b1 == b0:
