@@ -48,6 +48,17 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     assert fp16[0] > fp16[-1] and fp16[-1] < 1.0
     assert predicted["bandwidths"][0] < predicted["crossovers"]["fp16"] < predicted["bandwidths"][-1]
     assert "pays fp16 below" in (out / "table.md").read_text()
+    # the prediction at the network measured, beside the measurement (row field, table column), from a
+    # calibration of this host: its real collectives and each DDP strategy's exchanges as they ran
+    net = res["config"]["nets"][0]
+    assert set(predicted["at_nets"][net]) == {"fp16", "localsgd:2"}
+    assert set(predicted["step_ms_at_nets"][net]) == {"sync", "fp16", "localsgd:2"}
+    for s in ("fp16", "localsgd:2"):
+        assert rows[s]["predicted_speedup"] == pytest.approx(predicted["at_nets"][net][s], **close)
+    assert rows["sync"]["predicted_speedup"] is None
+    calibration = predicted["calibration"]
+    assert calibration["scale"] > 0 and set(calibration["exchanges"]) == {"sync", "fp16"}
+    assert "predicted (vs measured)" in (out / "table.md").read_text()
     assert "speedup" in capsys.readouterr().out
 
 

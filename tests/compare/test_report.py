@@ -73,6 +73,22 @@ def test_markdown_shows_the_figures() -> None:
     assert "RuntimeError: boom" in next(l for l in text.splitlines() if l.startswith("| onebit "))
 
 
+def test_the_predicted_speedup_stands_beside_the_measured_one() -> None:
+    rows = rows_of(_results())
+    assert "predicted" not in to_markdown(rows, 0.9)  # nothing predicted: no column
+    for r in rows:
+        r.predicted_speedup = {"fp16": 1.80, "onebit": 2.0}.get(r.strategy, math.nan)
+    text = to_markdown(rows, 0.9)
+    header = next(l for l in text.splitlines() if l.startswith("| strategy "))
+    assert header.split(" | ")[2:4] == ["speedup", "predicted (vs measured)"]
+    # fp16 measured 2.05 / 1.25 = 1.64x; predicted 1.80x is 1.80 / 1.64 - 1 = +10% off
+    fp16 = next(l for l in text.splitlines() if l.startswith("| fp16 ")).split(" | ")
+    assert fp16[2:4] == ["1.64x", "1.80x (+10%)"]
+    assert next(l for l in text.splitlines() if l.startswith("| sync ")).split(" | ")[3] == "—"
+    failed = next(l for l in text.splitlines() if l.startswith("| onebit ")).split(" | ")
+    assert failed[3] == "—" and len(failed) == len(header.split(" | "))
+
+
 def _script_seed(step_seconds, exposed, wire, metrics):
     return SeedResult(0, step_seconds=step_seconds, steps=len(step_seconds), exposed_seconds=exposed,
                       wire_bytes=wire, metrics=metrics, train_seconds=sum(step_seconds))

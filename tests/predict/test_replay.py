@@ -97,7 +97,7 @@ def test_each_strategy_says_its_codec_bucket_size_and_warm_up():
                                                          "torch-powersgd:4", "torch-powersgd:2:start=5")}
     assert (traits["sync"].codec, traits["sync"].bucket_cap_mb, traits["sync"].warmup_steps) == (None, 25.0, 0)
     assert (traits["onebit"].codec, traits["onebit"].warmup_steps) == ("onebit", 1)
-    assert (traits["delayed"].bucket_cap_mb, traits["delayed"].copies) == (0.05, 4)
+    assert (traits["delayed"].bucket_cap_mb, traits["delayed"].copies) == (0.05, 2)
     assert (traits["onebit+delayed"].codec, traits["onebit+delayed"].bucket_cap_mb) == ("onebit", 25.0)
     assert traits["torch-fp16"].codec == TorchFP16Exchange() and traits["torch-fp16"].warmup_steps == 0
     psgd = traits["torch-powersgd:4"]
@@ -233,7 +233,7 @@ def test_delayed_s_own_passes_are_priced_by_the_host():
     prof = _cnn(0.05)
     host = Host(copy=Line(0.0, 1e-9))
     plan = plan_for("delayed", prof, 2, host=host)
-    assert [e.encode for e in plan.exchanges] == pytest.approx([4 * 1e-9 * b.numel for b in prof.buckets])
+    assert [e.encode for e in plan.exchanges] == pytest.approx([2 * 1e-9 * b.numel for b in prof.buckets])
     assert all(e.encode == 0 for e in plan_for("delayed", prof, 2).exchanges)  # no host: nothing priced
 
 

@@ -204,7 +204,7 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
     a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
     from gradwire.compare.config import COMPUTE_ONLY
     from gradwire.compare.crossover import hook_buckets, replay_for, speedup_curves
-    from gradwire.overlap import parse_strategy
+    from gradwire.overlap import Timing, parse_strategy
     from gradwire.predict.calibrate import calibrate
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
@@ -216,8 +216,9 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
     steps = cfg.epochs * steps_per_epoch(TRAIN_SIZE, cfg.workers, cfg.batch_size)
     say(f"predicting: measuring this host with {cfg.workers} ranks (its real collectives, each exchange's CPU work)")
     try:
+        buckets = [s for s in names if parse_strategy(s).timing in (Timing.BLOCKING, Timing.NEXT_STEP)]
         measured = calibrate(cfg.model, cfg.batch_size, cfg.workers, codecs,
-                             hook_buckets(cfg.model, names, cfg.workers))
+                             hook_buckets(cfg.model, names, cfg.workers), buckets)
     except (RuntimeError, TimeoutError, OSError) as exc:
         say(f"predicting without the host: its calibration failed ({str(exc).splitlines()[0][:160]})")
         replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, steps=steps)
@@ -228,7 +229,10 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
                             steps)
         calibration = {**measured.as_dict(), "scale": scale}
     curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
-    curves.at_nets = {net: replay.speedups(names, net) for net in cfg.net_names}
+    for net in cfg.net_names:
+        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, net).items()}
+        curves.step_ms_at_nets[net] = steps_ms
+        curves.at_nets[net] = {s: steps_ms[names[0]] / steps_ms[s] for s in names[1:]}
     curves.calibration = calibration
     return curves
 

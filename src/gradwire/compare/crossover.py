@@ -16,13 +16,16 @@ What it replays:
    its warm-up steps (the mean step of the whole training is what the table
    measures), and its CPU work.
 3. The host, measured by :func:`gradwire.predict.calibrate.calibrate` in the
-   job's ranks: each exchange's CPU stages, the real collectives under the
-   simulated network (an op completes no sooner than the real one), and, on
-   a host whose every core trains, the CPU they and the completion callbacks
-   take from the compute they overlap. Every figure is scaled by the
-   compute-only run's compute over the calibration's own reference step, so
-   CPU work is priced at the pace of the runs. None of it is fitted to a
-   strategy's measured run.
+   job's ranks: each strategy's exchanges as they run on ``loopback`` (the
+   hook, every real collective, the callbacks between them: what an
+   exchange costs besides the network), the real collectives alone and
+   each exchange's CPU stages; an op completes no sooner than its real
+   collective, and on a host whose every core trains, the work of an
+   exchange that overlaps compute (``delayed``'s) is taken from that
+   compute. Every figure is scaled by the compute-only run's compute over
+   the calibration's own reference step, so CPU work is priced at the pace
+   of the runs. None of it is fitted to a measured run on the networks the
+   comparison predicts: the calibration's runs have no network at all.
 
 The crossover of a strategy is the bandwidth at which its predicted speedup
 crosses 1 on the first network with its bandwidth swept (the other link
@@ -71,6 +74,8 @@ class SpeedupCurves:
     """bits/s below which the strategy pays; None where its curve does not cross 1"""
     at_nets: dict[str, dict[str, float]] = field(default_factory=dict)
     """the predicted speedup at each network the comparison measured: net -> strategy -> speedup"""
+    step_ms_at_nets: dict[str, dict[str, float]] = field(default_factory=dict)
+    """the predicted mean step (ms) of every strategy, the baseline's too, at each network measured"""
     calibration: dict[str, Any] | None = None
     """what the host's calibration measured, and the scale it was priced at (None: not calibrated)"""
 
@@ -89,7 +94,7 @@ class SpeedupCurves:
     def as_dict(self) -> dict[str, Any]:
         d = {"baseline": self.baseline, "net": self.net, "world": self.world, "compute_ms": self.compute_ms,
              "bandwidths": self.bandwidths, "speedups": self.speedups, "crossovers": self.crossovers,
-             "at_nets": self.at_nets}
+             "at_nets": self.at_nets, "step_ms_at_nets": self.step_ms_at_nets}
         if self.calibration is not None:
             d["calibration"] = self.calibration
         return d
@@ -137,14 +142,19 @@ class Replay:
         return predict(self.profiles[strategy], strategy, net, self.world, self.costs[strategy], pricers,
                        self.host, self.steps).step_seconds
 
-    def speedups(self, strategies: Sequence[str], net: NetSpec | str,
+    def steps_on(self, strategies: Sequence[str], net: NetSpec | str,
                  pricers: "Pricers | None" = None) -> dict[str, float]:
-        """Predicted speedup of each of ``strategies[1:]`` over ``strategies[0]`` on ``net``."""
+        """Predicted mean seconds per step of each of ``strategies`` on ``net``."""
         from gradwire.predict import Pricers
 
         pricers = pricers or Pricers()
-        base = self.step(strategies[0], net, pricers)
-        return {s: base / self.step(s, net, pricers) for s in strategies[1:]}
+        return {s: self.step(s, net, pricers) for s in strategies}
+
+    def speedups(self, strategies: Sequence[str], net: NetSpec | str,
+                 pricers: "Pricers | None" = None) -> dict[str, float]:
+        """Predicted speedup of each of ``strategies[1:]`` over ``strategies[0]`` on ``net``."""
+        steps = self.steps_on(strategies, net, pricers)
+        return {s: steps[strategies[0]] / steps[s] for s in strategies[1:]}
 
 
 def _layout(model: str, strategy: str, backward_ms: float, forward_ms: float = 0.0, optimizer_ms: float = 0.0,
@@ -190,6 +200,11 @@ def replay_for(model: str, compute_ms: float, strategies: Sequence[str], world: 
     fwd, bwd, opt = calibration.shares if calibration is not None else (1 / 3, 2 / 3, 0.0)
     profiles = {s: _layout(model, s, compute_ms * bwd, compute_ms * fwd, compute_ms * opt, batch_size)
                 for s in strategies}
+    if calibration is not None:  # each strategy's exchanges as they ran on this host, where the buckets match
+        for s, prof in profiles.items():
+            measured = calibration.measured(s, [b.nbytes for b in prof.buckets])
+            if measured is not None:
+                profiles[s] = replace(prof, world=calibration.world, strategy=s, exchanges=measured)
     costs = {s: (calibration.cost_for(parse_strategy(s).exchange.codec) if calibration is not None
                  else exchange_cost(s)) for s in strategies}
     return Replay(profiles, costs, world, compute_ms, calibration.host if calibration is not None else None, steps)

@@ -115,8 +115,8 @@ class ExchangeTraits:
     """bucket k's hook runs only once bucket k-1's exchange completed
     (:func:`gradwire.hooks.futures.one_bucket_at_a_time`): no two exchanges overlap"""
     copies: int = 0
-    """passes over each bucket the strategy makes on the training thread besides the exchange's own
-    (a copy to send, the update's add and subtract)"""
+    """passes over each bucket the strategy makes on the training thread outside its comm hook (an update's
+    add and subtract); the hook's own work is the codec's, or measured with the hook"""
 
 
 class CannotApply(RuntimeError):

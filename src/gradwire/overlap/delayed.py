@@ -169,11 +169,11 @@ class DelayedStrategy(Strategy):
     def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
         """Its exchange, DDP's bucket size for it, and its own passes over each bucket.
 
-        Four passes on the training thread besides the exchange: the hook copies the bucket it sends
-        and this rank's vector ``v``; the step adds the average and subtracts last step's ``v``.
+        Outside the hook (which copies the bucket it sends and this rank's vector ``v``), the step
+        makes two passes over each bucket: it adds the average and subtracts last step's ``v``.
         """
         cap = DEFAULT_BUCKET_CAP_MB if compressor is None else COMPRESSED_BUCKET_CAP_MB
-        return ExchangeTraits(compressor, cap, warmup_steps(compressor), copies=4)
+        return ExchangeTraits(compressor, cap, warmup_steps(compressor), copies=2)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         # gradients as views of DDP's buckets: the step writes u_t into each bucket in two flat

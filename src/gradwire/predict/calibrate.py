@@ -18,7 +18,17 @@ cores are as busy as in training):
    :func:`gradwire.predict.codec.codec_cost`, a hook's
    (:class:`~gradwire.overlap.ExchangeModel`) with
    :func:`gradwire.predict.codec.stage_seconds` at each bucket it will
-   price, and one pass over a bucket's memory (a copy).
+   price, and one pass over a bucket's memory (a copy);
+4. each strategy's exchanges as they run: a short training of the model
+   under the strategy on ``loopback``, recorded as ``gradwire profile``
+   records a job (:mod:`gradwire.predict.measure`), gives per bucket the
+   hook's time, each real collective's duration, the callbacks between
+   them and the decode (:class:`~gradwire.predict.timeline.MeasuredExchange`):
+   what the exchange costs on this host besides the network, thread
+   hand-offs and the ranks' meeting included, which the stages of point 3
+   alone do not see. The real collectives are the slowest part of the
+   figures above: timed after a stretch of compute, as in a step (caches
+   cold, threads asleep), not back to back.
 
 Figures are the mean over the ranks. :meth:`Calibration.scaled` moves them to
 the pace the host had elsewhere: a comparison divides its compute-only
@@ -39,11 +49,12 @@ import datetime
 import os
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, codec_cost, stage_seconds
 from gradwire.predict.host import Floors, Host
+from gradwire.predict.timeline import MeasuredExchange
 
 __all__ = ["Calibration", "FLOOR_SIZES", "calibrate"]
 
@@ -70,6 +81,8 @@ class Calibration:
     """each compressor's stages, by its spec"""
     hooks: Mapping[str, HookCost] = field(default_factory=dict)
     """each hook's stages at the buckets asked for, by the hook's name"""
+    exchanges: Mapping[str, tuple[tuple[int, ...], tuple[MeasuredExchange, ...]]] = field(default_factory=dict)
+    """each strategy's exchanges as they ran on loopback: its buckets' bytes, and one record per bucket"""
     load: tuple[float, ...] = ()
     """the host's 1, 5 and 15 minute load average when it ended"""
 
@@ -77,7 +90,14 @@ class Calibration:
         """Every CPU figure times ``factor`` (module doc); the reference step too."""
         return replace(self, host=self.host.scaled(factor), compute=self.compute * factor,
                        codecs={k: c.scaled(factor) for k, c in self.codecs.items()},
-                       hooks={k: h.scaled(factor) for k, h in self.hooks.items()})
+                       hooks={k: h.scaled(factor) for k, h in self.hooks.items()},
+                       exchanges={k: (layout, tuple(_scaled(m, factor) for m in ms))
+                                  for k, (layout, ms) in self.exchanges.items()})
+
+    def measured(self, strategy: str, buckets: Sequence[int]) -> tuple[MeasuredExchange, ...] | None:
+        """``strategy``'s exchanges as they ran, if its run had the buckets (bytes) ``buckets``."""
+        found = self.exchanges.get(strategy)
+        return found[1] if found is not None and tuple(found[0]) == tuple(buckets) else None
 
     def cost_for(self, codec: Any) -> Any:
         """The measured CPU cost of a codec (a compressor's spec or a hook's model); free for None."""
@@ -98,7 +118,14 @@ class Calibration:
                 "hooks": {k: [{"numel": key[0], "shapes": [list(s) for s in key[1]], "world": key[2],
                                "stages": [t * h.scale for t in v]} for key, v in h.measured.items()]
                           for k, h in self.hooks.items()},
+                "exchanges": {k: {"buckets": list(layout), "measured": [asdict(m) for m in ms]}
+                              for k, (layout, ms) in self.exchanges.items()},
                 "load": list(self.load)}
+
+
+def _scaled(m: MeasuredExchange, factor: float) -> MeasuredExchange:
+    return MeasuredExchange(m.ops, m.hook * factor, tuple(t * factor for t in m.inner),
+                            tuple(t * factor for t in m.gaps), None if m.tail is None else m.tail * factor)
 
 
 @dataclass(frozen=True)
@@ -108,12 +135,30 @@ class _Request:
     codecs: tuple[str, ...]
     hooks: tuple[tuple[Any, tuple[BucketKey, ...]], ...]
     epochs: int
+    strategies: tuple[str, ...] = ()
+    steps: int = 40
+
+
+#: seconds of compute before each timed collective (a step's backward, shortened)
+_COMPUTE_GAP = 0.004
 
 
 def _time_op(op: str, nbytes: int, world: int) -> float:
-    """Median seconds per call of ``op`` at ``nbytes`` (nccl-tests convention), back to back."""
+    """Median seconds per call of ``op`` at ``nbytes`` (nccl-tests convention), each after some compute.
+
+    Back to back, a collective finds gloo's threads awake and its buffers in
+    cache and takes half what it takes after a backward; the ranks compute
+    for :data:`_COMPUTE_GAP` before each call, as before a step's exchange.
+    """
     import torch
     import torch.distributed as dist
+
+    a = torch.randn(192, 192)
+
+    def compute() -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < _COMPUTE_GAP:
+            a @ a
 
     if op == "all_reduce":
         x = torch.ones(max(1, nbytes // 4))
@@ -134,6 +179,7 @@ def _time_op(op: str, nbytes: int, world: int) -> float:
             dist.all_gather(rows, row, async_op=True).wait()
     times = []
     for i in range(_WARM + _TIMED):
+        compute()
         t0 = time.perf_counter()
         call()
         if i >= _WARM:
@@ -207,6 +253,7 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     import gradwire
     from gradwire.net import parse_spec
     from gradwire.overlap import parse_strategy
+    from gradwire.predict.measure import MeasureConfig, run_recorded
     from gradwire.train.loop import TrainConfig, train_rank
 
     torch.set_num_threads(1)
@@ -227,6 +274,13 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     out["floors"] = {op: [(n, _time_op(op, n, world)) for n in FLOOR_SIZES] for op in _OPS}
     dist.barrier()
     dist.destroy_process_group()
+    out["runs"] = {}
+    for i, strategy in enumerate(request.strategies):
+        dist.init_process_group("gradwire", store=dist.PrefixStore(f"calibrate/run{i}/", store), rank=rank,
+                                world_size=world, timeout=_TIMEOUT)
+        out["runs"][strategy] = run_recorded(rank, world, MeasureConfig(strategy, "loopback", request.model,
+                                                                    request.steps, request.batch_size))
+        dist.destroy_process_group()
     out["shares"] = _shares(request.model, request.batch_size)
     out["copy"] = _copy_line()
     out["codecs"] = {spec: codec_cost(spec) for spec in request.codecs}
@@ -239,20 +293,29 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (),
-              hooks: Mapping[Any, Sequence[BucketKey]] | None = None, busy_cores: bool | None = None,
-              epochs: int = 4, timeout: float = 600.0) -> Calibration:
+              hooks: Mapping[Any, Sequence[BucketKey]] | None = None, strategies: Sequence[str] = (),
+              busy_cores: bool | None = None, epochs: int = 4, steps: int = 40,
+              timeout: float = 600.0) -> Calibration:
     """Measure this host for ``world`` ranks training bundled ``model`` at ``batch_size`` (module doc).
 
     ``codecs``: compressor specs to time; ``hooks``: hook models
     (:class:`~gradwire.overlap.ExchangeModel`) and the buckets to time each
-    at. ``busy_cores``: whether every core runs a rank (default: when the
-    ranks are at least as many as the cores this process may use).
+    at; ``strategies``: the DDP strategies whose exchanges to record, in a
+    run of ``steps`` steps each (past their warm-up). ``busy_cores``:
+    whether every core runs a rank (default: when the ranks are at least as
+    many as the cores this process may use).
     """
+    from gradwire.overlap import parse_strategy
+    from gradwire.predict.measure import MeasureConfig, profile_of
+    from gradwire.predict.plans import plan_for
+
     from gradwire.launch import spawn
     from gradwire.train.loop import CPU_ONLY
 
+    warmups = {s: parse_strategy(s).exchange.warmup_steps for s in strategies}
     request = _Request(model, batch_size, tuple(dict.fromkeys(codecs)),
-                       tuple((m, tuple(dict.fromkeys(keys))) for m, keys in (hooks or {}).items()), epochs)
+                       tuple((m, tuple(dict.fromkeys(keys))) for m, keys in (hooks or {}).items()), epochs,
+                       tuple(dict.fromkeys(strategies)), max([steps, *(w + 20 for w in warmups.values())]))
     ranks = spawn(_rank, world, (request,), timeout=timeout, env=CPU_ONLY)
     floors = Floors({op: [(n, _mean([r["floors"][op][i][1] for r in ranks])) for i, n in enumerate(FLOOR_SIZES)]
                      for op in _OPS})
@@ -263,10 +326,22 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
                                                                                   for r in ranks)))
                                                 for key in keys})
                   for m, keys in request.hooks}
+    exchanges = {}
+    for s in request.strategies:  # the steps after the warm-up (and DDP's rebuild), as the profile reads them
+        config, runs, skip = MeasureConfig(s, "loopback", model, request.steps, batch_size), [r["runs"][s] for r in ranks], \
+            max(3, warmups[s] + 2)
+        try:
+            layout = profile_of(config, runs, skip)
+            ops = [tuple(ph.op for ph in ex.phases) for ex in plan_for(s, layout, world).exchanges]
+            prof = profile_of(config, runs, skip, ops)
+        except ValueError:  # no DDP bucket in its steps: nothing per bucket to keep
+            continue
+        if prof.exchanges is not None:
+            exchanges[s] = (tuple(b.nbytes for b in prof.buckets), prof.exchanges)
     if busy_cores is None:
         busy_cores = world >= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
     return Calibration(world, Host(floors, copy, busy_cores), _mean([r["compute"] for r in ranks]),
-                       (shares[0], shares[1], shares[2]), codec_costs, hook_costs,
+                       (shares[0], shares[1], shares[2]), codec_costs, hook_costs, exchanges,
                        tuple(round(x, 2) for x in os.getloadavg()))
 
 

@@ -154,8 +154,17 @@ def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio |
     return Exchange(encode, tuple(phases), decode)
 
 
-def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int) -> Exchange:
-    """``ex`` with the profile's own CPU times (and, at the measured world size, its floors)."""
+def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int, hook_only: bool = False) -> Exchange:
+    """``ex`` with the profile's own CPU times (and, at the measured world size, its floors).
+
+    ``hook_only``: keep only the hook's time. An exchange that overlapped
+    compute on busy cores was measured slowed by that compute (its real
+    collectives and callbacks took turns with it); the replay charges their
+    own work (``ex``: the host's floors, the codec's stages) to the compute
+    instead, so the measured durations would count the contention twice.
+    """
+    if hook_only:
+        return Exchange(m.hook, ex.phases, ex.decode)
     floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
     phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
                    for j, p in enumerate(ex.phases))
@@ -200,19 +209,15 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
         total = -(-sum(b.numel for b in profile.buckets) // fragments)  # each exchange moves one fragment
         ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost, host=host)
         return Plan(kind, (ex,), period=period, overlapped=overlapped)
-    exchanges = [_bucket(b, compressor, world, cost, host, traits.copies if ratio is None else 0)
+    exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost, b.shapes, host)
                  for b in profile.buckets]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
         if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):
-            exchanges = [_measured(ex, m, world, profile.world) for ex, m in zip(exchanges, profile.exchanges)]
+            hook_only = kind is Kind.NEXT_STEP and host is not None and host.busy_cores
+            exchanges = [_measured(ex, m, world, profile.world, hook_only)
+                         for ex, m in zip(exchanges, profile.exchanges)]
+    if host is not None and traits.copies and ratio is None:
+        exchanges = [Exchange(ex.encode + traits.copies * host.copy(b.numel), ex.phases, ex.decode)
+                     for ex, b in zip(exchanges, profile.buckets)]
     return Plan(kind, tuple(exchanges), serial=traits.one_bucket_at_a_time and ratio is None)
-
-
-def _bucket(b: Bucket, compressor: str | ExchangeModel | Ratio | None, world: int, cost: Cost, host: Host | None,
-            copies: int) -> Exchange:
-    """One bucket's exchange, and the strategy's own ``copies`` passes over it on the training thread."""
-    ex = bucket_exchange(b.numel, b.element_size, compressor, world, cost, b.shapes, host)
-    if host is None or not copies:
-        return ex
-    return Exchange(ex.encode + copies * host.copy(b.numel), ex.phases, ex.decode)
