@@ -110,7 +110,7 @@ def main() -> None:
         results = json.loads((folder / "results.json").read_text())
         KEPT.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "table.md", "bandwidth.png"):
-            if (folder / name).exists():
+            if (folder / name).exists() and (folder / name).resolve() != (KEPT / name).resolve():
                 shutil.copy(folder / name, KEPT / name)
     rows, summary = score(results, args.within)
     _print(rows)

@@ -307,7 +307,6 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
     """
     from gradwire.overlap import parse_strategy
     from gradwire.predict.measure import MeasureConfig, profile_of
-    from gradwire.predict.plans import plan_for
 
     from gradwire.launch import spawn
     from gradwire.train.loop import CPU_ONLY
@@ -328,12 +327,9 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
                   for m, keys in request.hooks}
     exchanges = {}
     for s in request.strategies:  # the steps after the warm-up (and DDP's rebuild), as the profile reads them
-        config, runs, skip = MeasureConfig(s, "loopback", model, request.steps, batch_size), [r["runs"][s] for r in ranks], \
-            max(3, warmups[s] + 2)
         try:
-            layout = profile_of(config, runs, skip)
-            ops = [tuple(ph.op for ph in ex.phases) for ex in plan_for(s, layout, world).exchanges]
-            prof = profile_of(config, runs, skip, ops)
+            prof = profile_of(MeasureConfig(s, "loopback", model, request.steps, batch_size),
+                              [r["runs"][s] for r in ranks], skip=max(3, warmups[s] + 2))
         except ValueError:  # no DDP bucket in its steps: nothing per bucket to keep
             continue
         if prof.exchanges is not None:

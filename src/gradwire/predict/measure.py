@@ -115,14 +115,28 @@ def measure_runs(configs: list[MeasureConfig], world: int, timeout: float = 3600
     return [[by_rank[r][i] for r in range(world)] for i in range(len(configs))]
 
 
-def profile_of(config: MeasureConfig, ranks: list[dict[str, Any]], skip: int = 3,
-               per_bucket: Sequence[Sequence[str]] | None = None) -> StepProfile:
-    """The step profile of one measured run (every rank's steps pooled); ``per_bucket``: each bucket's
-    collectives, when the strategy's plan says them (:func:`gradwire.predict.recorded.exchanges_of`)."""
+def profile_of(config: MeasureConfig, ranks: list[dict[str, Any]], skip: int = 3) -> StepProfile:
+    """The step profile of one measured run (every rank's steps pooled).
+
+    Each bucket's collectives are cut as the strategy's plan says it issues
+    them (:func:`gradwire.predict.recorded.exchanges_of`: PyTorch's PowerSGD
+    sends three all_reduces per bucket), read off a first pass for the layout.
+    """
+    from gradwire.predict.plans import plan_for
+
     label = ranks[0]["hooks"][0] if ranks[0]["hooks"] else config.strategy
-    return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
-                              source="measured", hosts=[r.get("host") for r in ranks], net=config.net,
-                              per_bucket=per_bucket)
+
+    def read(per_bucket: Sequence[Sequence[str]] | None = None) -> StepProfile:
+        return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
+                                  source="measured", hosts=[r.get("host") for r in ranks], net=config.net,
+                                  per_bucket=per_bucket)
+
+    layout = read()
+    try:
+        plan = plan_for(config.strategy, layout, layout.world)
+    except ValueError:  # a strategy predict does not plan: the plain cut
+        return layout
+    return read([tuple(ph.op for ph in ex.phases) for ex in plan.exchanges])
 
 
 def measure_profiles(strategies: list[str], model: str, world: int, steps: int = 60,
