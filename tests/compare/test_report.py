@@ -8,7 +8,7 @@ from itertools import accumulate
 import pytest
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.report import rows_of, to_markdown
+from gradwire.compare.report import prediction_line, rows_of, to_markdown
 from gradwire.compare.results import Curve, Results, Run, SeedResult
 
 MiB = 2**20
@@ -87,6 +87,8 @@ def test_the_predicted_speedup_stands_beside_the_measured_one() -> None:
     assert next(l for l in text.splitlines() if l.startswith("| sync ")).split(" | ")[3] == "—"
     failed = next(l for l in text.splitlines() if l.startswith("| onebit ")).split(" | ")
     assert failed[3] == "—" and len(failed) == len(header.split(" | "))
+    assert prediction_line(rows) == ("predicted against measured speedups: within 10% on every network (the "
+                                     "furthest: fp16 on 100mbit, 1.80x predicted, 1.64x measured)")
 
 
 def _script_seed(step_seconds, exposed, wire, metrics):

@@ -250,6 +250,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.report import prediction_line
     from gradwire.compare.processes import Stopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
@@ -299,6 +300,10 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
         line = curves.verdict()
         console.print(escape(line))
         markdown += f"\n{line} (bandwidth.png).\n"
+        against = prediction_line(rows)
+        if against:
+            console.print(escape(against))
+            markdown += f"\n{against}.\n"
         plots.append(plot_bandwidth(results.predicted, rows, out / "bandwidth.png"))
     results.save(out / "results.json")
     (out / "table.md").write_text(markdown)

@@ -71,7 +71,7 @@ from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
 from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
-           "print_table", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
+           "prediction_line", "print_table", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -415,6 +415,18 @@ def verdict(rows: list[Row], net: str, target: float | None = None) -> str:
     elif unsound:
         out += " UNSOUND: " + "; ".join(f"{r.strategy}, {r.error}" for r in unsound) + "."
     return out
+
+
+def prediction_line(rows: list[Row]) -> str:
+    """How far the predicted speedups are from the measured ones, over every row that has both ('' if none)."""
+    both = [r for r in rows if (r.ok or r.status == UNSOUND) and not math.isnan(r.predicted_speedup)
+            and r.speedup > 0]
+    if not both:
+        return ""
+    worst = max(both, key=lambda r: abs(r.predicted_speedup / r.speedup - 1))
+    error = worst.predicted_speedup / worst.speedup - 1
+    return (f"predicted against measured speedups: within {abs(error):.0%} on every network (the furthest: "
+            f"{worst.strategy} on {worst.net}, {worst.predicted_speedup:.2f}x predicted, {worst.speedup:.2f}x measured)")
 
 
 def _title(net: str, rows: list[Row], target: float | None) -> str:
