@@ -129,3 +129,66 @@ def test_a_tensor_that_does_not_fit_its_key_is_refused() -> None:
     state = CompressionState("onebit")
     with pytest.raises(ValueError, match="names 10 elements, the tensor has 3"):
         state.reduce(torch.zeros(3), StateKey.of("w", 10))
+
+
+def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one rank, local correction: each bucket gets back its own vector, fused or not
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000)
+    a, b = _g(1, 3000), _g(2, 2000)
+    wa, wb = torch.zeros(3000), torch.zeros(2000)  # stand-ins for the buckets' parameters
+    _, fa = state.reduce_params(a.clone(), [wa], last=False)
+    assert not fa.done()  # held for the next bucket
+    _, fb = state.reduce_params(b.clone(), [wb], last=True)
+    torch.testing.assert_close(fa.wait(), a, rtol=0, atol=2e-5)
+    torch.testing.assert_close(fb.wait(), b, rtol=0, atol=2e-5)
+    state.end_step()
+
+    def broken(self: CompressionState, flat: torch.Tensor, key: StateKey, local: torch.Tensor | None = None):
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_exception(RuntimeError("peer went away"))
+        return fut
+
+    monkeypatch.setattr(CompressionState, "reduce", broken)
+    _, fa = state.reduce_params(a.clone(), [wa], last=False)
+    _, fb = state.reduce_params(b.clone(), [wb], last=False)
+    state.end_step()  # a caller that never said "last": the held buckets leave at the step's end
+    for fut in (fa, fb):
+        with pytest.raises(RuntimeError, match="peer went away"):
+            fut.wait()
+
+
+def test_auto_switching_keeps_the_arithmetic_and_settles_the_residuals() -> None:
+    # one rank, local correction: whatever the choice, each step gives back the momentum vector m exactly,
+    # across switches onebit -> none (what error feedback owed is sent, the residuals empty) -> int8 -> fp16
+    state = CompressionState("auto", momentum=0.9, warmup_iters=0, min_compress_numel=0, fuse_numel=0)
+    assert state.auto is not None and state.error_feedback is not None
+    by_name = {c.name: c for c in state.auto.candidates}
+    key, m = StateKey.of("w", 3000), torch.zeros(3000)
+    plan = ["onebit", "onebit", "none", "none", "int8", "fp16", "onebit", "none"]
+    for step, name in enumerate(plan):
+        state.auto.choice[key] = by_name[name]
+        g = _g(step)
+        m = 0.9 * m + g
+        out = state.reduce(g.clone(), key).wait()
+        torch.testing.assert_close(out, m, rtol=0, atol=5e-5)
+        if name == "none":
+            assert state.error_feedback.keys() == []  # nothing owed after an uncompressed step
+        else:
+            assert state.error_feedback.residual(key) is not None
+        state.end_step()
+
+
+def test_auto_names_and_refusals() -> None:
+    from gradwire.compress import AutoCompressor, get_compressor
+
+    auto = get_compressor("auto:fp16/onebit:every=5")
+    assert isinstance(auto, AutoCompressor) and [c.name for c in auto.candidates] == ["fp16", "onebit"]
+    assert auto.every == 5
+    with pytest.raises(ValueError, match="vote"):
+        get_compressor("auto:signum")
+    with pytest.raises(ValueError, match="unknown candidate"):
+        get_compressor("auto:zip")
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        get_compressor("auto:every=0")
+    with pytest.raises(RuntimeError, match="compresses nothing itself"):
+        auto.compress(torch.zeros(4))

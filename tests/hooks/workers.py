@@ -177,6 +177,7 @@ def _make(spec: dict[str, Any]):
         state = CompressionState(
             spec["compressor"], momentum=spec.get("hook_momentum", 0.0), warmup_iters=spec.get("warmup", 1),
             min_compress_numel=0, local_correction=spec.get("local_correction"),
+            **({"fuse_numel": spec["fuse_numel"]} if "fuse_numel" in spec else {}),
         )
         ddp.register_comm_hook((state, seen), _counting_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=spec.get("momentum", 0.0))
@@ -228,6 +229,22 @@ def ddp_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     out["buckets"] = len(seen) if state is not None else None
     if state is not None and state.error_feedback is not None:
         out["residual"] = _applied_residual(state, list(ddp.parameters()), world)
+    return out
+
+
+def fused_train(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`ddp_train` counting the exchange's collectives (all_to_all: one per compressed exchange)."""
+    counts = {"all_to_all_single": 0, "all_gather": 0}
+    for name in counts:
+        real = getattr(dist, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(dist, name, counted)
+    out = ddp_train(rank, world, spec)
+    out["collectives"] = counts
     return out
 
 
@@ -289,8 +306,12 @@ def nonfinite_one_tensor(rank: int, world: int, name: str) -> dict[str, Any]:
     return {"finite": out}
 
 
-def local_correction_steps(rank: int, world: int, name: str, steps: int, correct: bool) -> dict[str, Any]:
-    """The hook (no momentum) on one fixed bucket for a few steps: every rank's inputs and outputs."""
+def local_correction_steps(rank: int, world: int, name: str, steps: int, correct: bool,
+                           plan: list[str] | None = None) -> dict[str, Any]:
+    """The hook (no momentum) on one fixed bucket for a few steps: every rank's inputs and outputs.
+
+    ``plan``: under ``auto``, the candidate each step uses (set by hand instead of measured).
+    """
     from gradwire.hooks import CompressionState, compression_hook
 
     _init(rank, world)
@@ -298,6 +319,10 @@ def local_correction_steps(rank: int, world: int, name: str, steps: int, correct
     param = torch.zeros(4099)  # one identity for the bucket's parameters: the residuals persist
     outs = []
     for step in range(steps):
+        if plan is not None:
+            assert state.auto is not None
+            state.auto.choice[state.names.key([param])] = next(c for c in state.auto.candidates
+                                                                if c.name == plan[step])
         t = _rank_tensor(rank, 4099, seed=step)
         bucket = _FakeBucket(t)
         bucket.parameters = lambda: [param]  # type: ignore[method-assign]
@@ -351,4 +376,38 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
         elif bad_step is not None and step > bad_step:
             out["finite_after"] &= all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
     out["params"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return out
+
+
+def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = "") -> dict[str, Any]:
+    """DDP on the gradwire backend under ``auto`` (one 131 k-element bucket): its decisions and parameters."""
+    import gradwire
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradwire.hooks import CompressionState, compression_hook
+
+    torch.set_num_threads(1)
+    gradwire.configure(net)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    torch.manual_seed(0)
+    model = nn.Linear(256, 512)
+    ddp = DDP(model)
+    state = CompressionState("auto" + (f":{candidates}" if candidates else "") + ":every=4", momentum=0.9)
+    ddp.register_comm_hook(state, compression_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    target = torch.randn(512, 256, generator=torch.Generator().manual_seed(7))
+    losses = []
+    for step in range(steps):
+        x = torch.randn(32, 256, generator=torch.Generator().manual_seed(100 * step + rank))
+        loss = (ddp(x) - x @ target.t()).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert state.auto is not None
+    out = {"summary": state.auto.summary(), "losses": losses,
+           "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+           "residual": sum(float(state.error_feedback.residual(k).abs().sum()) for k in state.error_feedback.keys())
+           if state.error_feedback is not None else 0.0}
+    dist.destroy_process_group()
     return out

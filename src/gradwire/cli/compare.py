@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import check_net_fits, command_after_dashes, output_dir, positive_int, seconds
+from gradwire.cli._args import _typed, check_net_fits, command_after_dashes, output_dir, positive_int, seconds
 
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 #: options of the bundled models only, and of a command only (for the refusals)
 _MODEL_ONLY = ("model", "epochs", "batch_size", "lr")
-_CMD_ONLY = ("adam_warmup", "metric", "allow_modified")
+_CMD_ONLY = ("adam_warmup", "metric", "allow_modified", "target_within", "strategy_args")
 
 
 def add_parser(sub: Any) -> None:
@@ -98,12 +98,37 @@ def add_parser(sub: Any) -> None:
     script.add_argument("--metric", default=None,
                         help="the gradwire.report metric the table shows (default: the first one reported, "
                              "else the training loss gradwire saw)")
+    script.add_argument("--target-within", type=_typed("share", _share), default=None, metavar="SHARE",
+                        help="the target is each network's baseline's final metric widened by SHARE in the worse "
+                             "direction (2%% or 0.02: a loss 2%% above the baseline's); the table then shows each "
+                             "row's metric, time and bytes to it against the baseline's (not with --target)")
+    script.add_argument("--strategy-args", action="append", default=None, metavar="STRATEGY=ARGS",
+                        type=_typed("strategy_args", _strategy_args),
+                        help="append ARGS to the command for STRATEGY's trainings, e.g. 'diloco:100=--steps 1200' "
+                             "(a strategy that needs more steps than the baseline); repeat for several")
     script.add_argument("--allow-modified", action="store_true", default=None,
                         help="go on when a training modified or removed a file the working directory held before "
                              "(default: stop there, as the next trainings could resume from it). What a training "
                              "creates there is always moved into its folder, <out>/runs/<nnn>-.../workdir/")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the training command, after --")
     p.set_defaults(func=run)
+
+
+def _share(text: str) -> float:
+    """``2%`` or ``0.02`` as 0.02."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"expected a share such as 2% or 0.02, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise ValueError(f"must be from 0 to 1 (0% to 100%), got {text!r}")
+    return value
+
+
+def _strategy_args(text: str) -> tuple[str, tuple[str, ...]]:
+    from gradwire.compare.script import parse_strategy_args
+
+    return parse_strategy_args(text)
 
 
 def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
@@ -188,7 +213,8 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
                        timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
-                       metric=args.metric, target=args.target, allow_modified=bool(args.allow_modified))
+                       metric=args.metric, target=args.target, allow_modified=bool(args.allow_modified),
+                       target_within=args.target_within, strategy_args=dict(args.strategy_args or ()))
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
     if world is not None and world > 1:
         for net in cfg.nets:
@@ -203,7 +229,7 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
     compute-only run to measure it by). The host is calibrated first (:mod:`gradwire.compare.crossover`);
     a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
     from gradwire.compare.config import COMPUTE_ONLY
-    from gradwire.compare.crossover import hook_buckets, replay_for, speedup_curves
+    from gradwire.compare.crossover import hook_buckets, replay_for, replayed, speedup_curves
     from gradwire.overlap import Timing, parse_strategy
     from gradwire.predict.calibrate import calibrate
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
@@ -212,11 +238,12 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
     if ideal is None or not ideal.compute_ms > 0 or len(cfg.strategies) < 2:
         return None
     names = cfg.strategy_names
-    codecs = [c for s in names if isinstance(c := parse_strategy(s).exchange.codec, str)]
+    fixed = list(dict.fromkeys(c for s in names for c in replayed(s)))  # auto: replayed as its candidates
+    codecs = [c for s in fixed if isinstance(c := parse_strategy(s).exchange.codec, str)]
     steps = cfg.epochs * steps_per_epoch(TRAIN_SIZE, cfg.workers, cfg.batch_size)
     say(f"predicting: measuring this host with {cfg.workers} ranks (its real collectives, each exchange's CPU work)")
     try:
-        buckets = [s for s in names if parse_strategy(s).timing in (Timing.BLOCKING, Timing.NEXT_STEP)]
+        buckets = [s for s in fixed if parse_strategy(s).timing in (Timing.BLOCKING, Timing.NEXT_STEP)]
         measured = calibrate(cfg.model, cfg.batch_size, cfg.workers, codecs,
                              hook_buckets(cfg.model, names, cfg.workers), buckets)
     except (RuntimeError, TimeoutError, OSError) as exc:

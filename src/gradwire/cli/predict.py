@@ -199,8 +199,11 @@ def run(args: argparse.Namespace) -> int:
     def cost_for(s: str) -> Any:
         return FREE if args.codec == "free" else exchange_cost(s, device)
 
+    # auto is replayed as its candidates (sweep): measure and price those
+    replayed = list(dict.fromkeys(str(c) for s in strategies
+                                  for c in parse_strategy(s).auto_candidates() or [parse_strategy(s)]))
     profiles = {}
-    for key, prof in _profiles(args, strategies).items():  # a measured job: its own run calibrates its compute
+    for key, prof in _profiles(args, replayed).items():  # a measured job: its own run calibrates its compute
         known = prof.strategy is not None and prof.stretch == 1.0 and not prof.strategy.startswith("hook:")
         profiles[key] = calibrated(prof, cost_for(prof.strategy)) if known else prof
 

@@ -154,6 +154,7 @@ class Child:
                 "wire_bytes": sum(e.wire_bytes for e in events if start <= e.issued <= end),
                 "payload_bytes": sum(e.payload_bytes for e in events if start <= e.issued <= end),
                 "collectives": sum(1 for e in events if start <= e.issued <= end),
+                "step_wire_bytes": _per_step(bounds, [(e.issued, e.wire_bytes) for e in events]),
             })
             out["loss"] = self._loss_curve(bounds)
             out["reports"] = [dict(r, time=r["time"] - start) for r in self.reports]
@@ -169,6 +170,21 @@ class Child:
         steps = sorted(s for s in per_step if s < len(bounds) - 1)
         return {"step": [s + 1 for s in steps], "time": [bounds[s + 1] - bounds[0] for s in steps],
                 "value": [statistics.fmean(per_step[s]) for s in steps]}
+
+
+def _per_step(bounds: list[float], issued: list[tuple[float, float]]) -> list[float]:
+    """Bytes put on the wire in each step: ``(issue time, bytes)`` summed into ``bounds[i] <= t < bounds[i + 1]``.
+
+    The last step also takes what was issued at its very end (the averaging
+    rounds run inside the optimizer's step, before it returns).
+    """
+    from bisect import bisect_right
+
+    out = [0.0] * (len(bounds) - 1)
+    for t, n in issued:
+        if bounds[0] <= t <= bounds[-1]:
+            out[min(len(out) - 1, bisect_right(bounds, t) - 1)] += n
+    return out
 
 
 def start(out: Path) -> Child:

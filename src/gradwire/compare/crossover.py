@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from gradwire.predict.plans import Cost
     from gradwire.predict.timeline import StepProfile
 
-__all__ = ["BANDWIDTHS", "Replay", "SpeedupCurves", "crossover", "hook_buckets", "rate", "replay_for",
+__all__ = ["BANDWIDTHS", "Replay", "SpeedupCurves", "crossover", "hook_buckets", "rate", "replay_for", "replayed",
            "speedup_curves"]
 
 #: the swept bandwidths, bits/s: 50 Mbit/s to 400 Gbit/s, 8 points per decade
@@ -136,11 +136,11 @@ class Replay:
     """the training's steps, whose mean is predicted (warm-up included); None: the steady state"""
 
     def step(self, strategy: str, net: NetSpec | str, pricers: "Pricers | None" = None) -> float:
-        """Predicted mean seconds per step of ``strategy`` on ``net``."""
+        """Predicted mean seconds per step of ``strategy`` on ``net`` (``auto``: its fastest candidate there)."""
         from gradwire.predict import predict
 
-        return predict(self.profiles[strategy], strategy, net, self.world, self.costs[strategy], pricers,
-                       self.host, self.steps).step_seconds
+        return min(predict(self.profiles[c], c, net, self.world, self.costs[c], pricers, self.host,
+                           self.steps).step_seconds for c in replayed(strategy))
 
     def steps_on(self, strategies: Sequence[str], net: NetSpec | str,
                  pricers: "Pricers | None" = None) -> dict[str, float]:
@@ -155,6 +155,15 @@ class Replay:
         """Predicted speedup of each of ``strategies[1:]`` over ``strategies[0]`` on ``net``."""
         steps = self.steps_on(strategies, net, pricers)
         return {s: steps[strategies[0]] / steps[s] for s in strategies[1:]}
+
+
+def replayed(strategy: str) -> list[str]:
+    """What ``strategy`` is replayed as: itself, or for ``auto`` its candidates, of which the fastest at each
+    point (the choice its chooser makes when it prices every exchange alike)."""
+    from gradwire.overlap import parse_strategy
+
+    choice = parse_strategy(strategy)
+    return [str(c) for c in choice.auto_candidates() or [choice]]
 
 
 def _layout(model: str, strategy: str, backward_ms: float, forward_ms: float = 0.0, optimizer_ms: float = 0.0,
@@ -176,7 +185,7 @@ def hook_buckets(model: str, strategies: Sequence[str], world: int) -> dict[Any,
     from gradwire.overlap import parse_strategy
 
     out: dict[Any, list[tuple[Any, ...]]] = {}
-    for s in strategies:
+    for s in (c for name in strategies for c in replayed(name)):
         codec = parse_strategy(s).exchange.codec
         if codec is not None and not isinstance(codec, str):
             keys = out.setdefault(codec, [])
@@ -198,6 +207,7 @@ def replay_for(model: str, compute_ms: float, strategies: Sequence[str], world: 
     if not compute_ms > 0:
         raise ValueError(f"compute_ms must be > 0, got {compute_ms}")
     fwd, bwd, opt = calibration.shares if calibration is not None else (1 / 3, 2 / 3, 0.0)
+    strategies = list(dict.fromkeys(c for s in strategies for c in replayed(s)))
     profiles = {s: _layout(model, s, compute_ms * bwd, compute_ms * fwd, compute_ms * opt, batch_size)
                 for s in strategies}
     if calibration is not None:  # each strategy's exchanges as they ran on this host, where the buckets match

@@ -65,13 +65,14 @@ import math
 import re
 import statistics
 from dataclasses import replace
-from typing import Iterable
+from typing import Any, Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
-from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run
+from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
-           "prediction_line", "print_table", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
+           "prediction_line", "print_table", "relative_target", "rows_of", "reason", "to_markdown", "unsound_reason",
+           "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -185,28 +186,67 @@ def why(error: str) -> str:
     return ((errors or lines or [""])[-1])[:200]
 
 
+def _reach(seed: SeedResult, metric: str, target: float) -> tuple[float, float] | None:
+    """(seconds, bytes) at the first point of the seed's ``metric`` curve at or past ``target``, or None.
+
+    A loss reaches its target from above. The bytes are those of the steps up
+    to that point's step (NaN when the curve or the seed has no steps).
+    """
+    curve = seed.curves.get(metric)
+    if curve is None:
+        return None
+    lower = direction(metric) == -1
+    for i, (t, v) in enumerate(zip(curve.seconds, curve.values)):
+        if v <= target if lower else v >= target:
+            step = curve.steps[i] if i < len(curve.steps) else None
+            return t, (seed.bytes_until(step) if step is not None else float("nan"))
+    return None
+
+
+def _set_target(row: Row, seeds: list[SeedResult], target: float | None) -> None:
+    """The row's time (and bytes) to ``target``: the mean over the seeds that reach it."""
+    row.target = target
+    if target is None:
+        return
+    reach = [hit for hit in (_reach(s, row.metric, target) for s in seeds) if hit is not None]
+    row.time_to_target = _mean(t for t, _ in reach) if reach else None
+    row.bytes_to_target = _mean(b for _, b in reach)
+    row.reached = len(reach)
+
+
+def relative_target(metric: str, baseline_mean: float, within: float) -> float | None:
+    """The baseline's final ``metric`` widened by ``within`` (a share) in the worse direction; None if undirected.
+
+    ``--target-within 0.02`` on a loss of 0.50: 0.51; on an accuracy of 0.90: 0.882.
+    """
+    sign = direction(metric)
+    if sign is None or math.isnan(baseline_mean):
+        return None
+    return baseline_mean * (1 - within) if sign > 0 else baseline_mean * (1 + within)
+
+
+def _auto_of(seed: SeedResult) -> list[dict[str, Any]]:
+    """``auto``'s summaries of one seed: a model run keeps them, a script's rank 0 injection reports them."""
+    if seed.detail.get("auto"):
+        return list(seed.detail["auto"])
+    ranks = seed.detail.get("injection") or [{}]
+    return list(ranks[0].get("auto") or [])
+
+
 def _base_row(run: Run, unit: str, metric: str, target: float | None) -> Row:
     if not run.ok:
         return Row(run.net, run.strategy, run.status, unit, metric=metric, error=_error_line(run), applied=run.applied)
     seeds = run.seeds
     values = [s.metrics[metric] for s in seeds if metric in s.metrics]
-    reach = []
-    if target is not None:
-        for s in seeds:
-            curve = s.curves.get(metric)
-            if curve is not None:
-                lower = direction(metric) == -1  # a loss reaches its target from above
-                hit = next((t for t, v in zip(curve.seconds, curve.values) if (v <= target if lower else v >= target)),
-                           None)
-                if hit is not None:
-                    reach.append(hit)
     row = Row(run.net, run.strategy, run.status, unit, step_ms=_mean(s.step_ms for s in seeds), metric=metric,
               metric_mean=_mean(values), metric_min=min(values, default=float("nan")),
-              metric_max=max(values, default=float("nan")),
-              time_to_target=_mean(reach) if reach else None, reached=len(reach), seeds=len(seeds),
+              metric_max=max(values, default=float("nan")), seeds=len(seeds),
               compute_ms=_mean(s.compute_ms for s in seeds), exposed_ms=_mean(s.network_ms for s in seeds),
               peer_wait_ms=_mean(s.peer_wait_ms for s in seeds), applied=run.applied,
-              wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20)
+              wire_mb_per_step=_mean(s.wire_bytes_per_step for s in seeds) / 2**20,
+              peak_kib_per_step=max((s.peak_step_bytes for s in seeds), default=float("nan")) / 1024)
+    row.auto = [a for s in seeds for a in _auto_of(s)]
+    _set_target(row, seeds, target)
     steps = sorted(x for s in seeds for x in s.step_seconds)
     if steps:
         row.step_p50_ms, row.step_p95_ms, row.step_max_ms = (1e3 * _quantile(steps, q) for q in (0.5, 0.95, 1.0))
@@ -241,9 +281,12 @@ def rows_of(results: Results) -> list[Row]:
     unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
     metric = metric_name(results)
     target = cfg.get("target_accuracy") if unit == "epoch" else cfg.get("target")
+    within = cfg.get("target_within") if unit == "step" else None
     measured = [_base_row(run, unit, metric, target) for run in results.runs]
     ideal = next((r for r in measured if r.strategy == COMPUTE_ONLY and r.ok), None)
     strategies = cfg["strategies"]
+    runs = {(run.net, run.strategy): run for run in results.runs if run.ok}
+    ideal_run = next((run for run in results.runs if run.ok and run.strategy == COMPUTE_ONLY), None)
     # one compute-only row per network, each measured against that network's baseline
     rows: list[Row] = []
     for net in dict.fromkeys(r.net for r in measured if r.strategy != COMPUTE_ONLY):
@@ -268,6 +311,14 @@ def rows_of(results: Results) -> list[Row]:
             r.compute_ms = base_compute
             r.exposed_share = r.exposed_ms / r.step_ms if r.step_ms else float("nan")
             r.peer_wait_share = r.peer_wait_ms / r.step_ms if r.step_ms else float("nan")
+        if within is not None and base is not None:  # the target is this network's baseline's final, widened
+            net_target = relative_target(metric, base.metric_mean, within)
+            for r in rows:
+                run = ideal_run if r.strategy == COMPUTE_ONLY else runs.get((r.net, r.strategy))
+                if r.ok and r.net == net and run is not None:
+                    _set_target(r, run.seeds, net_target)
+        if base is not None:
+            _against_baseline(base, [r for r in rows if r.ok and r.net == net])
     finals = {(run.net, run.strategy): [s.metrics.get(metric, float("nan")) for s in run.seeds]
               for run in results.runs if run.ok}
     ideal_finals = next((v for (_, name), v in finals.items() if name == COMPUTE_ONLY), None)
@@ -282,6 +333,26 @@ def _predicts(rows: list[Row]) -> bool:
     return any(not math.isnan(r.predicted_speedup) for r in rows)
 
 
+def _against_baseline(base: Row, rows: list[Row]) -> None:
+    """Each row's final metric, time and bytes to target relative to ``base``'s (the same network's baseline)."""
+    for r in rows:
+        if base.metric_mean:
+            r.vs_baseline = r.metric_mean / base.metric_mean - 1
+        if _reached(base) and _reached(r) and r.time_to_target:
+            r.sooner = (base.time_to_target or math.nan) / r.time_to_target
+            if r.bytes_to_target > 0:
+                r.fewer_bytes_to_target = base.bytes_to_target / r.bytes_to_target
+
+
+def _with_target(rows: list[Row], target: float | None) -> bool:
+    """Whether the table has a time to target: one given, or one a row carries (``--target-within``)."""
+    return target is not None or any(r.target is not None for r in rows)
+
+
+def _net_target(rows: list[Row], net: str, target: float | None) -> float | None:
+    return next((r.target for r in rows if r.net == net and r.target is not None), target)
+
+
 def _columns(rows: list[Row], target: float | None = None) -> list[str]:
     """The table's columns: per epoch (bundled models) or per step (a script; time to target when one is set)."""
     unit = rows[0].unit if rows else "epoch"
@@ -292,9 +363,22 @@ def _columns(rows: list[Row], target: float | None = None) -> list[str]:
         predicted = ["predicted (vs measured)"] if _predicts(rows) else []
         return ["strategy", "time/epoch (s)", *spread, "speedup", *predicted, "of ideal", "wire MiB/epoch",
                 "reduction", f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
-    return ["strategy", "time/step (ms)", *spread, "speedup", "of ideal", "wire KiB/step", "reduction",
-            f"{name} (mean [min, max])"] + (["time to target (s)"] if target is not None else []) + [
-            "exposed comm", "other waits", "optimizer / note"]
+    peak = ["peak KiB/step"] if _peaks(rows) else []
+    aimed = ["time to target (s)"] if target is not None else []
+    if target is not None and _peaks(rows):  # against the baseline to the same target
+        aimed = [f"vs {rows_baseline(rows)}", "time to target (s)", "sooner", "KiB to target", "fewer bytes"]
+    return ["strategy", "time/step (ms)", *spread, "speedup", "of ideal", "wire KiB/step", *peak, "reduction",
+            f"{name} (mean [min, max])"] + aimed + ["exposed comm", "other waits", "optimizer / note"]
+
+
+def rows_baseline(rows: list[Row]) -> str:
+    """The baseline's name: the first row that is not compute-only."""
+    return next((r.strategy for r in rows if r.strategy != COMPUTE_ONLY), "baseline")
+
+
+def _peaks(rows: list[Row]) -> bool:
+    """Whether the rows carry per-step bytes (a script's run that recorded them)."""
+    return any(not math.isnan(r.peak_kib_per_step) for r in rows if r.unit == "step")
 
 
 def _ttt(r: Row) -> str:
@@ -302,10 +386,11 @@ def _ttt(r: Row) -> str:
             else f"not reached (0/{r.seeds})")
 
 
-def _cells(r: Row, target: float | None = None, spread: bool = False, predicted: bool = False) -> list[str]:
+def _cells(r: Row, target: float | None = None, spread: bool = False, peaks: bool = False,
+           predicted: bool = False) -> list[str]:
     """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network);
     ``predicted``: with the step model's speedup after the measured one (bundled models)."""
-    cells = _plain_cells(r, target)
+    cells = _plain_cells(r, target, peaks)
     if predicted and r.unit == "epoch":
         cells.insert(3, _predicted_cell(r))
     if spread:
@@ -321,8 +406,9 @@ def _predicted_cell(r: Row) -> str:
     return f"{r.predicted_speedup:.2f}x ({r.predicted_speedup / r.speedup - 1:+.0%})"
 
 
-def _plain_cells(r: Row, target: float | None = None) -> list[str]:
-    width = 10 + (r.unit == "step" and target is not None)
+def _plain_cells(r: Row, target: float | None = None, peaks: bool = False) -> list[str]:
+    width = 10 + (r.unit == "step" and target is not None) + (r.unit == "step" and peaks) * (
+        1 + 4 * (target is not None))
     if not r.ok and r.status != UNSOUND:
         status = {"failed": "FAILED", "not finished": "NOT FINISHED"}.get(r.status, r.status.upper())
         if r.unit == "step":  # the reason goes in the wide last column
@@ -337,9 +423,25 @@ def _plain_cells(r: Row, target: float | None = None) -> list[str]:
         return [r.strategy, f"{r.epoch_seconds:.3f}", f"{r.speedup:.2f}x", _share(r.of_ideal),
                 f"{r.wire_mb_per_epoch:.2f}", _reduction(r), metric, _ttt(r), _share(r.exposed_share),
                 _share(r.peer_wait_share)]
+    peak = [_num(r.peak_kib_per_step, ".1f")] if peaks else []
+    aimed = [_ttt(r)] if target is not None else []
+    if target is not None and peaks:
+        aimed = [_signed(r.vs_baseline), _ttt(r), _times(r.sooner), _num(r.bytes_to_target / 1024, ".0f"),
+                 _times(r.fewer_bytes_to_target)]
     return [r.strategy, f"{r.step_ms:.1f}", f"{r.speedup:.2f}x", _share(r.of_ideal), f"{r.wire_mb_per_step * 1024:.1f}",
-            _reduction(r), metric] + ([_ttt(r)] if target is not None else []) + [
-            _share(r.exposed_share), _share(r.peer_wait_share), note]
+            *peak, _reduction(r), metric] + aimed + [_share(r.exposed_share), _share(r.peer_wait_share), note]
+
+
+def _num(x: float, fmt: str) -> str:
+    return "—" if math.isnan(x) else format(x, fmt)
+
+
+def _times(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.1f}x"
+
+
+def _signed(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:+.1%}"
 
 
 def _reduction(r: Row) -> str:
@@ -414,6 +516,9 @@ def verdict(rows: list[Row], net: str, target: float | None = None) -> str:
             f"{r.strategy} {r.speedup:.2f}x, {r.error}" for r in faster) + "."
     elif unsound:
         out += " UNSOUND: " + "; ".join(f"{r.strategy}, {r.error}" for r in unsound) + "."
+    for r in mine:
+        if r.auto:
+            out += f" {r.strategy} (first seed): {r.auto[0]['describe'].removeprefix('auto: ')}."
     return out
 
 
@@ -439,20 +544,22 @@ def _title(net: str, rows: list[Row], target: float | None) -> str:
 
 
 def to_markdown(rows: list[Row], target: float | None) -> str:
-    """Markdown tables, one per network."""
+    """Markdown tables, one per network (the target of each: ``target``, or the one its rows carry)."""
     out = []
-    columns = _columns(rows, target)
-    spread, predicted = _changing(rows), _predicts(rows)
+    shown = _net_target(rows, next((r.net for r in rows if r.target is not None), ""), target)
+    columns = _columns(rows, shown)
+    spread, peaks, predicted = _changing(rows), _peaks(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
-        title = _title(f"`{net}`", rows, target)
+        aim = _net_target(rows, net, target) if shown is not None else None
+        title = _title(f"`{net}`", rows, aim)
         out.append(title.replace(" — ", " (", 1) + ")\n" if " — " in title else title + "\n")
         out.append("| " + " | ".join(columns) + " |")
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r, target, spread, predicted)) + " |")
+                out.append("| " + " | ".join(_cells(r, shown, spread, peaks, predicted)) + " |")
         out.append("")
-        said = verdict(rows, net, target)
+        said = verdict(rows, net, aim)
         if said:
             out += [said, ""]
     if any(r.strategy == COMPUTE_ONLY for r in rows):
@@ -466,19 +573,20 @@ def print_table(rows: list[Row], target: float | None) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 150))
-    columns = _columns(rows, target)
-    spread, predicted = _changing(rows), _predicts(rows)
+    shown = _net_target(rows, next((r.net for r in rows if r.target is not None), ""), target)
+    columns = _columns(rows, shown)
+    spread, peaks, predicted = _changing(rows), _peaks(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
-        table = Table(title=escape(_title(net, rows, target)))
+        aim = _net_target(rows, net, target) if shown is not None else None
+        table = Table(title=escape(_title(net, rows, aim)))
         for c in columns:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r, target, spread, predicted)))
+                table.add_row(*(escape(c) for c in _cells(r, shown, spread, peaks, predicted)))
         console.print(table)
-        said = verdict(rows, net, target)
+        said = verdict(rows, net, aim)
         if said:
             console.print(escape(said))
     if any(r.strategy == COMPUTE_ONLY for r in rows):
         console.print(escape(IDEAL_NOTE), style="dim")
-

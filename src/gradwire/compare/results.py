@@ -99,6 +99,8 @@ class SeedResult:
     wire_bytes: float = 0.0
     """bytes this rank put on the wire during training (protocol framing included)"""
     payload_bytes: float = 0.0
+    step_wire_bytes: list[float] = field(default_factory=list)
+    """per step, the bytes of the collectives issued during it (scripts; empty in results that did not record it)"""
     metrics: dict[str, float] = field(default_factory=dict)
     curves: dict[str, Curve] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -136,6 +138,15 @@ class SeedResult:
     @property
     def wire_bytes_per_step(self) -> float:
         return self.wire_bytes / self.steps if self.steps else float("nan")
+
+    @property
+    def peak_step_bytes(self) -> float:
+        """The most bytes one step put on the wire (an averaging round's burst; NaN when not recorded)."""
+        return max(self.step_wire_bytes) if self.step_wire_bytes else float("nan")
+
+    def bytes_until(self, step: int) -> float:
+        """The bytes put on the wire in steps 1..``step`` (NaN when not recorded)."""
+        return float(sum(self.step_wire_bytes[:step])) if self.step_wire_bytes else float("nan")
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SeedResult:
@@ -225,6 +236,19 @@ class Row(_Status):
     time_to_target: float | None = None
     reached: int = 0
     seeds: int = 0
+    target: float | None = None
+    """the metric's value the time to target is measured to (``--target``, or the baseline's final widened by
+    ``--target-within``)"""
+    bytes_to_target: float = float("nan")
+    """bytes one rank put on the wire until the target was reached (mean over the seeds that reach it)"""
+    sooner: float = float("nan")
+    """the baseline's time to target / this row's (both reached on every seed)"""
+    fewer_bytes_to_target: float = float("nan")
+    """the baseline's bytes to target / this row's"""
+    vs_baseline: float = float("nan")
+    """the final metric's mean relative to the baseline's: ``mean / baseline mean - 1``"""
+    peak_kib_per_step: float = float("nan")
+    """the most KiB one step put on the wire, over every seed (an averaging round's burst)"""
     compute_ms: float = float("nan")
     overhead_ms: float = float("nan")
     exposed_ms: float = float("nan")
@@ -244,6 +268,8 @@ class Row(_Status):
     step_max_ms: float = float("nan")
     error: str = ""
     applied: str = ""
+    auto: list[dict[str, Any]] = field(default_factory=list)
+    """``auto``'s decisions per seed (rank 0's; every rank decides alike): what it chose where, over time"""
 
     @property
     def time_per_unit(self) -> float:
@@ -260,7 +286,7 @@ class Row(_Status):
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Row:
         known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {k: (float("nan") if v is None and k != "time_to_target" else v)
+        values: dict[str, Any] = {k: (float("nan") if v is None and k not in ("time_to_target", "target") else v)
                                   for k, v in d.items() if k in known}
         return cls(**values)
 

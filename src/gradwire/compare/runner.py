@@ -130,7 +130,8 @@ def _summarise(r: Any) -> SeedResult:
         metrics={"test_accuracy": r.test_accuracy},
         curves={"test_accuracy": Curve(seconds, list(r.epoch_accuracy), [])},
         detail={"step_exposed": r.step_exposed, "step_comm_model": r.step_comm_model, "collectives": r.collectives,
-                "stats": r.stats, "param_checksum": r.param_checksum, "num_parameters": r.num_parameters},
+                "stats": r.stats, "param_checksum": r.param_checksum, "num_parameters": r.num_parameters,
+                "auto": r.auto},
     )
 
 

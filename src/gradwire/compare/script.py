@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -76,7 +77,8 @@ from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
-__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "run_script_compare", "training_timeout"]
+__all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "parse_strategy_args", "run_script_compare",
+           "training_timeout"]
 
 #: baseline, gradwire's compressed exchange with and without overlap, PyTorch's hooks as peers
 DEFAULT_SCRIPT_STRATEGIES = ("sync", "onebit", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
@@ -146,6 +148,12 @@ class ScriptConfig(Named):
     allow_modified: bool = False
     """go on when a training modified or removed a file the working directory held before the comparison
     (:mod:`gradwire.compare.workdir`); by default the comparison stops there"""
+    target_within: float | None = None
+    """the target as a share of each network's baseline: its final metric (mean over seeds) widened by this
+    in the worse direction (0.02: a loss 2% above the baseline's); None: ``target`` or none"""
+    strategy_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """arguments appended to the command for one strategy's trainings (``{"diloco:100": ("--steps", "1200")}``):
+    a strategy that needs more steps than the baseline gets them from the script's own flag"""
 
     def __post_init__(self) -> None:
         if not self.cmd:
@@ -164,12 +172,52 @@ class ScriptConfig(Named):
             raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
         if self.adam_warmup < 1:
             raise ValueError(f"--adam-warmup must be >= 1 step (Adam needs a variance to freeze), got {self.adam_warmup}")
+        if self.target_within is not None:
+            if self.target is not None:
+                raise ValueError("--target and --target-within both set the target: give one")
+            if not 0 <= self.target_within < 1:
+                raise ValueError(f"--target-within must be a share from 0 to 1 (0.02 or 2%), got {self.target_within}")
+        extra: dict[str, tuple[str, ...]] = {}
+        for name, args in self.strategy_args.items():
+            key = str(parse_strategy(name))
+            if key not in self.strategy_names:
+                raise ValueError(f"--strategy-args {name}: not one of the strategies ({', '.join(self.strategy_names)})")
+            if key == self.strategy_names[0]:
+                raise ValueError(f"--strategy-args {name}: the baseline runs the command as given; put its "
+                                 "arguments in the command")
+            extra[key] = tuple(args)
+        object.__setattr__(self, "strategy_args", extra)
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": "script", "cmd": list(self.cmd), "nets": list(self.net_names),
                 "strategies": list(self.strategy_names), "seeds": list(self.seeds), "workers": self.workers,
                 "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
-                "metric": self.metric, "target": self.target, "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
+                "metric": self.metric, "target": self.target, "target_within": self.target_within,
+                "strategy_args": {k: list(v) for k, v in self.strategy_args.items()},
+                "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
+
+    def command(self, strategy: str, seed: int) -> list[str]:
+        """The command one training of ``strategy`` runs: ``{seed}`` replaced, the strategy's arguments appended."""
+        return [a.replace("{seed}", str(seed)) for a in self.cmd + self.strategy_args.get(strategy, ())]
+
+
+def parse_strategy_args(text: str) -> tuple[str, tuple[str, ...]]:
+    """``STRATEGY=ARGS`` (``diloco:100=--steps 1200``) as (strategy, the arguments split as a shell would).
+
+    A strategy's options hold ``=`` too (``diloco:100:lr=0.5=--steps 1200``):
+    the strategy is the shortest prefix before an ``=`` that names one.
+    """
+    cuts = [i for i, c in enumerate(text) if c == "="]
+    for i in cuts:
+        name, args = text[:i].strip(), text[i + 1:]
+        try:
+            parse_strategy(name)
+        except ValueError:
+            continue
+        if args.strip():
+            return name, tuple(shlex.split(args))
+    raise ValueError(f"expected STRATEGY=ARGS with a strategy's name and the arguments to append "
+                     f"(e.g. 'diloco:100=--steps 1200'), got {text!r}")
 
 
 def launch_form(cmd: tuple[str, ...] | list[str]) -> str:
@@ -319,7 +367,8 @@ def _seed_result(seed: int, seconds: float, ranks: list[dict[str, Any]], code: i
     result = SeedResult(seed, seconds=seconds, train_seconds=first.get("train_seconds", 0.0), steps=first["steps"],
                         step_seconds=first.get("step_seconds", []), exposed_seconds=first.get("exposed_seconds", 0.0),
                         exposed_network_seconds=first.get("exposed_network_seconds"),
-                        wire_bytes=first.get("wire_bytes", 0), payload_bytes=first.get("payload_bytes", 0))
+                        wire_bytes=first.get("wire_bytes", 0), payload_bytes=first.get("payload_bytes", 0),
+                        step_wire_bytes=first.get("step_wire_bytes", []))
     losses = [r["loss"]["value"] for r in ranks if r.get("loss", {}).get("value")]
     if losses:
         result.metrics["train_loss"] = statistics.fmean(_final_loss(v) for v in losses)
@@ -389,10 +438,6 @@ def _collect(workdir: WorkDir, folder: Path, results: Results) -> Changes:
     return found
 
 
-def _command(cfg: ScriptConfig, seed: int) -> list[str]:
-    return [a.replace("{seed}", str(seed)) for a in cfg.cmd]
-
-
 def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Path,
            baseline_seconds: list[float]) -> tuple[int, str, float]:
     """Run one training and stop all it started, however it ends: (exit code, why it was stopped, seconds)."""
@@ -402,7 +447,7 @@ def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Pa
     env = child_env(spec, folder, after_init=child.__name__)
     env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
     try:
-        launched = _launch(cfg, _command(cfg, seed), env, folder)  # stops what it started if it raises
+        launched = _launch(cfg, cfg.command(strategy, seed), env, folder)  # stops what it started if it raises
     except OSError as exc:  # the program could not start at all
         return 127, f"{cfg.cmd[0]}: {exc.strerror or exc}", 0.0
     limit, rule = training_timeout(cfg.timeout, baseline_seconds)
@@ -449,7 +494,8 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
             status, error, seed_result, applied = _outcome(cfg, strategy, folder, code, why, seconds, seed)
             found = _collect(workdir, folder, ledger.results)
             run = ledger.runs[(net, strategy)]
-            run.applied = run.applied or applied
+            extra = cfg.strategy_args.get(strategy)
+            run.applied = run.applied or (applied + (f"; command + {shlex.join(extra)}" if extra and applied else ""))
             if status == OK:
                 assert seed_result is not None
                 ledger.ok(net, strategy, seed_result, seconds, found.note())

@@ -10,7 +10,9 @@ follow, each after a colon::
     <compressor onebit pattern=two_phase block=1024>
 
 Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
-(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``).
+(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``), and
+``fuse=N``: buckets of fewer than N elements are sent together as one
+exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``).
 
 Names (``COMPRESSORS`` lists them with their parameter):
 
@@ -31,7 +33,7 @@ powersgd:r          allreduce  r (rows + cols) floats in two rounds
 
 Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
 for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
-``warmup=N`` (all).
+``warmup=N``, ``fuse=N`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.hooks`.
@@ -41,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .auto import AUTO_CANDIDATES, AUTO_EVERY, AutoCompressor, Link, exchange_busbytes, price
 from .base import Compressor, Ctx, Pattern, payload_nbytes, roundtrip
 from .bf16 import BF16Compressor
 from .errorfeedback import ErrorFeedback, is_finite
@@ -56,17 +59,21 @@ from .terngrad import TernGradCompressor
 from .topk import TopKCompressor
 
 __all__ = [
+    "AutoCompressor",
     "COMPRESSORS",
+    "Link",
     "Compressor",
     "Ctx",
     "ErrorFeedback",
     "Pattern",
     "SegmentStore",
     "StateKey",
+    "exchange_busbytes",
     "get_compressor",
     "is_finite",
     "parse_compressor",
     "payload_nbytes",
+    "price",
     "register_compressor",
     "roundtrip",
 ]
@@ -89,7 +96,7 @@ class Entry:
 COMPRESSORS: dict[str, Entry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
-COMMON_OPTIONS = ("warmup",)
+COMMON_OPTIONS = ("warmup", "fuse")
 
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
@@ -150,8 +157,12 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     warmup = options.pop("warmup", 0)
     if warmup < 0:
         raise ValueError(f"compressor {spec!r}: warmup must be >= 0 steps, got {warmup}")
+    fuse = options.pop("fuse", None)
+    if fuse is not None and fuse < 0:
+        raise ValueError(f"compressor {spec!r}: fuse must be >= 0 elements (0: never fuse buckets), got {fuse}")
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
+    compressor.fuse = fuse
     return compressor
 
 
@@ -186,6 +197,15 @@ _ratio = _number(float, 0.01, "ratio")
 _levels = _number(int, 16, "qsgd levels")
 _rank = _number(int, 4, "powersgd rank")
 
+def _auto(arg: str | None, every: int = AUTO_EVERY) -> Compressor:
+    names = AUTO_CANDIDATES if not arg else tuple(n.strip() for n in arg.split("/") if n.strip() != "none")
+    for n in names:
+        if ":" in n or n not in COMPRESSORS or n == "auto":
+            raise ValueError(f"auto: unknown candidate {n!r}; write auto:NAME/NAME/... with plain compressor "
+                             f"names ({', '.join(sorted(set(COMPRESSORS) - {'auto'}))})")
+    return AutoCompressor([get_compressor(n) for n in names], every=every)
+
+
 register_compressor("none", _no_arg(NoneCompressor, "none"), doc="no compression (reference)")
 register_compressor("fp16", _no_arg(FP16Compressor, "fp16"), doc="half precision cast")
 register_compressor("bf16", _no_arg(BF16Compressor, "bf16"), doc="bfloat16 cast")
@@ -198,3 +218,5 @@ register_compressor("signum", _no_arg(SignumCompressor, "signum"), doc="majority
 register_compressor("topk", lambda a: TopKCompressor(_ratio(a)), "ratio", "largest magnitudes, sampled threshold")
 register_compressor("randomk", lambda a: RandomKCompressor(_ratio(a)), "ratio", "shared random coordinates")
 register_compressor("powersgd", lambda a: PowerSGDCompressor(int(_rank(a))), "r", "rank-r power iteration")
+register_compressor("auto", _auto, "fp16/int8/onebit", "per exchange, the candidate cheapest on the measured link",
+                    ("every",))

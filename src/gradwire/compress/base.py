@@ -80,6 +80,8 @@ class Compressor:
     averages: bool = True
     #: steps the hooks reduce uncompressed before compressing (``name:warmup=N``; 0: the hook's default)
     warmup: int = 0
+    #: buckets below this many elements are fused into one exchange (``name:fuse=N``; None: the hook's default)
+    fuse: int | None = None
 
     # -- what subclasses implement -------------------------------------------
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:

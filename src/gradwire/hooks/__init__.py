@@ -15,16 +15,16 @@ reach compression through this package only.
 """
 from __future__ import annotations
 
-from gradwire.compress import COMPRESSORS, Compressor, ErrorFeedback, StateKey, get_compressor
+from gradwire.compress import COMPRESSORS, AutoCompressor, Compressor, ErrorFeedback, StateKey, get_compressor
 
 from .allreduce import allreduce_compressed
 from .futures import Sequencer, Turn, completed, then, then_async
 from .hook import compression_hook
 from .optim import OptimizerScheme, UnsupportedOptimizer, scheme_for, scheme_hook
-from .state import MIN_COMPRESS_NUMEL, CompressionState, ParamNames
+from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
 
 __all__ = [
-    "COMPRESSORS", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "COMPRESSORS", "AutoCompressor", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
     "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
-    "compression_hook", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
+    "compression_hook", "fuse_layouts", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
 ]

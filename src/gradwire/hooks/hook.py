@@ -7,7 +7,9 @@
    plain average during warm-up and for small buckets, otherwise error
    feedback, compression, the pattern's collectives and the local
    correction, decompressed in place into the bucket buffer in the last
-   callback.
+   callback. Small buckets of a compressing step wait for the next ones and
+   leave as one exchange (fusion, up to ``state.fuse_numel`` elements, or
+   at the step's last bucket).
 3. ``bucket.is_last()`` advances ``state.step``.
 
 The hook never waits: it returns the chained future at once, so DDP keeps
@@ -43,7 +45,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
     Returns:
         A Future whose value is the bucket buffer holding the averaged result.
     """
-    _, fut = state.reduce_params(bucket.buffer(), bucket.parameters())
+    _, fut = state.reduce_params(bucket.buffer(), bucket.parameters(), last=bucket.is_last())
     if bucket.is_last():
         state.end_step()
     return fut

@@ -408,6 +408,8 @@ class FrozenVarianceAdam(OptimizerScheme):
         self._base: Dict[Tensor, Tensor] = {}
         self._level: Dict[Tensor, float] = {}
         self._eps = {p: float(g["eps"]) for g in optimizer.param_groups for p in g["params"]}
+        #: the level all_reduce of the last step, applied before the next exchange (see _track)
+        self._tracking: Optional[tuple] = None
         # warm-up: plain averages of the gradients, no momentum in the exchange
         state.momentum = 0.0
         state.warmup_iters = _NEVER
@@ -424,26 +426,32 @@ class FrozenVarianceAdam(OptimizerScheme):
         gradients (kept, on a refresh step, for the noise estimate), then
         ``g_i /= denominator`` when the exchange carries the preconditioned momentum.
         """
+        self._finish_track()
         divide = self.frozen and self.precondition
         if not self.refresh and not divide:
             return
         keep = self.refresh and self.refresh_due(self.steps + 1)
-        flat, offset = buffer.view(-1), 0
+        params = list(params)
+        grads = list(buffer.view(-1).split([p.numel() for p in params]))
         with torch.no_grad():
-            for p in params:
-                n = p.numel()
-                g = flat[offset:offset + n]
-                offset += n
-                if self.refresh:
-                    v = self.local_v.get(p)
-                    if v is None:
-                        v = self.local_v[p] = torch.zeros(n, dtype=torch.float32, device=p.device)
-                    v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-                    if keep:
+            if self.refresh:
+                local_v = [self._local_v(p) for p in params]
+                torch._foreach_mul_(local_v, self.beta2)
+                torch._foreach_addcmul_(local_v, grads, grads, value=1.0 - self.beta2)
+                if keep:
+                    for p, g in zip(params, grads):
                         self._stash[p] = g.detach().clone()
-                denom = self.denominators.get(p) if divide else None
-                if denom is not None:
-                    g.div_(denom.view(-1))
+            if divide:
+                pairs = [(g, self.denominators[p].view(-1)) for p, g in zip(params, grads) if p in self.denominators]
+                if pairs:
+                    torch._foreach_div_([g for g, _ in pairs], [d for _, d in pairs])
+
+    def _local_v(self, p: Tensor) -> Tensor:
+        """This rank's own second moment of ``p`` (flat, fp32), made at zero when first seen."""
+        v = self.local_v.get(p)
+        if v is None:
+            v = self.local_v[p] = torch.zeros(p.numel(), dtype=torch.float32, device=p.device)
+        return v
 
     # -- the optimizer's side ------------------------------------------------------
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
@@ -457,27 +465,49 @@ class FrozenVarianceAdam(OptimizerScheme):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._finish_track()  # a step without an exchange since the last (no bucket called prepare)
         frozen_adam_step(self.optimizer, self.denominators, self.max_update_rms, self.precondition)
         self.steps += 1
         if self.refresh and self.refresh_due(self.steps):
             self._refresh()
         elif self.refresh and self.track_every and self.steps % self.track_every == 0:
-            self._track()
+            self._tracking = self._launch_levels()
         return loss
 
     def _levels(self) -> Dict[Tensor, float]:
         """Each tensor's mean local variance, averaged over the ranks (one small fp32 all_reduce)."""
-        params = [p for p in self.denominators if p in self.local_v]
-        if not params:
-            return {}
-        means = torch.stack([self.local_v[p].mean() for p in params])
-        dist.all_reduce(means, group=self.group)
+        params, means, work = self._launch_levels()
+        if work is not None:
+            work.wait()
         return dict(zip(params, means.tolist()))
 
-    def _track(self) -> None:
-        """Follow each tensor's variance level between refreshes: ``v_hat = base * level / level_then``."""
+    def _launch_levels(self) -> tuple:
+        """``_levels``'s all_reduce, issued without waiting: (parameters, the means, its Work or None)."""
+        params = [p for p in self.denominators if p in self.local_v]
+        if not params:
+            return [], torch.zeros(0), None
+        means = torch.stack([self.local_v[p].mean() for p in params])
+        return params, means, dist.all_reduce(means, group=self.group, async_op=True)
+
+    def _finish_track(self) -> None:
+        """Apply the level all_reduce the last step issued (before the next exchange reads the denominators)."""
+        pending, self._tracking = self._tracking, None
+        if pending is None:
+            return
+        params, means, work = pending
+        if work is not None:
+            work.wait()
+        self._track(dict(zip(params, means.tolist())))
+
+    def _track(self, levels: Dict[Tensor, float]) -> None:
+        """Follow each tensor's variance level between refreshes: ``v_hat = base * level / level_then``.
+
+        The levels' all_reduce is issued at the end of a step and applied at
+        the first bucket of the next (:meth:`prepare`) or at a checkpoint:
+        the same arithmetic as waiting for it at once, without a rank
+        waiting at its step for the slowest one.
+        """
         ratios: Dict[Tensor, Tensor] = {}
-        levels = self._levels()
         if not self._level:  # resumed from a checkpoint: start following from here
             self._level = levels
             return
@@ -609,6 +639,7 @@ class FrozenVarianceAdam(OptimizerScheme):
         local variances, and each tensor's ``v_hat`` and level of the last
         freeze or refresh, which the tracking between refreshes scales from.
         """
+        self._finish_track()
         params = params_of(self.optimizer)
         per = lambda d: [None if d.get(p) is None else _plain(d[p]) for p in params]  # noqa: E731
         return {**super().state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
@@ -618,6 +649,7 @@ class FrozenVarianceAdam(OptimizerScheme):
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (load the optimizer's own state as well)."""
         super().load_state_dict(saved)
+        self._tracking = None
         self.frozen = bool(saved["frozen"])
         self.refreshes = int(saved.get("refreshes", 0))
 
@@ -687,43 +719,65 @@ def frozen_adam_step(optimizer: torch.optim.Optimizer, denominators: Dict[Tensor
         p -= lr / (1 - beta1**t) * exp_avg / denominator
         exp_avg_sq *= (1 - beta2**t) / (1 - beta2**(t-1))   (keeps exp_avg_sq / (1 - beta2**t) frozen)
 
+    The parameters of a group that share a step count are updated together
+    with ``torch._foreach_*`` ops (as torch's own ``foreach`` optimizers):
+    a small model's step is a few kernel calls, not a few per tensor.
+
     Raises:
         RuntimeError: a parameter has a gradient but no frozen denominator
             (it got its first gradient after the freeze).
     """
     with torch.no_grad():
         for g in optimizer.param_groups:
-            lr = float(g["lr"])
-            wd = float(g["weight_decay"])
-            beta1, beta2 = (float(b) for b in g["betas"])
+            by_step: Dict[float, List[Tensor]] = {}
             for p in g["params"]:
                 if p.grad is None:
                     continue
-                denom = denominators.get(p)
-                if denom is None:
+                if p not in denominators:
                     raise RuntimeError(f"a parameter of shape {tuple(p.shape)} got its first gradient after Adam's "
                                        "variance was frozen; it has no variance to precondition with")
-                s = optimizer.state[p]
-                t = _step_of(s) + 1.0
-                if isinstance(s["step"], Tensor):
-                    s["step"].add_(1)
-                else:
-                    s["step"] = t
-                if wd:
-                    p.mul_(1.0 - lr * wd)
-                scale = 1.0 / (1.0 - beta1 ** t)
-                if preconditioned:  # .grad holds u / denominator: the update itself
-                    update = p.grad.mul(1.0 - beta1)
-                    torch.mul(update, denom, out=s["exp_avg"])
-                else:
-                    torch.mul(p.grad, 1.0 - beta1, out=s["exp_avg"])
-                    update = s["exp_avg"] / denom
-                if max_update_rms is not None and p.numel():
-                    rms = float(update.norm()) * scale / math.sqrt(p.numel())
-                    if rms > max_update_rms:
-                        scale *= max_update_rms / rms
-                p.add_(update, alpha=-lr * scale)
-                s["exp_avg_sq"].mul_((1.0 - beta2 ** t) / (1.0 - beta2 ** (t - 1.0)))
+                by_step.setdefault(_step_of(optimizer.state[p]) + 1.0, []).append(p)
+            for t, params in by_step.items():
+                _frozen_group_step(optimizer, g, params, t, denominators, max_update_rms, preconditioned)
+
+
+def _frozen_group_step(optimizer: torch.optim.Optimizer, group: Dict[str, Any], params: List[Tensor], t: float,
+                       denominators: Dict[Tensor, Tensor], max_update_rms: Optional[float],
+                       preconditioned: bool) -> None:
+    """:func:`frozen_adam_step` for the parameters of one group whose next step is ``t``."""
+    lr, wd = float(group["lr"]), float(group["weight_decay"])
+    beta1, beta2 = (float(b) for b in group["betas"])
+    states = [optimizer.state[p] for p in params]
+    grads = [p.grad for p in params]
+    denoms = [denominators[p].view_as(p) for p in params]
+    exp_avgs = [s["exp_avg"] for s in states]
+    counters = [s["step"] for s in states if isinstance(s["step"], Tensor)]
+    if counters:
+        torch._foreach_add_(counters, 1)
+    for s in states:
+        if not isinstance(s["step"], Tensor):
+            s["step"] = t
+    if wd:
+        torch._foreach_mul_(params, 1.0 - lr * wd)
+    scale = 1.0 / (1.0 - beta1 ** t)
+    if preconditioned:  # .grad holds u / denominator: the update itself
+        updates = torch._foreach_mul(grads, 1.0 - beta1)  # type: ignore[arg-type]
+        torch._foreach_copy_(exp_avgs, torch._foreach_mul(updates, denoms))
+    else:
+        torch._foreach_copy_(exp_avgs, torch._foreach_mul(grads, 1.0 - beta1))  # type: ignore[arg-type]
+        updates = torch._foreach_div(exp_avgs, denoms)
+    if max_update_rms is None:
+        torch._foreach_add_(params, updates, alpha=-lr * scale)
+    else:
+        norms = torch._foreach_norm(updates)
+        for p, update, norm in zip(params, updates, norms):
+            step = scale
+            if p.numel():
+                rms = float(norm) * scale / math.sqrt(p.numel())
+                if rms > max_update_rms:
+                    step *= max_update_rms / rms
+            p.add_(update, alpha=-lr * step)
+    torch._foreach_mul_([s["exp_avg_sq"] for s in states], (1.0 - beta2 ** t) / (1.0 - beta2 ** (t - 1.0)))
 
 
 def scheme_for(optimizer: torch.optim.Optimizer, state: CompressionState, adam_warmup: int = DEFAULT_ADAM_WARMUP,

@@ -46,6 +46,24 @@ full-precision stage: the first, large and fast changing updates cost
 sign compression the most. Default: the compressor's ``warmup=N``, else 1
 (DDP's first iteration also runs on buckets it rebuilds afterwards).
 
+Fusion (:meth:`CompressionState.reduce_params` with ``last``): a compressed
+exchange has a fixed cost per bucket that bytes do not pay for: two
+collectives for the two-phase pattern, each with its latency and the
+backend's own per-op work, plus the compressor's per-call Python. A model
+whose buckets are small (a small model, or ``bucket_cap_mb`` set low) pays
+it many times per step, and a compressed step can then be slower than
+sync's plain all_reduces. So a compressing step holds floating-point
+buckets of fewer than ``fuse_numel`` elements and sends them, in order, as
+one tensor once the held ones reach ``fuse_numel`` or the step's last
+bucket arrives (Horovod's tensor fusion, for the compressed payload): one
+exchange, one compression call. The fused key is the concatenation of the
+buckets' keys, so momentum and residuals still belong to each parameter,
+and the small-tensor cutoff applies to the fused tensor. Trap: a held
+bucket waits for later ones, so the exchange of the first small buckets
+no longer overlaps the rest of backward; that is why only buckets below
+``fuse_numel`` are held (``fuse_numel=0``: never). Warm-up and
+uncompressed steps are not fused (they are DDP's own all_reduces).
+
 Non-finite steps (an fp16 overflow that ``torch.amp.GradScaler`` will skip):
 the NaN/inf reaches the result, where the scaler sees it, but the momentum,
 the worker residual and the server residual stay as they were, so the next
@@ -119,21 +137,27 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gradwire.compress import Compressor, ErrorFeedback, Pattern, SegmentStore, StateKey, get_compressor, is_finite
+from gradwire.compress import (AutoCompressor, Compressor, ErrorFeedback, Pattern, SegmentStore, StateKey,
+                               get_compressor, is_finite)
 from gradwire.compress.none import NoneCompressor
 from gradwire.compress.state import rearrange
 from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from . import exchange
+from .auto import AutoChooser
 from .futures import Sequencer, then
 
-__all__ = ["MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "warmup_steps"]
+__all__ = ["FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "fuse_layouts", "warmup_steps"]
 
 log = logging.getLogger(__name__)
 
 #: tensors (buckets) smaller than this are averaged uncompressed: a compression round's fixed
 #: cost (chunking, packing, a second collective) outweighs the few bytes it saves
 MIN_COMPRESS_NUMEL = 1024
+
+#: compressed buckets smaller than this wait and leave with the next ones as one exchange (tensor
+#: fusion): 64 Ki elements, 256 KiB of fp32; the default CNN's buckets are all larger
+FUSE_NUMEL = 1 << 16
 
 
 def warmup_steps(compressor: str | Compressor | None) -> int:
@@ -194,6 +218,9 @@ class CompressionState:
         local_correction: apply this rank's own compression error at once
             (``avg + e_new - e_old``); None: on where error feedback is on and
             the exchange averages (all but ``signum``).
+        fuse_numel: compressed buckets smaller than this are held and sent
+            with the next ones as one exchange (module doc); 0: never; None
+            takes the compressor's ``fuse=N``, else :data:`FUSE_NUMEL`.
 
     Example::
 
@@ -211,6 +238,7 @@ class CompressionState:
         # seldom tuned
         "warmup_iters",
         "min_compress_numel",
+        "fuse_numel",
         "process_group",
         # internal
         "step",
@@ -223,6 +251,8 @@ class CompressionState:
         "_resumed",
         "_run_steps",
         "_rebuild_check",
+        "_held",
+        "auto",
     )
 
     def __init__(
@@ -234,6 +264,7 @@ class CompressionState:
         warmup_iters: int | None = None,
         min_compress_numel: int = MIN_COMPRESS_NUMEL,
         local_correction: bool | None = None,
+        fuse_numel: int | None = None,
     ) -> None:
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1) (0 disables the state's momentum), got {momentum}")
@@ -241,7 +272,13 @@ class CompressionState:
             raise ValueError(f"warmup_iters must be >= 0, got {warmup_iters}")
         if min_compress_numel < 0:
             raise ValueError(f"min_compress_numel must be >= 0, got {min_compress_numel}")
+        if fuse_numel is not None and fuse_numel < 0:
+            raise ValueError(f"fuse_numel must be >= 0 (0: never fuse buckets), got {fuse_numel}")
         self.compressor = get_compressor(compressor)
+        #: ``auto``: which candidate each exchange uses (None for one fixed compressor)
+        self.auto = AutoChooser(self.compressor) if isinstance(self.compressor, AutoCompressor) else None
+        if fuse_numel is None:
+            fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
         if warmup_iters is None:
             warmup_iters = max(1, warmup_steps(self.compressor))  # "none" too: DDP's first iteration
         if error_feedback is None:
@@ -259,6 +296,7 @@ class CompressionState:
         self.momentum = float(momentum)
         self.warmup_iters = int(warmup_iters)
         self.min_compress_numel = int(min_compress_numel)
+        self.fuse_numel = int(fuse_numel)
         self.process_group = process_group
         self.step = 0
         self.momentum_buffers = SegmentStore()
@@ -275,6 +313,8 @@ class CompressionState:
         self._run_steps = 0
         #: the checkpoint was written before its DDP rebuilt the buckets: compare the first two layouts
         self._rebuild_check = False
+        #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
+        self._held: list[_Held] = []
         log.debug(
             "compression state: compressor=%s error_feedback=%s momentum=%s warmup_iters=%d min_compress_numel=%d "
             "local_correction=%s", self.compressor.name, self.error_feedback is not None, self.momentum,
@@ -287,7 +327,14 @@ class CompressionState:
         return self.step >= self.warmup_iters and numel >= self.min_compress_numel
 
     def end_step(self) -> None:
-        """Advance the step (once per training step: the DDP hook does it on the last bucket)."""
+        """Advance the step (once per training step: the DDP hook does it on the last bucket).
+
+        Buckets still held for fusion (a caller that never said which bucket
+        was the last) leave now, as one exchange.
+        """
+        self._flush()
+        if self.auto is not None and self.step >= self.warmup_iters:
+            self.auto.end_step(self.step, list(self._layouts), self.process_group)
         self.step += 1
         self._loaded = []
         self._run_steps += 1
@@ -317,9 +364,15 @@ class CompressionState:
         key.check(flat)
         self._layouts[key] = None
         numel = flat.numel()
-        compress = (self.compressing(numel) and flat.is_floating_point() and numel > 0
-                    and not isinstance(self.compressor, NoneCompressor))
-        ef = self.error_feedback if compress else None
+        compressor = self.compressor
+        if self.auto is not None:
+            self.auto.begin_exchange(self.sequencer, self.process_group)
+            compressor = self.auto.compressor_for(key, flat)
+        coding = self.compressing(numel) and flat.is_floating_point() and numel > 0
+        compress = coding and not isinstance(compressor, NoneCompressor)
+        # auto moving an exchange to none: what error feedback still owes is sent now, exactly
+        settle = coding and not compress and self.auto is not None and self._owes(key)
+        ef = self.error_feedback if compress or settle else None
         finite = True
         if flat.is_floating_point() and numel and (self.momentum or ef is not None):
             finite = is_finite(flat)
@@ -329,35 +382,143 @@ class CompressionState:
             local.copy_(flat)
         turn = self.sequencer.turn()
         group = self.process_group
-        if not compress:
+        if not compress and not settle:
             return exchange.average(turn, flat, group)
         if ef is not None:
             ef.compensate(flat, key)
-        correct = self._corrector(key, numel) if self.local_correction else None
-        pattern = self.compressor.pattern
-        if pattern is Pattern.TWO_PHASE:
-            fut = exchange.two_phase(turn, flat, key, self.compressor, group, ef, finite)
+        retired = self._retire_chunks(key, compressor, flat) if self.auto is not None and finite else []
+        correct = self._corrector(key, numel, compressor, retired) if self.local_correction else None
+        if settle:  # m + e goes out as it is: every residual of this layout is paid and forgotten
+            if finite:
+                self._forget(key)
+            fut = exchange.average(turn, flat, group)
+        elif compressor.pattern is Pattern.TWO_PHASE:
+            fut = exchange.two_phase(turn, flat, key, compressor, group, ef, finite)
         else:
             update = None if ef is None else (lambda approx: ef.update(key, flat, approx, finite))
-            run = exchange.allgather if pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
-            fut = run(turn, flat, key, self.compressor, group, update)
+            run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
+            fut = run(turn, flat, key, compressor, group, update)
         return fut if correct is None else then(fut, correct)
 
+    def _owes(self, key: StateKey) -> bool:
+        """Whether error feedback holds a worker residual of ``key``'s parameters or a served chunk of its layout."""
+        ef = self.error_feedback
+        if ef is None:
+            return False
+        return ef.residual(key) is not None or any(k.chunk is not None and k.segments == key.segments
+                                                   for k in ef.keys())
+
+    def _retire_chunks(self, key: StateKey, compressor: Compressor, flat: Tensor) -> list[tuple[tuple[int, int], Tensor]]:
+        """Pay in the server residuals of ``key``'s layout that ``compressor`` does not serve; return them.
+
+        ``auto`` moved the exchange to another pattern or granule: what rank
+        ``i``'s server withheld from everyone on its chunk (``s_i``) goes into
+        this exchange (``world * s_i`` added to the chunk, so the average
+        carries ``s_i``), and the local correction takes rank ``i``'s own
+        displacement back (``world * (0 - s_i)``, see :meth:`_corrector`).
+        """
+        ef = self.error_feedback
+        if ef is None:
+            return []
+        rank, world = self.rank_world()
+        start, count = chunk_bounds(key.total, world, chunk_granule(compressor))[rank]
+        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
+        served = key.serving(start, count) if two_phase and count else None
+        retired = []
+        for k in ef.keys():
+            if k.chunk is not None and k.segments == key.segments and k != served:
+                residual = ef.residual(k)
+                if residual is not None:
+                    begin, length = k.chunk
+                    flat.view(-1)[begin:begin + length].add_(residual.view(-1), alpha=float(world))
+                    retired.append((k.chunk, residual.clone()))
+                ef.reset(k)
+        return retired
+
+    def _forget(self, key: StateKey) -> None:
+        """Drop ``key``'s worker residual and its layout's served chunks (after the corrector copied them)."""
+        ef = self.error_feedback
+        assert ef is not None
+        for k in ef.keys():
+            if k == key or (k.chunk is not None and k.segments == key.segments):
+                ef.reset(k)
+
     def reduce_params(self, flat: Tensor, params: Sequence[Tensor], local: Tensor | None = None,
-                      key: StateKey | None = None) -> tuple[StateKey, Future]:
+                      key: StateKey | None = None, last: bool = True) -> tuple[StateKey, Future]:
         """:meth:`reduce` of a flat tensor made of ``params`` (a DDP bucket); returns its key and the future.
 
         ``key``: ``self.names.key(params)`` when the caller has it already.
-        During the first iteration after :meth:`load_state_dict`, a bucket
-        whose parameters are those of one or more saved layouts is reduced as
-        those layouts, in the saved order (see the module doc).
+        ``last``: no bucket of this step follows; False lets a small bucket
+        wait to be fused with the next ones (module doc: the future then
+        completes when the fused exchange does). During the first iteration
+        after :meth:`load_state_dict`, a bucket whose parameters are those of
+        one or more saved layouts is reduced as those layouts, in the saved
+        order (see the module doc).
         """
         key = self.names.key(params) if key is None else key
         if self._resumed is not None:
             self._check_resumed(params)
+        fuse = self._fusing(flat)
+        if self._held and (not fuse or not self._held[0].joins(flat)):
+            self._flush()
+        # the first iteration after a load holds every bucket: the saved layouts are fused as saved
+        resuming = bool(self._loaded)
+        if not fuse or (not self._held and (last or (flat.numel() >= self.fuse_numel and not resuming))):
+            return key, self._reduce_layout(flat, key, local)
+        held = _Held(flat, key, local)
+        self._held.append(held)
+        if last or (not resuming and sum(h.flat.numel() for h in self._held) >= self.fuse_numel):
+            self._flush()
+        return key, held.future
+
+    def _fusing(self, flat: Tensor) -> bool:
+        """Whether buckets like ``flat`` are fused at this step: a compressing step and a floating-point bucket.
+
+        A bucket at or above ``fuse_numel`` is not held, but it takes the held ones with it.
+        """
+        return (self.fuse_numel > 0 and flat.is_floating_point() and self.step >= self.warmup_iters
+                and not isinstance(self.compressor, NoneCompressor))
+
+    def _flush(self) -> None:
+        """Send the held buckets as one exchange; each one's future completes with its part of the result."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        if len(held) == 1:
+            one = held[0]
+            _settle(one.future, self._reduce_layout(one.flat, one.key, one.local))
+            return
+        flat = torch.cat([h.flat.view(-1) for h in held])
+        key = StateKey(tuple(seg for h in held for seg in h.key.segments))
+        local = torch.empty_like(flat) if any(h.local is not None for h in held) else None
+        fut = self._reduce_layout(flat, key, local)
+        sizes = [h.flat.numel() for h in held]
+        if local is not None:  # written before anything is sent
+            for h, part in zip(held, local.split(sizes)):
+                if h.local is not None:
+                    h.local.view(-1).copy_(part)
+
+        def scatter(done: Future) -> None:
+            try:
+                parts = done.value().view(-1).split(sizes)
+                for h, part in zip(held, parts):
+                    h.flat.view(-1).copy_(part)
+            except BaseException as exc:  # noqa: BLE001 - every held bucket fails with the exchange
+                for h in held:
+                    h.future.set_exception(exc)
+                return
+            for h in held:
+                h.future.set_result(h.flat)
+
+        fut.add_done_callback(scatter)
+
+    def _reduce_layout(self, flat: Tensor, key: StateKey, local: Tensor | None) -> Future:
+        """:meth:`reduce`, or the saved layouts ``key`` is made of during the first iteration after a load."""
         saved = self._saved_layouts(key)
         if saved is None:
-            return key, self.reduce(flat, key, local)
+            return self.reduce(flat, key, local)
+        if self._fusing(flat):  # a checkpoint of a warm-up step: its layouts, fused as the next step fuses them
+            saved = fuse_layouts(saved, self.fuse_numel)
         futures = []
         for part in saved:
             arranged = rearrange(flat, key, part)
@@ -372,7 +533,7 @@ class CompressionState:
                 rearrange(fut.value(), part, key, out=flat.view(-1))
             return flat
 
-        return key, then(torch.futures.collect_all(futures), write_back)
+        return then(torch.futures.collect_all(futures), write_back)
 
     def _saved_layouts(self, key: StateKey) -> list[StateKey] | None:
         """The saved layouts that make up ``key``'s parameters, in saved order (None: reduce ``key`` as it is)."""
@@ -441,27 +602,35 @@ class CompressionState:
             return 0, 1
         return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
 
-    def _corrector(self, key: StateKey, numel: int) -> Callable[[Tensor], Tensor]:
+    def _corrector(self, key: StateKey, numel: int, compressor: Compressor,
+                   retired: list[tuple[tuple[int, int], Tensor]] | None = None) -> Callable[[Tensor], Tensor]:
         """Called after ``compensate``: a function adding this rank's change of residuals to the average.
 
         ``avg + (e_new - e_old)`` for the worker residual, and, on the chunk
         this rank serves in the two-phase exchange, ``world * (s_new - s_old)``
         for the server residual: the mean over ranks of what they apply is
-        then exactly the mean of the uncompressed inputs (module doc).
+        then exactly the mean of the uncompressed inputs (module doc). A
+        served chunk of this layout that ``compressor`` does not serve (``auto``
+        moved the exchange to another pattern or granule, ``retired``: paid
+        into this exchange by :meth:`_retire_chunks`) ends with ``world * (0 - s_old)``.
         """
         ef = self.error_feedback
         assert ef is not None, "local correction needs error feedback"
         rank, world = self.rank_world()
-        start, count = chunk_bounds(numel, world, chunk_granule(self.compressor))[rank]
-        served = key.serving(start, count) if self.compressor.pattern is Pattern.TWO_PHASE and count else None
+        start, count = chunk_bounds(numel, world, chunk_granule(compressor))[rank]
+        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
+        served = key.serving(start, count) if two_phase and count else None
         worker_old = _copy(ef.residual(key))
         server_old = _copy(ef.residual(served)) if served is not None else None
+        ended = list(retired or [])
 
         def correct(average: Tensor) -> Tensor:
             flat = average.view(-1)
             _add_change(flat, ef.residual(key), worker_old, 1.0)
             if served is not None:
                 _add_change(flat[start:start + count], ef.residual(served), server_old, float(world))
+            for (begin, length), old in ended:
+                _add_change(flat[begin:begin + length], None, old, float(world))
             return average
 
         return correct
@@ -484,6 +653,7 @@ class CompressionState:
             "world": world,
             "replica": replica,
             "run_steps": self._run_steps,
+            **({"auto": self.auto.state_dict()} if self.auto is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -510,6 +680,8 @@ class CompressionState:
         self._layouts, self._last_layouts = {}, {}
         self._run_steps = 0
         self._rebuild_check = state.get("run_steps") == 1
+        if self.auto is not None and state.get("auto"):
+            self.auto.load_state_dict(state["auto"])
         resumed: dict[str, Any] = {k: state[k] for k in ("rank", "world") if k in state}
         resumed["replica"] = dict(state.get("replica") or {})
         self._resumed = resumed
@@ -517,7 +689,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check")
+                "_run_steps", "_rebuild_check", "_held", "auto")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -531,6 +703,59 @@ class CompressionState:
         self._resumed = None
         self._run_steps = 0
         self._rebuild_check = False
+        self._held = []
+
+
+def fuse_layouts(layouts: Sequence[StateKey], fuse_numel: int) -> list[StateKey]:
+    """The keys the fusion rule makes of buckets arriving in this order (the last one ends the step).
+
+    A bucket of ``fuse_numel`` or more with none held leaves alone; others
+    are held until the held ones reach ``fuse_numel`` (a large bucket takes
+    the held ones with it) or the step ends. Applied to keys that are fused
+    already it returns them unchanged.
+    """
+    out: list[StateKey] = []
+    held: list[StateKey] = []
+
+    def flush() -> None:
+        if held:
+            out.append(StateKey(tuple(seg for k in held for seg in k.segments)))
+            held.clear()
+
+    for key in layouts:
+        if not held and key.numel >= fuse_numel:
+            out.append(key)
+            continue
+        held.append(key)
+        if sum(k.numel for k in held) >= fuse_numel:
+            flush()
+    flush()
+    return out
+
+
+class _Held:
+    """A bucket waiting to be fused: its tensor, key, local buffer and the future its caller holds."""
+
+    __slots__ = ("flat", "key", "local", "future")
+
+    def __init__(self, flat: Tensor, key: StateKey, local: Tensor | None) -> None:
+        self.flat, self.key, self.local = flat, key, local
+        self.future: Future = Future()
+
+    def joins(self, other: Tensor) -> bool:
+        """Whether ``other`` can be concatenated to this bucket (one dtype, one device)."""
+        return other.dtype == self.flat.dtype and other.device == self.flat.device
+
+
+def _settle(out: Future, fut: Future) -> None:
+    """Complete ``out`` with ``fut``'s value or failure."""
+    def done(f: Future) -> None:
+        try:
+            out.set_result(f.value())
+        except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
+            out.set_exception(exc)
+
+    fut.add_done_callback(done)
 
 
 def _checksum(t: Tensor) -> int:

@@ -116,7 +116,7 @@ class _Launch:
 def delayed_hook(strategy: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Launch the bucket's average in the background; hand DDP the local gradient at once."""
     buf = bucket.buffer()
-    strategy.launch_bucket(buf, bucket.parameters())
+    strategy.launch_bucket(buf, bucket.parameters(), last=bucket.is_last())
     fut: Future = Future()
     fut.set_result(buf)
     return fut
@@ -224,8 +224,11 @@ class DelayedStrategy(Strategy):
     def in_flight(self) -> List[Future]:
         return [launch.future for launch in (self._previous or []) + self._launches]
 
-    def launch_bucket(self, grad: Tensor, params: Sequence[Tensor]) -> None:
-        """Record the bucket's local vector and launch its average (called by the hook)."""
+    def launch_bucket(self, grad: Tensor, params: Sequence[Tensor], last: bool = True) -> None:
+        """Record the bucket's local vector and launch its average (called by the hook).
+
+        ``last``: the step's last bucket (smaller ones before it may wait to be fused with it).
+        """
         assert self.exchange is not None, "call wrap() first"
         params = list(params)
         numel = sum(p.numel() for p in params)
@@ -237,7 +240,7 @@ class DelayedStrategy(Strategy):
         local, sent = spare if spare is not None else (torch.empty_like(grad), torch.empty_like(grad))
         # DDP reuses the bucket buffer next step: send a copy; the exchange's momentum (with a
         # compressor) turns it into m and writes this rank's vector v into ``local``
-        _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key)
+        _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key, last=last)
         self._launches.append(_Launch(key, params, grad, local, fut))
 
     def _owed_by(self, launches: List[_Launch]) -> Owed:

@@ -89,6 +89,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.hooks import RemovableHandle
 
+from gradwire.hooks.auto import live_choosers
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
 
 from .base import CannotApply, Strategy
@@ -192,11 +193,13 @@ class Injection:
 
     def record(self) -> Dict[str, Any]:
         """What was applied, in plain types."""
+        auto = [c.summary() for c in live_choosers()]
+        short = "optimizer as written" if self.scheme is None else self.scheme.short()
         return {"strategy": str(self.choice), "status": self.status, "reason": self.reason,
                 "description": self.description, "optimizer": self.optimizer_name,
                 "scheme": None if self.scheme is None else self.scheme.describe(),
-                "short": "optimizer as written" if self.scheme is None else self.scheme.short(),
-                "ddp": self._ddp is not None}
+                "short": "; ".join([short] + [a["describe"] for a in auto]),
+                "ddp": self._ddp is not None, "auto": auto}
 
     # -- at DDP(...) ----------------------------------------------------------------
     def ddp_arguments(self, arguments: Dict[str, Any]) -> None:

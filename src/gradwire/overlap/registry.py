@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from gradwire.hooks import COMPRESSORS, Compressor, get_compressor
+from gradwire.hooks import COMPRESSORS, AutoCompressor, Compressor, get_compressor
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
 from .base import ExchangeTraits, Strategy, Timing
@@ -246,6 +246,19 @@ class StrategyChoice:
     def exchange(self) -> ExchangeTraits:
         """What the strategy's exchange of each bucket does (what ``gradwire predict`` replays)."""
         return self.entry.cls.exchange_traits(self.spec.params, self.compressor)
+
+    def auto_candidates(self) -> list[StrategyChoice] | None:
+        """The fixed choices an ``auto`` compressor chooses among (None for a fixed compressor).
+
+        ``auto:fp16/onebit+delayed`` -> ``delayed``, ``fp16+delayed``, ``onebit+delayed``: what
+        ``gradwire predict`` replays ``auto`` as (at each point, the fastest of them).
+        """
+        if self.compressor is None:
+            return None
+        auto = get_compressor(self.compressor)
+        if not isinstance(auto, AutoCompressor):
+            return None
+        return [StrategyChoice(None, self.spec)] + [StrategyChoice(c.name, self.spec) for c in auto.candidates]
 
 
 def parse_strategy(text: str | StrategyChoice) -> StrategyChoice:

@@ -350,7 +350,10 @@ def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], 
         pricers = Pricers()
         for n in worlds_for(net):
             for s in strategies:
-                preds[(net, n, s)] = predict(profile_for(s), s, net, n, cost_for(s), pricers)
+                # auto: the fastest of its candidates at this point (what its chooser takes, pricing alike)
+                candidates = [str(c) for c in parse_strategy(s).auto_candidates() or [parse_strategy(s)]]
+                preds[(net, n, s)] = min((predict(profile_for(c), c, net, n, cost_for(c), pricers) for c in candidates),
+                                         key=lambda p: p.step_seconds)
             if target is not None:
                 ratios[(net, n)] = ratio_needed(profile_for("sync"), net, n, target, pricers)
     return preds, ratios

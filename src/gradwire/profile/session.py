@@ -40,6 +40,7 @@ import gradwire
 from gradwire.backend import condition_events
 from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
+from gradwire.hooks.auto import trace_events as auto_trace_events
 from gradwire.profile.steps import HookRecorder, steps
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
 
@@ -148,7 +149,8 @@ class ProfileSession:
             self.result.hooks = hooks.hooks
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
-            self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events() + condition_events(), torch_trace)))
+            self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events() + condition_events() + auto_trace_events(LEDGER.rank),
+                                                         torch_trace)))
         return self.result
 
 

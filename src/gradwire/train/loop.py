@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from gradwire.net import NetSpec, parse_spec
+from gradwire.hooks.auto import live_choosers
 from gradwire.overlap import StrategyChoice, parse_strategy
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
@@ -108,6 +109,8 @@ class RunResult:
     """``gradwire.stats()`` of the whole training (setup excluded)"""
     test_accuracy: float = 0.0
     param_checksum: float = 0.0
+    auto: list[dict[str, Any]] = field(default_factory=list)
+    """``auto``'s decisions (:meth:`gradwire.hooks.auto.AutoChooser.summary`), when the strategy uses it"""
 
     def summary(self) -> dict[str, float]:
         """Totals: compute, modelled and exposed communication, and the exposed fractions.
@@ -161,6 +164,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     from gradwire.overlap import split_exposed, step_comm_seconds
 
     rank, world = dist.get_rank(), dist.get_world_size()
+    built = time.perf_counter()
     strategy = config.strategy.build(momentum=config.momentum)
     data = load_digits()
     model = build_model(config.model, seed=config.seed)
@@ -212,6 +216,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     result.test_accuracy = evaluate(model, data.x_test, data.y_test)
     with torch.no_grad():
         result.param_checksum = float(sum(p.double().sum() for p in model.parameters()))
+    result.auto = [c.summary() for c in live_choosers(since=built)]
     return result
 
 

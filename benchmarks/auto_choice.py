@@ -1,0 +1,96 @@
+"""``auto`` against every fixed strategy of its family, on the networks where each of them wins or loses.
+
+Three comparisons, each one `gradwire compare` from a scratch folder:
+
+1. ``default``: the default model and networks (500 Mbit/s and 10 Gbit/s) under sync, onebit, torch-fp16,
+   auto, onebit+delayed and auto+delayed;
+2. ``small``: examples/small_adamw.py (28 k parameters, 10 KB buckets, AdamW) on 200 Mbit/s under sync,
+   onebit, int8 and auto;
+3. ``changing``: the default model on 1 Gbit/s whose bandwidth drops to 100 Mbit/s for 4 s of every 8 s,
+   under sync, fp16, onebit and auto; ``changing-10g`` the same from 10 Gbit/s (where sync wins between
+   the drops and onebit during them).
+
+Per network: auto's speedup against the best fixed strategy of its family (sync's family: sync and the
+compressors under sync; delayed's: delayed with a compressor), auto's accuracy against sync's seeds, and
+what auto chose. Results: ``results/auto_choice.json``.
+
+    python benchmarks/auto_choice.py                       # all three, 2 seeds (~25 min here)
+    python benchmarks/auto_choice.py --only small --seeds 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _results import ROOT, write_results
+
+RUNS = {
+    "default": (["--strategies", "sync,onebit,torch-fp16,auto,onebit+delayed,auto+delayed"], None),
+    "small": (["--net", "bandwidth=200mbit", "--strategies", "sync,onebit,int8,auto", "--metric",
+               "test_accuracy"], ["torchrun", "--nproc-per-node", "2", str(ROOT / "examples/small_adamw.py"),
+                                  "--seed", "{seed}"]),
+    "changing": (["--net", "bandwidth=1gbit,latency=100us,drop=100mbit:for=4s:every=8s", "--strategies",
+                  "sync,fp16,onebit,auto"], None),
+    "changing-10g": (["--net", "bandwidth=10gbit,latency=20us,drop=100mbit:for=4s:every=8s", "--strategies",
+                      "sync,fp16,onebit,auto"], None),
+}
+
+
+def family(strategy: str) -> str:
+    """``sync`` for sync and compressor+sync, else the strategy after the ``+``."""
+    return strategy.split("+", 1)[1] if "+" in strategy else "sync"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=sorted(RUNS), action="append", help="run only these (repeat)")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--out", default=str(ROOT / "benchmarks/results/auto_choice.json"))
+    args = p.parse_args()
+    rows, checks = [], []
+    started = time.perf_counter()
+    for name in args.only or list(RUNS):
+        options, command = RUNS[name]
+        with tempfile.TemporaryDirectory() as work:
+            out = Path(work) / "compare"
+            cmd = [sys.executable, "-m", "gradwire", "compare", *options, "--seeds", str(args.seeds),
+                   "--out", str(out)] + (["--", *command] if command else [])
+            subprocess.run(cmd, cwd=work, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            result = json.loads((out / "results.json").read_text())
+        for net in dict.fromkeys(r["net"] for r in result["rows"]):
+            mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
+            sync = mine["sync"]
+            for strategy, r in mine.items():
+                rows.append({"run": name, "net": net, "strategy": strategy, "status": r["status"],
+                             "step_ms": r["step_ms"], "speedup": r["speedup"], "metric": r["metric"],
+                             "metric_mean": r["metric_mean"], "metric_min": r["metric_min"],
+                             "metric_max": r["metric_max"], "reduction": r["reduction"],
+                             "auto": [a["describe"] for a in r.get("auto") or []]})
+            for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
+                fam = family(auto)
+                fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto
+                         and not s.startswith("auto") and r.get("speedup") is not None}
+                if fam != "sync":
+                    fixed = {s: r for s, r in fixed.items() if "+" in s}
+                best = max(fixed, key=lambda s: fixed[s]["speedup"], default=None)
+                a = mine[auto]
+                if best is None or a.get("speedup") is None:
+                    continue
+                checks.append({"run": name, "net": net, "auto": auto, "best_fixed": best,
+                               "ratio": round(a["speedup"] / fixed[best]["speedup"], 3),
+                               "auto_vs_sync": round(a["speedup"], 3),
+                               "accuracy": a["metric_mean"], "sync_accuracy": [sync["metric_min"], sync["metric_max"]],
+                               "chose": [x["describe"] for x in a.get("auto") or []]})
+    for c in checks:
+        print(json.dumps(c))
+    write_results(args.out, rows, checks=checks, seeds=args.seeds, wall_s=round(time.perf_counter() - started, 1))
+
+
+if __name__ == "__main__":
+    main()

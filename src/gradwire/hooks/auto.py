@@ -1,0 +1,363 @@
+"""The chooser behind ``auto``: per exchange, the candidate whose exchange is cheapest on the link it measures.
+
+What it measures, every ``every`` steps (online, on the exchange's own group,
+so it works on any backend: gloo, nccl, emulated packets, and the simulated
+one, whose collectives take the time its network model says):
+
+1. The link: after a step's exchanges completed, a probe issues three
+   all_reduces of one element (the first lines the ranks up; the faster of
+   the next two is ``alpha``: the per-collective cost, latency and the
+   backend's own work) and two of the step's largest exchange (at most
+   :data:`PROBE_NUMEL` elements, doubled while its bytes are too few to
+   tell from ``alpha``; the faster gives ``beta`` per bus byte from the
+   difference), each timed from issue to completion: ``bench --fit``'s
+   two-point fit, online. Delays on a busy host only add time, so the
+   fastest of each pair is the link's.
+2. The CPU: each candidate's compress and decompress on a tensor of each
+   exchange's size, timed on this rank once (the two-phase pattern codes
+   twice: worker and server).
+3. Agreement: every rank's numbers are averaged by one all_reduce, so every
+   rank prices with the same floats and takes the same decision at the same
+   step (gloo pairs collectives by order: ranks that chose differently would
+   exchange different payloads).
+
+Each exchange (the fused layout of the last step) then takes the candidate
+of lowest :func:`gradwire.compress.auto.price`; a current choice is kept
+unless another is at least :data:`SWITCH_GAIN` cheaper (noise near a
+crossover must not flip it every few steps), and ``none`` unless a
+compressor is :data:`LEAVE_NONE_GAIN` cheaper (what the price leaves out
+counts against compressing). Until the first agreement,
+every exchange is uncompressed (``none``): what sync does.
+
+Scheduling: the probe and the agreement are collectives on the exchange's
+group, so they are issued in turns of its
+:class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
+(never from a completion callback, where they could race the collectives
+DDP itself issues on that group during forward), and nobody waits for them
+at once: a probe runs at step ``t``, the agreement on it at ``t + 1``, the
+decision applies from ``t + 2``; every ``every`` steps.
+
+Switching keeps the arithmetic consistent (:class:`CompressionState` does
+it): error feedback's residuals are per parameter and carry over; a move to
+``none`` sends ``m + e`` exactly and the residual empties, a served chunk's
+residual that the new choice does not serve is paid back through the local
+correction, so the ranks' mean model is the uncompressed one across the
+switch as within a choice.
+
+Trap: the price is of the exchange alone; where DDP overlaps buckets with
+backward, or ``delayed`` hides the exchange behind the next step, the
+fastest step may tolerate a slower exchange, and ``auto`` may compress
+where it was not needed (never the other way round).
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.futures import Future
+
+from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKey, get_compressor, price
+
+from .futures import Sequencer, then
+
+__all__ = ["LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers", "trace_events"]
+
+#: a new candidate must be this much cheaper than the current one to replace it
+SWITCH_GAIN = 0.05
+#: ... and a compressor this much cheaper than ``none`` to replace it: what the price leaves out (DDP overlaps
+#: the uncompressed all_reduces of the first buckets with backward; coding runs on the training thread)
+#: counts against compressing
+LEAVE_NONE_GAIN = 0.2
+#: the probe's larger all_reduce starts at the largest exchange, at most this many elements (512 KiB of fp32),
+PROBE_NUMEL = 1 << 17
+#: and doubles, up to twice the largest exchange and this many elements (4 MiB of fp32), while its bytes take
+#: less than PROBE_BYTES_SHARE x alpha (the difference would be noise)
+PROBE_MAX_NUMEL = 1 << 20
+PROBE_BYTES_SHARE = 8.0
+#: the sizes each candidate's coding is timed at (then fitted as a line)
+CPU_SIZES = (1 << 12, 1 << 16)
+#: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
+_CPU_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``auto`` chose at ``step``: per exchange (its label), the candidate, on the agreed link."""
+
+    step: int
+    choices: dict[str, str]
+    alpha_s: float
+    bus_gbit_s: float
+    #: Unix seconds when it was taken (for the Chrome trace)
+    unix: float = 0.0
+
+    def as_plain(self) -> dict[str, Any]:
+        return {"step": self.step, "choices": dict(self.choices), "alpha_us": round(self.alpha_s * 1e6, 1),
+                "bus_gbit_s": round(self.bus_gbit_s, 4), "unix": self.unix}
+
+
+_LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
+
+
+def live_choosers(since: float = 0.0) -> list["AutoChooser"]:
+    """The choosers of this process's ``auto`` exchanges made after ``since`` (perf_counter) that decided."""
+    return sorted((c for c in list(_LIVE) if c.decisions and c.created >= since), key=lambda c: c.created)
+
+
+def trace_events(pid: int) -> list[dict[str, Any]]:
+    """Chrome trace instant events of this process's ``auto`` decisions (Unix microseconds, as the network's)."""
+    out = []
+    for chooser in live_choosers():
+        for d in chooser.decisions:
+            out.append({"name": "auto: " + ", ".join(sorted(set(d.choices.values()))), "cat": "gradwire.auto",
+                        "ph": "i", "s": "p", "pid": pid, "tid": "auto", "ts": d.unix * 1e6,
+                        "args": {"step": d.step, "choices": d.choices, "alpha_us": round(d.alpha_s * 1e6, 1),
+                                 "bus_gbit_s": round(d.bus_gbit_s, 4)}})
+    return out
+
+
+class AutoChooser:
+    """Which candidate each exchange of a :class:`CompressionState` uses (module doc)."""
+
+    def __init__(self, auto: AutoCompressor) -> None:
+        _LIVE.add(self)
+        self.created = time.perf_counter()
+        self.auto = auto
+        self.none = get_compressor("none")
+        self.candidates: list[Compressor] = [self.none, *auto.candidates]
+        #: the current choice per exchange key (missing: none)
+        self.choice: dict[StateKey, Compressor] = {}
+        #: every decision that changed something, in order
+        self.decisions: list[Decision] = []
+        self.link: Link | None = None
+        self._cpu: dict[tuple[str, int, int], float] = {}
+        self._lines: dict[tuple[str, int], tuple[float, float]] = {}
+        self._probe_numel: int | None = None
+        #: (small seconds, large seconds, large bus bytes) of the last probe, when it completed
+        self._probed: list[float] | None = None
+        self._agreement: tuple[Future, list[StateKey], int, int] | None = None
+        self._probe_future: Future | None = None
+        #: (agree, probe) at the next step's first exchange; the keys and step they are for
+        self._due: tuple[bool, bool] | None = None
+        self._keys: list[StateKey] = []
+        self._step = 0
+        self._dtypes: dict[StateKey, torch.dtype] = {}
+        self._first: int | None = None
+
+    def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
+        """The candidate ``key``'s exchange uses now (``none`` until decided)."""
+        self._dtypes[key] = flat.dtype
+        return self.choice.get(key, self.none)
+
+    # -- the state's step --------------------------------------------------------
+    def begin_exchange(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """At every exchange; at a step's first: decide, agree, probe, as the schedule says (module doc).
+
+        Everything is issued here, from the exchange's own thread and before
+        the step's first exchange takes its turn, never from a completion
+        callback: a collective of the probe issued while the script's next
+        forward runs could race the collectives DDP issues on the same group
+        there (its buffers' broadcast, the rebuilt buckets' order).
+        """
+        if self._due is None:
+            return
+        agree, probe = self._due
+        self._due = None
+        if self._agreement is not None:
+            fut, keys, step, world = self._agreement
+            self._agreement = None
+            self._decide(fut.wait(), keys, step, world)
+        if agree and self._probe_future is not None:
+            self._probe_future.wait()
+            self._agree(self._keys, sequencer, group)
+        if probe:
+            self._probe(self._keys, sequencer, group)
+
+    def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None) -> None:
+        """After step ``step``'s exchanges were issued: what the next step's first exchange does."""
+        if not keys or not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) < 2:
+            return
+        if self._first is None:
+            self._first = step
+        since = step - self._first
+        self._keys, self._step = list(keys), step + 1
+        self._due = (since == 1 or (since > 1 and since % self.auto.every == 1), since % self.auto.every == 0)
+
+    # -- measuring -----------------------------------------------------------------
+    def _probe(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """Time all_reduces of 1 element and of the largest exchange (module doc), in a turn of their own.
+
+        The large one's size grows from the agreed link only (every rank
+        computes the same size): doubled while its bytes take less than
+        :data:`PROBE_BYTES_SHARE` x alpha.
+        """
+        world = dist.get_world_size(group)
+        largest = max(k.total for k in keys)
+        if self._probe_numel is None:
+            self._probe_numel = min(largest, PROBE_NUMEL)
+        elif self.link is not None:
+            bytes_time = self.link.beta * 2 * (world - 1) / world * self._probe_numel * 4
+            if bytes_time < PROBE_BYTES_SHARE * self.link.alpha:
+                self._probe_numel = min(2 * self._probe_numel, max(2 * largest, PROBE_NUMEL), PROBE_MAX_NUMEL)
+        large = self._probe_numel
+        small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
+        busbytes = 2 * (world - 1) / world * large_t.numel() * 4
+        times: list[float] = []
+        turn = sequencer.turn()
+
+        def timed(tensor: Tensor) -> Any:
+            def launch(_: Any) -> Future:
+                start = time.perf_counter()
+                fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+                return then(fut, lambda _: times.append(time.perf_counter() - start))
+            return launch
+
+        # the first small all_reduce lines the ranks up (it waits for the slowest); the next ones are timed
+        fut = turn.issue(timed(small_t), last=False)
+        for tensor, last in ((small_t, False), (small_t, False), (large_t, False), (large_t, True)):
+            fut = turn.issue(timed(tensor), after=fut, last=last)
+
+        def record(_: Any) -> None:  # delays only add: the fastest of each pair is the link's
+            self._probed = [min(times[1], times[2]), min(times[3], times[4]), busbytes]
+
+        self._probe_future = fut.then(lambda done: record(done.value()))
+
+    def cpu_seconds(self, compressor: Compressor, numel: int, world: int) -> float:
+        """This rank's coding time for one exchange of ``numel`` elements with ``compressor`` (cached).
+
+        Timed once per compressor (the fastest of a few runs at two sizes,
+        fitted as a line: :meth:`_cpu_line`), on a twin of the compressor: its
+        compress ``c`` and decompress ``d`` of random values, and one pass over
+        them ``p`` (an add). What an exchange runs, per pattern
+        (:mod:`gradwire.hooks.exchange`): every one compensates, updates the
+        residual and corrects locally (4 passes); two-phase compresses the
+        bucket and then the served chunk (``c (1 + 1/w)``) and decodes the
+        worker's approximation, the chunk's ``w`` rows and the gathered rows
+        (``3 d``); all_gather decodes every rank's payload (``w d``); an
+        all_reduce pattern ``d`` per round (PowerSGD's second round is in ``c``).
+        """
+        if compressor is self.none or numel == 0:
+            return 0.0
+        key = (compressor.name, numel, world)
+        if key not in self._cpu:
+            line = self._cpu_line(compressor, world)
+            self._cpu[key] = line[0] + line[1] * numel
+        return self._cpu[key]
+
+    def _cpu_line(self, compressor: Compressor, world: int) -> tuple[float, float]:
+        """``(fixed, per element)`` seconds of :meth:`cpu_seconds`, fitted on two sizes (cached per compressor).
+
+        Timed at :data:`CPU_SIZES` (a bucket of millions of elements would
+        stall the step the first decision runs in; coding is linear in the size).
+        """
+        key = (compressor.name, world)
+        if key not in self._lines:
+            import copy
+
+            twin = copy.deepcopy(compressor)  # the real one's random streams and warm starts stay untouched
+            costs = []
+            for n in CPU_SIZES:
+                x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+                y = torch.empty_like(x)
+                c = d = p = float("inf")
+                for _ in range(_CPU_REPEATS):
+                    t0 = time.perf_counter()
+                    payload, ctx = twin.compress(x)
+                    for _round in range(twin.rounds - 1):
+                        payload = twin.next_round(payload, ctx)
+                    t1 = time.perf_counter()
+                    twin.decompress(payload, ctx)
+                    t2 = time.perf_counter()
+                    torch.add(x, x, out=y)
+                    t3 = time.perf_counter()
+                    c, d, p = min(c, t1 - t0), min(d, t2 - t1), min(p, t3 - t2)
+                if compressor.pattern is Pattern.TWO_PHASE:
+                    coding = c * (1 + 1 / world) + 3 * d
+                elif compressor.pattern is Pattern.ALLGATHER:
+                    coding = c + world * d
+                else:
+                    coding = c + d
+                costs.append(coding + 4 * p)
+            (n1, n2), (t1_, t2_) = CPU_SIZES, costs
+            slope = max(0.0, (t2_ - t1_) / (n2 - n1))
+            self._lines[key] = (max(0.0, t1_ - slope * n1), slope)
+        return self._lines[key]
+
+    def _agree(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """All_reduce (mean) of the probe and every candidate's CPU cost per exchange, read next step."""
+        assert self._probed is not None
+        small, large, busbytes = self._probed
+        world = dist.get_world_size(group)
+        cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
+        numbers = torch.tensor([small, large, busbytes, *cpu], dtype=torch.float64) / world
+        turn = sequencer.turn()
+        fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
+        self._agreement = (then(fut, lambda _: numbers), list(keys), self._step, world)
+
+    # -- deciding --------------------------------------------------------------------
+    def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
+        values = numbers.tolist()
+        small, large, busbytes = values[:3]
+        measured = Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+        # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
+        self.link = measured if self.link is None else Link((self.link.alpha + measured.alpha) / 2,
+                                                            (self.link.beta + measured.beta) / 2)
+        cpu = values[3:]
+        changed = False
+        per = len(self.candidates)
+        for i, key in enumerate(keys):
+            size = torch.empty(0, dtype=self._dtypes.get(key, torch.float32)).element_size()
+            prices = [price(c, key.total, world, self.link, cpu[i * per + j], size)
+                      for j, c in enumerate(self.candidates)]
+            best = min(range(per), key=prices.__getitem__)
+            current = self.choice.get(key, self.none)
+            now = prices[self.candidates.index(current)] if current in self.candidates else float("inf")
+            gain = LEAVE_NONE_GAIN if current is self.none else SWITCH_GAIN
+            if self.candidates[best] is not current and prices[best] < now * (1 - gain):
+                self.choice[key] = self.candidates[best]
+                changed = True
+        if changed or not self.decisions:
+            bw = self.link.bus_bandwidth * 8 / 1e9
+            self.decisions.append(Decision(step, {str(k): self.choice.get(k, self.none).name for k in keys},
+                                           self.link.alpha, bw, time.time()))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The choices and the schedule's position (plain types).
+
+        A resumed run continues with these choices until its next decision;
+        decisions come from timings, so they are not bit-for-bit those of an
+        uninterrupted run.
+        """
+        return {"choice": [(k.as_plain(), c.name) for k, c in self.choice.items()], "first": self._first,
+                "decisions": [d.as_plain() for d in self.decisions]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        by_name = {c.name: c for c in self.candidates}
+        self.choice = {StateKey.from_plain(k): by_name[name] for k, name in state["choice"] if name in by_name}
+        self._first = state.get("first")
+        self.decisions = [Decision(d["step"], dict(d["choices"]), d["alpha_us"] / 1e6, d["bus_gbit_s"],
+                                   d.get("unix", 0.0)) for d in state.get("decisions", [])]
+        self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
+
+    def describe(self) -> str:
+        """A few words: what the exchanges use now, and what was chosen before."""
+        if not self.decisions:
+            return "auto: no decision yet (every exchange uncompressed)"
+        now = Counter(self.decisions[-1].choices.values())
+        parts = ", ".join(f"{name} for {n} of {sum(now.values())}" for name, n in now.most_common())
+        link = "" if self.link is None else (f" on a measured link of {self.link.alpha * 1e6:.0f} us + "
+                                             f"{self.link.bus_bandwidth * 8 / 1e9:.3g} Gbit/s")
+        switches = len(self.decisions) - 1
+        return f"auto: {parts} exchanges{link}" + (f", {switches} switch(es)" if switches else "")
+
+    def summary(self) -> dict[str, Any]:
+        """The decisions and the last agreed link, as plain types (for reports)."""
+        return {"describe": self.describe(), "decisions": [d.as_plain() for d in self.decisions],
+                "link": None if self.link is None else {"alpha_us": round(self.link.alpha * 1e6, 1),
+                                                         "bus_gbit_s": round(self.link.bus_bandwidth * 8 / 1e9, 4)}}
