@@ -54,6 +54,16 @@ def test_on_busy_cores_an_overlapped_real_collective_costs_the_next_step_its_tim
                     busy_cores=True).step_seconds == pytest.approx(0.032)
 
 
+def test_a_real_collective_holds_the_core_for_the_cpu_it_uses_not_its_wall_time():
+    # 4 ms of wall, 1 ms of it this rank's CPU: the next step loses 1 ms
+    plan = Plan(Kind.NEXT_STEP, (Exchange(0.0, (Phase("all_reduce", 1000, floor=0.004, held=0.001),)),))
+    assert simulate(0.010, 0.020, 0.0, [0.005], plan, fixed(0.001),
+                    busy_cores=True).step_seconds == pytest.approx(0.031)
+    host = Host(Floors({"all_reduce": [(1, 0.004)]}), Floors({"all_reduce": [(1, 0.001)]}))
+    (phase,) = bucket_exchange(1000, 4, None, 2, host=host).phases
+    assert (phase.floor, phase.held) == (0.004, 0.001)
+
+
 def test_on_busy_cores_a_blocking_exchange_after_backward_costs_only_its_own_time():
     plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000, floor=0.004),)),))
     for busy in (False, True):
@@ -246,11 +256,13 @@ def test_the_reference_step_takes_each_place_of_an_epoch_at_its_median():
 
 def test_a_calibration_scales_every_cpu_figure():
     model = TorchFP16Exchange()
-    cal = Calibration(2, Host(Floors({"all_reduce": [(1, 0.002)]}), Line(0.0, 1e-9), True), 0.030,
+    cal = Calibration(2, Host(Floors({"all_reduce": [(1, 0.002)]}), Floors({"all_reduce": [(1, 0.001)]}),
+                              Line(0.0, 1e-9), True), 0.030,
                       (0.3, 0.6, 0.1), {"onebit": CodecCost(encode=Line(0.001, 0.0))},
                       {model.name: HookCost(model, measured={(10, (), 2): (0.004, 0.002)})})
     half = cal.scaled(0.5)
     assert half.compute == pytest.approx(0.015) and half.host.busy_cores
     assert half.host.floors("all_reduce", 1) == pytest.approx(0.001)
+    assert half.host.work("all_reduce", 1) == pytest.approx(0.0005)
     assert half.cost_for("onebit").encode(10) == pytest.approx(0.0005)
     assert half.cost_for(model).stages(10, (), 2) == pytest.approx((0.002, 0.001))

@@ -112,6 +112,7 @@ class Calibration:
     def as_dict(self) -> dict[str, Any]:
         return {"world": self.world, "compute": self.compute, "shares": list(self.shares),
                 "busy_cores": self.host.busy_cores, "floors": self.host.floors.as_dict(),
+                "work": self.host.work.as_dict(),
                 "copy": [self.host.copy.fixed, self.host.copy.per_element],
                 "codecs": {k: {s: [getattr(c, s).fixed, getattr(c, s).per_element]
                                for s in ("encode", "serve", "decode", "per_rank")} for k, c in self.codecs.items()},
@@ -143,12 +144,14 @@ class _Request:
 _COMPUTE_GAP = 0.004
 
 
-def _time_op(op: str, nbytes: int, world: int) -> float:
-    """Median seconds per call of ``op`` at ``nbytes`` (nccl-tests convention), each after some compute.
+def _time_op(op: str, nbytes: int, world: int) -> tuple[float, float]:
+    """Median seconds per call of ``op`` at ``nbytes`` (nccl-tests convention), each after some compute,
+    and the median CPU seconds the call took from this rank (every thread of the process, the kernel's too).
 
     Back to back, a collective finds gloo's threads awake and its buffers in
     cache and takes half what it takes after a backward; the ranks compute
     for :data:`_COMPUTE_GAP` before each call, as before a step's exchange.
+    The caller only waits meanwhile: the CPU time is the collective's.
     """
     import torch
     import torch.distributed as dist
@@ -177,14 +180,15 @@ def _time_op(op: str, nbytes: int, world: int) -> float:
 
         def call() -> None:
             dist.all_gather(rows, row, async_op=True).wait()
-    times = []
+    times, cpu = [], []
     for i in range(_WARM + _TIMED):
         compute()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         call()
         if i >= _WARM:
             times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+            cpu.append(time.process_time() - c0)
+    return statistics.median(times), statistics.median(cpu)
 
 
 def _robust_mean(steps: Sequence[float], per_epoch: int) -> float:
@@ -271,7 +275,8 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     gradwire.configure("loopback")
     dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/loopback/", store), rank=rank,
                             world_size=world, timeout=_TIMEOUT)
-    out["floors"] = {op: [(n, _time_op(op, n, world)) for n in FLOOR_SIZES] for op in _OPS}
+    for _ in range(2):  # the first pass sets up each op's buffers and gloo's pairs: the second is timed
+        out["floors"] = {op: [(n, _time_op(op, n, world)) for n in FLOOR_SIZES] for op in _OPS}
     dist.barrier()
     dist.destroy_process_group()
     out["runs"] = {}
@@ -316,8 +321,8 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
                        tuple((m, tuple(dict.fromkeys(keys))) for m, keys in (hooks or {}).items()), epochs,
                        tuple(dict.fromkeys(strategies)), max([steps, *(w + 20 for w in warmups.values())]))
     ranks = spawn(_rank, world, (request,), timeout=timeout, env=CPU_ONLY)
-    floors = Floors({op: [(n, _mean([r["floors"][op][i][1] for r in ranks])) for i, n in enumerate(FLOOR_SIZES)]
-                     for op in _OPS})
+    floors, work = (Floors({op: [(n, _mean([r["floors"][op][i][1][k] for r in ranks])) for i, n in enumerate(FLOOR_SIZES)]
+                            for op in _OPS}) for k in (0, 1))
     copy = Line(_mean([r["copy"].fixed for r in ranks]), _mean([r["copy"].per_element for r in ranks]))
     shares = tuple(_mean([r["shares"][i] for r in ranks]) for i in range(3))
     codec_costs = {spec: _mean_cost([r["codecs"][spec] for r in ranks]) for spec in request.codecs}
@@ -336,7 +341,7 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
             exchanges[s] = (tuple(b.nbytes for b in prof.buckets), prof.exchanges)
     if busy_cores is None:
         busy_cores = world >= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
-    return Calibration(world, Host(floors, copy, busy_cores), _mean([r["compute"] for r in ranks]),
+    return Calibration(world, Host(floors, work, copy, busy_cores), _mean([r["compute"] for r in ranks]),
                        (shares[0], shares[1], shares[2]), codec_costs, hook_costs, exchanges,
                        tuple(round(x, 2) for x in os.getloadavg()))
 

@@ -11,9 +11,10 @@ neither (no :class:`Host`: the network is all there is).
 :class:`Floors` holds what :func:`gradwire.predict.calibrate.calibrate`
 measured of each op on the host: seconds per call at a few sizes, on the
 ``gradwire`` backend over ``loopback`` (wrapper, gloo, completion thread),
-with the ranks of the job. Between two measured sizes the time is linear in
-the bytes; below the smallest it is the smallest's (latency); above the
-largest it goes on along the last segment.
+with the ranks of the job, and (``Host.work``) the CPU time each takes from
+its rank. Between two measured sizes the time is linear in the bytes; below
+the smallest it is the smallest's (latency); above the largest it goes on
+along the last segment.
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ class Host:
     """The host's side of a step besides compute and the codecs (module doc)."""
 
     floors: Floors = Floors()
+    work: Floors = Floors()
+    """the CPU seconds each real collective takes from its rank (its threads and the kernel's), by op and size"""
     copy: Line = Line()
     """one pass over ``n`` fp32 elements on the training thread (a strategy's copies, adds)"""
     busy_cores: bool = False
@@ -69,5 +72,5 @@ class Host:
 
     def scaled(self, factor: float) -> "Host":
         """Every CPU time times ``factor`` (the host slower or faster than when it was measured)."""
-        return replace(self, floors=self.floors.scaled(factor),
+        return replace(self, floors=self.floors.scaled(factor), work=self.work.scaled(factor),
                        copy=Line(self.copy.fixed * factor, self.copy.per_element * factor))

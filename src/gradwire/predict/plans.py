@@ -119,7 +119,8 @@ def bucket_exchange(numel: int, element_size: int, compressor: str | ExchangeMod
     ex = _exchange(numel, nbytes, compressor, world, cost, shapes)
     if host is None:
         return ex
-    return Exchange(ex.encode, tuple(Phase(p.op, p.nbytes, p.before, max(p.floor, host.floors(p.op, p.nbytes)))
+    return Exchange(ex.encode, tuple(Phase(p.op, p.nbytes, p.before, max(p.floor, host.floors(p.op, p.nbytes)),
+                                           host.work(p.op, p.nbytes) if host.work.points else None)
                                      for p in ex.phases), ex.decode)
 
 
@@ -166,7 +167,7 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     if hook_only:
         return Exchange(m.hook, ex.phases, ex.decode)
     floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
-    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
+    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j], held=p.held)
                    for j, p in enumerate(ex.phases))
     decode = ex.decode if m.tail is None else m.tail
     return Exchange(m.hook, phases, decode)

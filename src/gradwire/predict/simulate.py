@@ -45,10 +45,12 @@ thread, at that completion (backward goes on meanwhile).
 
 Busy cores (``simulate(..., busy_cores=True)``): when every core of the host
 runs a training rank (a CPU job with a rank per core), the background work
-of a rank, its real collectives (``Phase.floor``) and its callbacks, has no
-core of its own: it takes its time from the compute it overlaps (work
-conserving: the training thread computes nothing while a background job of
-its rank runs). ``delayed``'s exchanges, which overlap the next step, then
+of a rank, its real collectives and its callbacks, has no core of its own:
+it takes its time from the compute it overlaps (work conserving: the
+training thread computes nothing while a background job of its rank runs).
+A real collective holds the core for the CPU it uses (``Phase.held``, what
+its threads and the kernel spend for this rank), not for all of its wall
+time, which also waits for the peer and for the sockets. ``delayed``'s exchanges, which overlap the next step, then
 cost that step their CPU; a blocking exchange after backward costs nothing
 more than its own time. Off, background work is free (a GPU job, or spare
 cores).
@@ -95,6 +97,8 @@ class Phase:
     """callback-thread seconds between the previous collective's completion and this one's issue"""
     floor: float = 0.0
     """seconds the real collective took where the profile was measured (never faster than that)"""
+    held: float | None = None
+    """CPU seconds the real collective takes from its rank, with busy cores (None: all of its ``floor``)"""
 
 
 @dataclass(frozen=True)
@@ -276,7 +280,7 @@ def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
         if ph.floor:
             begin = max(issue, st.inner)
             st.inner = begin + ph.floor
-            st.hold(begin, st.inner)
+            st.hold(begin, begin + (ph.floor if ph.held is None else min(ph.held, ph.floor)))
             done = max(done, st.inner)
         st.gate = issue
     if ex.decode:
