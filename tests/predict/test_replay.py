@@ -4,6 +4,7 @@ Expected times by hand; the hooks' collectives against PyTorch's own hooks run i
 collective answered on the spot.
 """
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,8 +12,8 @@ import torch.distributed as dist
 
 from gradwire.overlap import parse_strategy
 from gradwire.overlap.torch_exchanges import TorchFP16Exchange, TorchPowerSGDExchange
-from gradwire.predict import Bucket, StepProfile, predict
-from gradwire.predict.calibrate import Calibration, _robust_mean
+from gradwire.predict import Bucket, MeasuredExchange, StepProfile, predict
+from gradwire.predict.calibrate import Calibration, reference_step
 from gradwire.predict.codec import CodecCost, HookCost, Line
 from gradwire.predict.describe import describe_model
 from gradwire.predict.host import Floors, Host
@@ -248,21 +249,34 @@ def test_delayed_s_own_passes_are_priced_by_the_host():
 
 
 # -- the calibration's figures ----------------------------------------------------------------------------
-def test_the_reference_step_takes_each_place_of_an_epoch_at_its_median():
+def test_thereference_step_step_takes_each_place_of_an_epoch_at_its_median():
     # 3 epochs of 3 steps; the first is left out, one long step of the third does not count
     steps = [9.0, 9.0, 9.0, 2.0, 2.0, 1.0, 2.0, 8.0, 1.0, 2.0, 2.0, 1.0]
-    assert _robust_mean(steps, 3) == pytest.approx((2.0 + 2.0 + 1.0) / 3)
+    assert reference_step(steps, 3) == pytest.approx(((2.0 + 2.0 + 1.0) / 3, 2.0))  # the mean step, the full one
 
 
-def test_a_calibration_scales_every_cpu_figure():
+def test_a_calibration_scales_every_cpu_figure_and_each_run_to_the_pace_asked_for():
     model = TorchFP16Exchange()
+    ran = StepProfile("cnn", 0.010, 0.020, 0.002, (Bucket(4000, 0.020),), 2, "onebit",
+                      (MeasuredExchange(("all_to_all", "all_gather"), 0.003, (0.001, 0.001), (0.0005,), 0.0005),),
+                      source="measured", loop_seconds=0.040, net="loopback")
     cal = Calibration(2, Host(Floors({"all_reduce": [(1, 0.002)]}), Floors({"all_reduce": [(1, 0.001)]}),
-                              Line(0.0, 1e-9), True), 0.030,
+                              Line(0.0, 1e-9), True), 0.030, 0.032,
                       (0.3, 0.6, 0.1), {"onebit": CodecCost(encode=Line(0.001, 0.0))},
-                      {model.name: HookCost(model, measured={(10, (), 2): (0.004, 0.002)})})
+                      {model.name: HookCost(model, measured={(10, (), 2): (0.004, 0.002)})}, {"onebit": ran})
     half = cal.scaled(0.5)
     assert half.compute == pytest.approx(0.015) and half.host.busy_cores
     assert half.host.floors("all_reduce", 1) == pytest.approx(0.001)
     assert half.host.work("all_reduce", 1) == pytest.approx(0.0005)
     assert half.cost_for("onebit").encode(10) == pytest.approx(0.0005)
     assert half.cost_for(model).stages(10, (), 2) == pytest.approx((0.002, 0.001))
+    # a run at its own pace: computing 32 ms where the runs computed 16, every time in it halves
+    paced = cal.profile("onebit", 0.016)
+    assert paced.compute_seconds == pytest.approx(0.016) and paced.loop_seconds == pytest.approx(0.020)
+    assert paced.buckets[0].ready == pytest.approx(0.010) and paced.exchanges[0].hook == pytest.approx(0.0015)
+    assert paced.exchanges[0].gaps == pytest.approx((0.00025,)) and cal.profile("sync", 0.016) is None
+    assert half.profile("onebit", 0.016).loop_seconds == pytest.approx(0.020)  # its own pace, however scaled
+    # delayed computed slower for its own overlapped exchanges on busy cores: the reference's pace
+    cal = replace(cal, profiles={"delayed": replace(ran, strategy="delayed")})
+    assert cal.profile("delayed", 0.015).loop_seconds == pytest.approx(0.020)  # 15 ms where the reference took 30
+    assert cal.scaled(0.5).profile("delayed", 0.015).loop_seconds == pytest.approx(0.020)

@@ -224,7 +224,17 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                            "metric.png")
 
 
-def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
+def _pace(runs: list[Any], per_epoch: int) -> float | None:
+    """The compute-only run's step compute (s), each seed's as the calibration takes its reference
+    (:func:`gradwire.predict.calibrate.reference_step`: a moment of another job's load left out)."""
+    from gradwire.compare.config import COMPUTE_ONLY
+    from gradwire.predict.calibrate import reference_step
+
+    seeds = [s.step_compute for r in runs if r.strategy == COMPUTE_ONLY and r.ok for s in r.seeds if s.step_compute]
+    return sum(reference_step(c, per_epoch)[0] for c in seeds) / len(seeds) if seeds else None
+
+
+def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> Any:
     """The predicted speedups at each network and against bandwidth, on the measured step (None without a
     compute-only run to measure it by). The host is calibrated first (:mod:`gradwire.compare.crossover`);
     a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
@@ -251,7 +261,8 @@ def _predicted(cfg: Any, rows: list[Any], say: Any = print) -> Any:
         replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, steps=steps)
         calibration = None
     else:
-        scale = ideal.compute_ms / 1e3 / measured.compute
+        pace = _pace(runs, steps // cfg.epochs)
+        scale = (pace if pace is not None else ideal.compute_ms / 1e3) / measured.compute
         replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, measured.scaled(scale),
                             steps)
         calibration = {**measured.as_dict(), "scale": scale}
@@ -313,7 +324,8 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 128 + signum
     rows = rows_of(results)
-    curves = _predicted(predict_for, rows, lambda line: console.print(escape(line))) if predict_for is not None else None
+    say = lambda line: console.print(escape(line))  # noqa: E731
+    curves = _predicted(predict_for, rows, results.runs, say) if predict_for is not None else None
     if curves is not None:
         _with_predictions(rows, curves.at_nets)
     print_table(rows, target)

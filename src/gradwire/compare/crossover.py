@@ -22,7 +22,11 @@ What it replays:
    each exchange's CPU stages; an op completes no sooner than its real
    collective, and on a host whose every core trains, the work of an
    exchange that overlaps compute (``delayed``'s) is taken from that
-   compute. Every figure is scaled by the compute-only run's compute over
+   compute. Each strategy's step is then fitted to its own loopback run
+   (:func:`gradwire.predict.calibrated`: backward stretched until the
+   replay takes that run's mean step), which prices the CPU work its
+   exchange's figures do not show; the run stays the floor of that
+   strategy (a network only adds to it). Every figure is scaled by the compute-only run's compute over
    the calibration's own reference step, so CPU work is priced at the pace
    of the runs. None of it is fitted to a measured run on the networks the
    comparison predicts: the calibration's runs have no network at all.
@@ -180,6 +184,14 @@ def _layout(model: str, strategy: str, backward_ms: float, forward_ms: float = 0
     return describe_model(model, backward_ms, cap, ratio, optimizer_ms, shape, batch_size)
 
 
+def _with_shapes(ran: "StepProfile", described: "StepProfile") -> tuple[Any, ...]:
+    """``ran``'s buckets, each with the described one's parameter shapes where their bytes agree (a
+    recorded bucket knows only its size; PyTorch's PowerSGD prices its parameters' matrices)."""
+    if [b.nbytes for b in ran.buckets] != [b.nbytes for b in described.buckets]:
+        return ran.buckets
+    return tuple(replace(r, shapes=d.shapes) for r, d in zip(ran.buckets, described.buckets))
+
+
 def hook_buckets(model: str, strategies: Sequence[str], world: int) -> dict[Any, list[tuple[Any, ...]]]:
     """The buckets each hook of PyTorch's among ``strategies`` exchanges (what a calibration times)."""
     from gradwire.overlap import parse_strategy
@@ -202,6 +214,7 @@ def replay_for(model: str, compute_ms: float, strategies: Sequence[str], world: 
     exchanges' CPU is timed here (no host: the network alone prices the rest).
     """
     from gradwire.overlap import parse_strategy
+    from gradwire.predict import calibrated
     from gradwire.predict.plans import exchange_cost
 
     if not compute_ms > 0:
@@ -210,13 +223,14 @@ def replay_for(model: str, compute_ms: float, strategies: Sequence[str], world: 
     strategies = list(dict.fromkeys(c for s in strategies for c in replayed(s)))
     profiles = {s: _layout(model, s, compute_ms * bwd, compute_ms * fwd, compute_ms * opt, batch_size)
                 for s in strategies}
-    if calibration is not None:  # each strategy's exchanges as they ran on this host, where the buckets match
-        for s, prof in profiles.items():
-            measured = calibration.measured(s, [b.nbytes for b in prof.buckets])
-            if measured is not None:
-                profiles[s] = replace(prof, world=calibration.world, strategy=s, exchanges=measured)
     costs = {s: (calibration.cost_for(parse_strategy(s).exchange.codec) if calibration is not None
                  else exchange_cost(s)) for s in strategies}
+    if calibration is not None:  # each strategy's step as it ran on this host, at the runs' pace
+        for s, described in profiles.items():
+            ran = calibration.profile(s, compute_ms / 1e3)
+            if ran is not None:
+                ran = replace(ran, name=described.name, batch_size=batch_size, buckets=_with_shapes(ran, described))
+                profiles[s] = calibrated(ran, costs[s], calibration.host)
     return Replay(profiles, costs, world, compute_ms, calibration.host if calibration is not None else None, steps)
 
 

@@ -28,11 +28,19 @@ cores are as busy as in training):
    hand-offs and the ranks' meeting included, which the stages of point 3
    alone do not see. The real collectives are the slowest part of the
    figures above: timed after a stretch of compute, as in a step (caches
-   cold, threads asleep), not back to back.
+   cold, threads asleep), not back to back. The whole recorded step is
+   kept (:class:`~gradwire.predict.timeline.StepProfile`: forward, backward
+   and the buckets' ready times as they ran, the optimizer, the mean step):
+   the replay of that run is fitted to it (:func:`gradwire.predict.calibrated`,
+   backward stretched), so that CPU work the exchange's figures do not show
+   (the strategy's own work outside its hook, its slow steps) is priced too.
 
-Figures are the mean over the ranks. :meth:`Calibration.scaled` moves them to
+Figures are the mean over the ranks. A strategy's run is at one pace
+throughout: :meth:`Calibration.profile` scales it to the compute asked for.
+:meth:`Calibration.scaled` moves the other figures to
 the pace the host had elsewhere: a comparison divides its compute-only
-run's compute by the reference step and scales every figure by that, so that
+run's compute (each seed's, taken as :func:`reference_step` takes the
+reference's) by the reference step and scales every figure by that, so that
 CPU work measured here, at one moment of a shared machine's load, is priced
 at the pace of the runs it is set beside. Every figure here is a median (of
 calls, or of each step's place in an epoch): the work itself, with as little
@@ -49,14 +57,14 @@ import datetime
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, codec_cost, stage_seconds
 from gradwire.predict.host import Floors, Host
-from gradwire.predict.timeline import MeasuredExchange
+from gradwire.predict.timeline import StepProfile
 
-__all__ = ["Calibration", "FLOOR_SIZES", "calibrate"]
+__all__ = ["Calibration", "FLOOR_SIZES", "calibrate", "reference_step"]
 
 _TIMEOUT = datetime.timedelta(seconds=300)
 #: bytes the real collectives are timed at (their nccl-tests sizes)
@@ -75,29 +83,48 @@ class Calibration:
     host: Host
     compute: float
     """the reference step's compute: mean seconds per step of ``sync`` on ``local``"""
+    full: float
+    """the reference step's compute with a full batch (an epoch's last batch is partial)"""
     shares: tuple[float, float, float]
     """forward, backward and optimizer, as shares of a plain step of the model"""
     codecs: Mapping[str, CodecCost] = field(default_factory=dict)
     """each compressor's stages, by its spec"""
     hooks: Mapping[str, HookCost] = field(default_factory=dict)
     """each hook's stages at the buckets asked for, by the hook's name"""
-    exchanges: Mapping[str, tuple[tuple[int, ...], tuple[MeasuredExchange, ...]]] = field(default_factory=dict)
-    """each strategy's exchanges as they ran on loopback: its buckets' bytes, and one record per bucket"""
+    profiles: Mapping[str, StepProfile] = field(default_factory=dict)
+    """each strategy's step as it ran on loopback (:mod:`gradwire.predict.recorded`): its compute, its
+    buckets and their exchanges, its mean step past the warm-up (``loop_seconds``); at its own pace"""
     load: tuple[float, ...] = ()
     """the host's 1, 5 and 15 minute load average when it ended"""
+    scale: float = 1.0
+    """the factor :meth:`scaled` multiplied the figures by (not the strategies' runs)"""
 
     def scaled(self, factor: float) -> "Calibration":
-        """Every CPU figure times ``factor`` (module doc); the reference step too."""
-        return replace(self, host=self.host.scaled(factor), compute=self.compute * factor,
+        """Every CPU figure times ``factor`` (module doc); the reference step too. The strategies' own
+        runs keep their pace: :meth:`profile` sets each to the pace asked for."""
+        return replace(self, host=self.host.scaled(factor), compute=self.compute * factor, full=self.full * factor,
                        codecs={k: c.scaled(factor) for k, c in self.codecs.items()},
-                       hooks={k: h.scaled(factor) for k, h in self.hooks.items()},
-                       exchanges={k: (layout, tuple(_scaled(m, factor) for m in ms))
-                                  for k, (layout, ms) in self.exchanges.items()})
+                       hooks={k: h.scaled(factor) for k, h in self.hooks.items()}, scale=self.scale * factor)
 
-    def measured(self, strategy: str, buckets: Sequence[int]) -> tuple[MeasuredExchange, ...] | None:
-        """``strategy``'s exchanges as they ran, if its run had the buckets (bytes) ``buckets``."""
-        found = self.exchanges.get(strategy)
-        return found[1] if found is not None and tuple(found[0]) == tuple(buckets) else None
+    def profile(self, strategy: str, compute: float) -> StepProfile | None:
+        """``strategy``'s run on loopback at the pace of a step that computes ``compute`` seconds (None: not run).
+
+        A run is internally at one pace: scaled so that its own compute is
+        ``compute``, another job's load that slowed the whole run leaves it,
+        while what the strategy costs beside its compute stays. Trap: a
+        strategy whose exchanges overlap its compute on busy cores
+        (``delayed``) computed slower for them, which is its cost, not the
+        pace: it is set to the pace of the reference run instead
+        (``compute`` over :attr:`compute`).
+        """
+        from gradwire.overlap import Timing, parse_strategy
+
+        found = self.profiles.get(strategy)
+        if found is None:
+            return None
+        overlapped = self.host.busy_cores and parse_strategy(strategy).timing is Timing.NEXT_STEP
+        own = self.compute / self.scale if overlapped else found.compute_seconds  # at the calibration's pace
+        return found.scaled(compute / own)
 
     def cost_for(self, codec: Any) -> Any:
         """The measured CPU cost of a codec (a compressor's spec or a hook's model); free for None."""
@@ -110,7 +137,7 @@ class Calibration:
         return self.hooks.get(codec.name) or HookCost(codec)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"world": self.world, "compute": self.compute, "shares": list(self.shares),
+        return {"world": self.world, "compute": self.compute, "full": self.full, "shares": list(self.shares),
                 "busy_cores": self.host.busy_cores, "floors": self.host.floors.as_dict(),
                 "work": self.host.work.as_dict(),
                 "copy": [self.host.copy.fixed, self.host.copy.per_element],
@@ -119,14 +146,8 @@ class Calibration:
                 "hooks": {k: [{"numel": key[0], "shapes": [list(s) for s in key[1]], "world": key[2],
                                "stages": [t * h.scale for t in v]} for key, v in h.measured.items()]
                           for k, h in self.hooks.items()},
-                "exchanges": {k: {"buckets": list(layout), "measured": [asdict(m) for m in ms]}
-                              for k, (layout, ms) in self.exchanges.items()},
+                "profiles": {k: p.as_dict() for k, p in self.profiles.items()},
                 "load": list(self.load)}
-
-
-def _scaled(m: MeasuredExchange, factor: float) -> MeasuredExchange:
-    return MeasuredExchange(m.ops, m.hook * factor, tuple(t * factor for t in m.inner),
-                            tuple(t * factor for t in m.gaps), None if m.tail is None else m.tail * factor)
 
 
 @dataclass(frozen=True)
@@ -191,17 +212,20 @@ def _time_op(op: str, nbytes: int, world: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(cpu)
 
 
-def _robust_mean(steps: Sequence[float], per_epoch: int) -> float:
-    """The mean step of an epoch, each step's place in it the median over the epochs after the first.
+def reference_step(steps: Sequence[float], per_epoch: int) -> tuple[float, float]:
+    """The mean step of an epoch, and its typical full step: each of its places the median over the epochs
+    after the first.
 
-    An epoch's steps differ (its last batch is partial); a moment of another
-    job's load lengthens one step of one epoch: the median of each place
-    leaves that out, as the medians of the other figures do.
+    An epoch's steps differ (its last batch is partial: the full step is the
+    median of the places); a moment of another job's load lengthens one step
+    of one epoch: the median of each place leaves that out, as the medians
+    of the other figures do.
     """
     epochs = [steps[i:i + per_epoch] for i in range(per_epoch, len(steps) - per_epoch + 1, per_epoch)]
     if not epochs:
-        return statistics.fmean(steps)
-    return statistics.fmean(statistics.median(col) for col in zip(*epochs))
+        return statistics.fmean(steps), statistics.median(steps)
+    places = [statistics.median(col) for col in zip(*epochs)]
+    return statistics.fmean(places), statistics.median(places)
 
 
 def _shares(model: str, batch_size: int) -> tuple[float, float, float]:
@@ -270,7 +294,7 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=parse_spec("local"), model=request.model,
                                  epochs=request.epochs,
                                  batch_size=request.batch_size))
-    out["compute"] = _robust_mean(run.step_compute, len(run.step_compute) // request.epochs)
+    out["compute"], out["full"] = reference_step(run.step_compute, len(run.step_compute) // request.epochs)
     dist.destroy_process_group()
     gradwire.configure("loopback")
     dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/loopback/", store), rank=rank,
@@ -330,20 +354,21 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
                                                                                   for r in ranks)))
                                                 for key in keys})
                   for m, keys in request.hooks}
-    exchanges = {}
-    for s in request.strategies:  # the steps after the warm-up (and DDP's rebuild), as the profile reads them
+    profiles = {}
+    for s in request.strategies:  # the steps after the warm-up (and DDP's rebuild)
+        skip = max(3, warmups[s] + 2)
         try:
             prof = profile_of(MeasureConfig(s, "loopback", model, request.steps, batch_size),
-                              [r["runs"][s] for r in ranks], skip=max(3, warmups[s] + 2))
+                              [r["runs"][s] for r in ranks], skip=skip)
         except ValueError:  # no DDP bucket in its steps: nothing per bucket to keep
             continue
-        if prof.exchanges is not None:
-            exchanges[s] = (tuple(b.nbytes for b in prof.buckets), prof.exchanges)
+        mean_step = _mean([_mean(r["runs"][s]["step_seconds"][skip:]) for r in ranks])
+        profiles[s] = replace(prof, strategy=s, loop_seconds=mean_step)
     if busy_cores is None:
         busy_cores = world >= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
     return Calibration(world, Host(floors, work, copy, busy_cores), _mean([r["compute"] for r in ranks]),
-                       (shares[0], shares[1], shares[2]), codec_costs, hook_costs, exchanges,
-                       tuple(round(x, 2) for x in os.getloadavg()))
+                       _mean([r["full"] for r in ranks]), (shares[0], shares[1], shares[2]), codec_costs, hook_costs,
+                       profiles, tuple(round(x, 2) for x in os.getloadavg()))
 
 
 def _mean_cost(costs: Sequence[CodecCost]) -> CodecCost:

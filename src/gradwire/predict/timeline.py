@@ -154,6 +154,20 @@ class StepProfile:
             raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "
                              f"{self.backward:g} s")
 
+    def scaled(self, factor: float) -> "StepProfile":
+        """Every time of the step times ``factor``: compute, ready times, the exchanges' CPU and real
+        collectives, the run's own step (the same run on a host ``factor`` times slower)."""
+        from dataclasses import replace
+
+        exchanges = None if self.exchanges is None else tuple(
+            MeasuredExchange(e.ops, e.hook * factor, tuple(t * factor for t in e.inner),
+                             tuple(t * factor for t in e.gaps), None if e.tail is None else e.tail * factor)
+            for e in self.exchanges)
+        return replace(self, forward=self.forward * factor, backward=self.backward * factor,
+                       optimizer=self.optimizer * factor, exchanges=exchanges,
+                       buckets=tuple(replace(b, ready=b.ready * factor) for b in self.buckets),
+                       loop_seconds=None if self.loop_seconds is None else self.loop_seconds * factor)
+
     @property
     def compute_seconds(self) -> float:
         """The step on one rank with no communication: forward + backward + optimizer."""
