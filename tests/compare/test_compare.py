@@ -58,7 +58,7 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
         assert rows[s]["predicted_speedup"] == pytest.approx(predicted["at_nets"][net][s], **close)
     assert rows["sync"]["predicted_speedup"] is None
     calibration = predicted["calibration"]
-    assert calibration["scale"] > 0 and set(calibration["exchanges"]) == {"sync", "fp16"}
+    assert calibration["scale"] > 0 and set(calibration["profiles"]) == {"sync", "fp16"}
     assert "predicted (vs measured)" in (out / "table.md").read_text()
     assert "speedup" in capsys.readouterr().out
 
