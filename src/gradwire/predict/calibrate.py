@@ -13,7 +13,8 @@ cores are as busy as in training):
 2. the real collectives (:class:`~gradwire.predict.host.Floors`): every op
    the exchanges use, at a few sizes, on the ``gradwire`` backend over
    ``loopback`` (nothing modelled, so an op takes what the host makes it
-   take), median seconds per call of back-to-back calls;
+   take), each call after a stretch of compute as in a step: the median wall
+   seconds per call, and the median CPU seconds it takes from its rank;
 3. each exchange's CPU stages: a compressor's with
    :func:`gradwire.predict.codec.codec_cost`, a hook's
    (:class:`~gradwire.overlap.ExchangeModel`) with
@@ -26,9 +27,9 @@ cores are as busy as in training):
    them and the decode (:class:`~gradwire.predict.timeline.MeasuredExchange`):
    what the exchange costs on this host besides the network, thread
    hand-offs and the ranks' meeting included, which the stages of point 3
-   alone do not see. The real collectives are the slowest part of the
-   figures above: timed after a stretch of compute, as in a step (caches
-   cold, threads asleep), not back to back. The whole recorded step is
+   alone do not see. (Back to back, the real collectives of point 2 would
+   find gloo's threads awake and their buffers in cache and take half the
+   time they take after a backward.) The whole recorded step is
    kept (:class:`~gradwire.predict.timeline.StepProfile`: forward, backward
    and the buckets' ready times as they ran, the optimizer, the mean step):
    the replay of that run is fitted to it (:func:`gradwire.predict.calibrated`,
@@ -37,16 +38,17 @@ cores are as busy as in training):
 
 Figures are the mean over the ranks. A strategy's run is at one pace
 throughout: :meth:`Calibration.profile` scales it to the compute asked for.
-:meth:`Calibration.scaled` moves the other figures to
-the pace the host had elsewhere: a comparison divides its compute-only
-run's compute (each seed's, taken as :func:`reference_step` takes the
-reference's) by the reference step and scales every figure by that, so that
-CPU work measured here, at one moment of a shared machine's load, is priced
-at the pace of the runs it is set beside. Every figure here is a median (of
-calls, or of each step's place in an epoch): the work itself, with as little
-of another job's preemption as it can; the runs' mean compute has their
-share of it, and the scale carries that share to every figure. Nothing here is fitted to a run
-that is predicted: each figure is a time measured of its own work.
+:meth:`Calibration.scaled` moves the other figures to the pace the host had
+elsewhere: a comparison divides its compute-only run's compute (each seed's,
+taken as :func:`reference_step` takes the reference's) by the reference step
+and scales every figure by that, so that CPU work measured here, at one
+moment of a shared machine's load, is priced at the pace of the runs it is
+set beside. Every figure is a median (of calls, of steps, of each step's
+place in an epoch): the work itself, with as little of another job's
+preemption as it can; but a strategy's own step is its runs' mean, as a
+comparison's time is (a strategy's slow steps are its cost). Nothing is
+fitted to a run on the networks predicted:
+the calibration's runs have no network at all.
 
 Trap: on a machine other jobs share, a calibration under a load the runs
 did not see is only as right as that scaling; the load is recorded with it.

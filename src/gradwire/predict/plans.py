@@ -46,7 +46,7 @@ from gradwire.predict import codec
 from gradwire.predict.codec import FREE, CodecCost, HookCost, codec_cost
 from gradwire.predict.host import Host
 from gradwire.predict.simulate import Exchange, Kind, Phase, Plan
-from gradwire.predict.timeline import Bucket, MeasuredExchange, StepProfile
+from gradwire.predict.timeline import MeasuredExchange, StepProfile
 
 __all__ = ["PLANNED", "Cost", "Ratio", "bucket_exchange", "check_planned", "codec_of", "exchange_cost", "plan_for",
            "same_strategy", "strategy_compressor"]
