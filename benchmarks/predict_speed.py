@@ -47,16 +47,14 @@ def main() -> None:
         subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ, COLUMNS="200"))
         walls.append(time.perf_counter() - start)
     from gradwire.predict import default_worlds, sweep
-    from gradwire.predict.codec import codec_cost
     from gradwire.predict.describe import describe_model
-    from gradwire.predict.plans import strategy_compressor
-    from gradwire.overlap import parse_strategy
+    from gradwire.predict.plans import exchange_cost
 
     prof = describe_model(f"{Path(__file__).resolve()}:model", 300.0)
     strategies = STRATEGIES.split(",")
-    costs = {s: codec_cost(c) for s in strategies if (c := strategy_compressor(parse_strategy(s)))}
+    costs = {s: exchange_cost(s) for s in strategies}
     start = time.perf_counter()
-    preds, ratios = sweep(lambda s: prof, strategies, NETS, default_worlds, lambda s: costs.get(s) or costs["fp16"])
+    preds, ratios = sweep(lambda s: prof, strategies, NETS, default_worlds, costs.__getitem__)
     sweep_s = time.perf_counter() - start
     load = os.getloadavg()
     result = {"timed_command": " ".join(cmd[2:]), "buckets": len(prof.buckets), "predictions": len(preds),

@@ -105,11 +105,9 @@ def measure_suite(name: str, suite: dict, worlds: list[int], steps: int, repeats
 
 def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
     """Predict every measured run from the profile run before it; the rows of the results file."""
-    from gradwire.overlap import parse_strategy
     from gradwire.predict import calibrated, predict
-    from gradwire.predict.codec import FREE, codec_cost
     from gradwire.predict.measure import profile_of
-    from gradwire.predict.plans import strategy_compressor
+    from gradwire.predict.plans import exchange_cost
 
     rows = []
     for batch in raw:
@@ -119,8 +117,7 @@ def score_suite(name: str, suite: dict, raw: list[dict]) -> list[dict]:
         for i in range(0, len(configs), per_pair):
             prof_config = configs[i]
             s = prof_config.strategy
-            comp = strategy_compressor(parse_strategy(s))
-            cost = codec_cost(comp) if comp else FREE
+            cost = exchange_cost(s)
             raw_prof = profile_of(prof_config, results[i])
             prof = calibrated(raw_prof, cost)
             for j, net in enumerate(suite["nets"], 1):

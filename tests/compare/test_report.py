@@ -8,7 +8,7 @@ from itertools import accumulate
 import pytest
 
 from gradwire.compare.config import COMPUTE_ONLY
-from gradwire.compare.report import rows_of, to_markdown
+from gradwire.compare.report import prediction_line, rows_of, to_markdown
 from gradwire.compare.results import Curve, Results, Run, SeedResult
 
 MiB = 2**20
@@ -71,6 +71,24 @@ def test_markdown_shows_the_figures() -> None:
     assert cells[1:3] == ["1.250", "1.64x"] and cells[4:6] == ["25.00", "2.0x"]
     assert "0.9000 [0.900, 0.900]" in line and "2.50 (1/1)" in line and "25%" in line
     assert "RuntimeError: boom" in next(l for l in text.splitlines() if l.startswith("| onebit "))
+
+
+def test_the_predicted_speedup_stands_beside_the_measured_one() -> None:
+    rows = rows_of(_results())
+    assert "predicted" not in to_markdown(rows, 0.9)  # nothing predicted: no column
+    for r in rows:
+        r.predicted_speedup = {"fp16": 1.80, "onebit": 2.0}.get(r.strategy, math.nan)
+    text = to_markdown(rows, 0.9)
+    header = next(l for l in text.splitlines() if l.startswith("| strategy "))
+    assert header.split(" | ")[2:4] == ["speedup", "predicted (vs measured)"]
+    # fp16 measured 2.05 / 1.25 = 1.64x; predicted 1.80x is 1.80 / 1.64 - 1 = +10% off
+    fp16 = next(l for l in text.splitlines() if l.startswith("| fp16 ")).split(" | ")
+    assert fp16[2:4] == ["1.64x", "1.80x (+10%)"]
+    assert next(l for l in text.splitlines() if l.startswith("| sync ")).split(" | ")[3] == "—"
+    failed = next(l for l in text.splitlines() if l.startswith("| onebit ")).split(" | ")
+    assert failed[3] == "—" and len(failed) == len(header.split(" | "))
+    assert prediction_line(rows) == ("predicted against measured speedups: within 10% on every network (the "
+                                     "furthest: fp16 on 100mbit, 1.80x predicted, 1.64x measured)")
 
 
 def _script_seed(step_seconds, exposed, wire, metrics):

@@ -55,6 +55,39 @@ def test_exchanges_pair_an_all_to_all_with_the_all_gather_after_it():
                                                      ["all_to_all"], ["all_reduce"]]
 
 
+def test_exchanges_follow_each_bucket_s_collectives_when_the_strategy_says_them():
+    ops = ["all_reduce"] * 6  # PyTorch's PowerSGD: three all_reduces per bucket, two buckets
+    cut = exchanges_of([{"op": o} for o in ops], [("all_reduce",) * 3] * 2)
+    assert [len(ex) for ex in cut] == [3, 3]
+    # collectives that do not agree with what the strategy says: no exchange from there on
+    assert exchanges_of([{"op": o} for o in ops], [("all_to_all", "all_gather")]) == []
+
+
+def _overlapping(origin):
+    """delayed's one bucket: its all_to_all in this step's window, its all_gather in the next one's."""
+    step = dict(_step(), origin=origin)
+    step["buckets"] = [dict(step["buckets"][0], done=0.0125)]  # the hook hands the bucket back at once
+    step["collectives"] = [_coll("all_gather", 2 * origin - 1, 0.001, 0.003, 0.002),  # the last step's
+                           _coll("all_to_all", 2 * origin, 0.012, 0.015, 0.003)]
+    return step
+
+
+def test_an_exchange_that_runs_into_the_next_step_is_measured_across_both():
+    # steps every 0.05 s of the clock; this step's all_gather is issued 1 ms into the next step's window,
+    # 0.051 s after this step's origin: 36 ms after the all_to_all completed (at 0.015)
+    ranks = [[_overlapping(k * 0.05) for k in range(6)]]
+    for s in ranks[0]:
+        s["origin"] = round(s["origin"], 3)
+    ranks = [[dict(s, collectives=[dict(c, seq=i * 2 + j) for j, c in enumerate(s["collectives"])])
+              for i, s in enumerate(ranks[0])]]
+    prof = profile_from_steps(ranks, "job", "onebit+delayed", skip=1, per_bucket=[("all_to_all", "all_gather")])
+    (ex,) = prof.exchanges
+    assert ex.ops == ("all_to_all", "all_gather") and ex.gaps == pytest.approx((0.051 - 0.015,))
+    assert ex.tail is None  # handed back before its exchange ended: the decode is not seen
+    without = [[{k: v for k, v in s.items() if k != "origin"} for s in ranks[0]]]  # the next step's is unseen
+    assert profile_from_steps(without, "job", skip=1, per_bucket=[("all_to_all", "all_gather")]).exchanges is None
+
+
 def test_unpaired_exchanges_are_not_measured_and_odd_layouts_are_left_out():
     odd = _step()
     odd["buckets"] = odd["buckets"][:1]  # the first iteration: one bucket

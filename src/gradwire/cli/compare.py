@@ -224,16 +224,61 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                            "metric.png")
 
 
-def _predicted(cfg: Any, rows: list[Any]) -> Any:
-    """Speedup against bandwidth on the measured step (None without a compute-only run to measure it by)."""
+def _pace(runs: list[Any], per_epoch: int) -> float | None:
+    """The compute-only run's step compute (s), each seed's as the calibration takes its reference
+    (:func:`gradwire.predict.calibrate.reference_step`: a moment of another job's load left out)."""
     from gradwire.compare.config import COMPUTE_ONLY
-    from gradwire.compare.crossover import speedup_curves
+    from gradwire.predict.calibrate import reference_step
+
+    seeds = [s.step_compute for r in runs if r.strategy == COMPUTE_ONLY and r.ok for s in r.seeds if s.step_compute]
+    return sum(reference_step(c, per_epoch)[0] for c in seeds) / len(seeds) if seeds else None
+
+
+def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> Any:
+    """The predicted speedups at each network and against bandwidth, on the measured step (None without a
+    compute-only run to measure it by). The host is calibrated first (:mod:`gradwire.compare.crossover`);
+    a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
+    from gradwire.compare.config import COMPUTE_ONLY
+    from gradwire.compare.crossover import hook_buckets, replay_for, replayed, speedup_curves
+    from gradwire.overlap import Timing, parse_strategy
+    from gradwire.predict.calibrate import calibrate
+    from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
     ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
     if ideal is None or not ideal.compute_ms > 0 or len(cfg.strategies) < 2:
         return None
-    return speedup_curves(cfg.model, ideal.compute_ms, cfg.strategy_names, cfg.nets[0], cfg.workers,
-                          batch_size=cfg.batch_size)
+    names = cfg.strategy_names
+    fixed = list(dict.fromkeys(c for s in names for c in replayed(s)))  # auto: replayed as its candidates
+    codecs = [c for s in fixed if isinstance(c := parse_strategy(s).exchange.codec, str)]
+    steps = cfg.epochs * steps_per_epoch(TRAIN_SIZE, cfg.workers, cfg.batch_size)
+    say(f"predicting: measuring this host with {cfg.workers} ranks (its real collectives, each exchange's CPU work)")
+    try:
+        buckets = [s for s in fixed if parse_strategy(s).timing in (Timing.BLOCKING, Timing.NEXT_STEP)]
+        measured = calibrate(cfg.model, cfg.batch_size, cfg.workers, codecs,
+                             hook_buckets(cfg.model, names, cfg.workers), buckets)
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        say(f"predicting without the host: its calibration failed ({str(exc).splitlines()[0][:160]})")
+        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, steps=steps)
+        calibration = None
+    else:
+        pace = _pace(runs, steps // cfg.epochs)
+        scale = (pace if pace is not None else ideal.compute_ms / 1e3) / measured.compute
+        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, measured.scaled(scale),
+                            steps)
+        calibration = {**measured.as_dict(), "scale": scale}
+    curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
+    for net in cfg.net_names:
+        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, net).items()}
+        curves.step_ms_at_nets[net] = steps_ms
+        curves.at_nets[net] = {s: steps_ms[names[0]] / steps_ms[s] for s in names[1:]}
+    curves.calibration = calibration
+    return curves
+
+
+def _with_predictions(rows: list[Any], at_nets: dict[str, dict[str, float]]) -> None:
+    """Each row's predicted speedup, beside its measured one."""
+    for r in rows:
+        r.predicted_speedup = at_nets.get(r.net, {}).get(r.strategy, float("nan"))
 
 
 def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
@@ -243,6 +288,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.report import prediction_line
     from gradwire.compare.processes import Stopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
@@ -278,10 +324,13 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 128 + signum
     rows = rows_of(results)
+    say = lambda line: console.print(escape(line))  # noqa: E731
+    curves = _predicted(predict_for, rows, results.runs, say) if predict_for is not None else None
+    if curves is not None:
+        _with_predictions(rows, curves.at_nets)
     print_table(rows, target)
     results.rows = rows
     plots = [out / plot_name, out / "breakdown.png"]
-    curves = _predicted(predict_for, rows) if predict_for is not None else None
     markdown = to_markdown(rows, target)
     if curves is not None:
         from gradwire.compare.plots import plot_bandwidth
@@ -290,6 +339,10 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
         line = curves.verdict()
         console.print(escape(line))
         markdown += f"\n{line} (bandwidth.png).\n"
+        against = prediction_line(rows)
+        if against:
+            console.print(escape(against))
+            markdown += f"\n{against}.\n"
         plots.append(plot_bandwidth(results.predicted, rows, out / "bandwidth.png"))
     results.save(out / "results.json")
     (out / "table.md").write_text(markdown)

@@ -185,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.net import parse_spec
     from gradwire.predict import calibrated, sweep
-    from gradwire.predict.codec import FREE, codec_cost
-    from gradwire.predict.plans import strategy_compressor
+    from gradwire.predict.codec import FREE
+    from gradwire.predict.plans import codec_of, exchange_cost
     from gradwire.overlap import parse_strategy
 
     nets = [parse_spec(n).to_string() for n in (args.net or [DEFAULT_NET])]
@@ -197,8 +197,7 @@ def run(args: argparse.Namespace) -> int:
     device = _codec_device(args) if args.codec == "measure" else "cpu"
 
     def cost_for(s: str) -> Any:
-        comp = strategy_compressor(parse_strategy(s))
-        return FREE if comp is None or args.codec == "free" else codec_cost(comp, device)
+        return FREE if args.codec == "free" else exchange_cost(s, device)
 
     # auto is replayed as its candidates (sweep): measure and price those
     replayed = list(dict.fromkeys(str(c) for s in strategies
@@ -215,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.predict.report import plot, report
 
     report(preds, ratios, strategies, nets, worlds, args.target_efficiency, profile_for("sync"))
-    if args.codec == "measure" and any(strategy_compressor(parse_strategy(s)) for s in strategies):
+    if args.codec == "measure" and any(codec_of(parse_strategy(s)) is not None for s in strategies):
         print(f"compression time measured on {device}" + (" (one thread)" if device == "cpu" else "")
               + "; --codec free for the best case")
     if args.json:

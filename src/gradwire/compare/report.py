@@ -25,6 +25,9 @@ gradwire does not know):
   waiting;
 - share of ideal: compute-only time / strategy time, how much of the speed
   with a free network the strategy reaches;
+- predicted (bundled models): the step model's speedup for the same
+  training on the same network (:mod:`gradwire.compare.crossover`), and in
+  brackets how far it is from the measured speedup (predicted / measured - 1);
 - the verdict under each table: the regime (communication-bound when the
   baseline waits on the network for at least half its step, compute-bound
   at 15% or less) and the strategies that are slower than the baseline
@@ -68,7 +71,8 @@ from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
 from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
-           "print_table", "relative_target", "rows_of", "reason", "to_markdown", "unsound_reason", "verdict", "why"]
+           "prediction_line", "print_table", "relative_target", "rows_of", "reason", "to_markdown", "unsound_reason",
+           "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
@@ -324,6 +328,11 @@ def rows_of(results: Results) -> list[Row]:
     return rows
 
 
+def _predicts(rows: list[Row]) -> bool:
+    """Whether the rows carry the step model's speedups (then they are a column beside the measured ones)."""
+    return any(not math.isnan(r.predicted_speedup) for r in rows)
+
+
 def _against_baseline(base: Row, rows: list[Row]) -> None:
     """Each row's final metric, time and bytes to target relative to ``base``'s (the same network's baseline)."""
     for r in rows:
@@ -351,8 +360,9 @@ def _columns(rows: list[Row], target: float | None = None) -> list[str]:
     name = "accuracy" if metric == "test_accuracy" else metric
     spread = ["step p50 / p95 / max (ms)"] if _changing(rows) else []
     if unit == "epoch":
-        return ["strategy", "time/epoch (s)", *spread, "speedup", "of ideal", "wire MiB/epoch", "reduction",
-                f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
+        predicted = ["predicted (vs measured)"] if _predicts(rows) else []
+        return ["strategy", "time/epoch (s)", *spread, "speedup", *predicted, "of ideal", "wire MiB/epoch",
+                "reduction", f"{name} (mean [min, max])", "time to target (s)", "exposed comm", "other waits"]
     peak = ["peak KiB/step"] if _peaks(rows) else []
     aimed = ["time to target (s)"] if target is not None else []
     if target is not None and _peaks(rows):  # against the baseline to the same target
@@ -376,13 +386,24 @@ def _ttt(r: Row) -> str:
             else f"not reached (0/{r.seeds})")
 
 
-def _cells(r: Row, target: float | None = None, spread: bool = False, peaks: bool = False) -> list[str]:
-    """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network)."""
+def _cells(r: Row, target: float | None = None, spread: bool = False, peaks: bool = False,
+           predicted: bool = False) -> list[str]:
+    """One row's cells; ``spread``: with the steps' p50 / p95 / max after the time (a changing network);
+    ``predicted``: with the step model's speedup after the measured one (bundled models)."""
     cells = _plain_cells(r, target, peaks)
+    if predicted and r.unit == "epoch":
+        cells.insert(3, _predicted_cell(r))
     if spread:
         shown = "" if math.isnan(r.step_p50_ms) else f"{r.step_p50_ms:.1f} / {r.step_p95_ms:.1f} / {r.step_max_ms:.1f}"
         cells.insert(2, shown if r.ok or r.status == UNSOUND else "")
     return cells
+
+
+def _predicted_cell(r: Row) -> str:
+    """``1.85x (-1%)``: the predicted speedup and its distance from the measured one."""
+    if math.isnan(r.predicted_speedup) or not (r.ok or r.status == UNSOUND):
+        return "—"
+    return f"{r.predicted_speedup:.2f}x ({r.predicted_speedup / r.speedup - 1:+.0%})"
 
 
 def _plain_cells(r: Row, target: float | None = None, peaks: bool = False) -> list[str]:
@@ -501,6 +522,18 @@ def verdict(rows: list[Row], net: str, target: float | None = None) -> str:
     return out
 
 
+def prediction_line(rows: list[Row]) -> str:
+    """How far the predicted speedups are from the measured ones, over every row that has both ('' if none)."""
+    both = [r for r in rows if (r.ok or r.status == UNSOUND) and not math.isnan(r.predicted_speedup)
+            and r.speedup > 0]
+    if not both:
+        return ""
+    worst = max(both, key=lambda r: abs(r.predicted_speedup / r.speedup - 1))
+    error = worst.predicted_speedup / worst.speedup - 1
+    return (f"predicted against measured speedups: within {abs(error):.0%} on every network (the furthest: "
+            f"{worst.strategy} on {worst.net}, {worst.predicted_speedup:.2f}x predicted, {worst.speedup:.2f}x measured)")
+
+
 def _title(net: str, rows: list[Row], target: float | None) -> str:
     if rows and rows[0].unit == "step":
         metric = rows[0].metric
@@ -515,7 +548,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
     out = []
     shown = _net_target(rows, next((r.net for r in rows if r.target is not None), ""), target)
     columns = _columns(rows, shown)
-    spread, peaks = _changing(rows), _peaks(rows)
+    spread, peaks, predicted = _changing(rows), _peaks(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         aim = _net_target(rows, net, target) if shown is not None else None
         title = _title(f"`{net}`", rows, aim)
@@ -524,7 +557,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
         out.append("|" + "---|" * len(columns))
         for r in rows:
             if r.net == net:
-                out.append("| " + " | ".join(_cells(r, shown, spread, peaks)) + " |")
+                out.append("| " + " | ".join(_cells(r, shown, spread, peaks, predicted)) + " |")
         out.append("")
         said = verdict(rows, net, aim)
         if said:
@@ -542,7 +575,7 @@ def print_table(rows: list[Row], target: float | None) -> None:
     console = Console(width=max(Console().width, 150))
     shown = _net_target(rows, next((r.net for r in rows if r.target is not None), ""), target)
     columns = _columns(rows, shown)
-    spread, peaks = _changing(rows), _peaks(rows)
+    spread, peaks, predicted = _changing(rows), _peaks(rows), _predicts(rows)
     for net in dict.fromkeys(r.net for r in rows if r.strategy != COMPUTE_ONLY):
         aim = _net_target(rows, net, target) if shown is not None else None
         table = Table(title=escape(_title(net, rows, aim)))
@@ -550,7 +583,7 @@ def print_table(rows: list[Row], target: float | None) -> None:
             table.add_column(escape(c), justify="left" if c in ("strategy", "optimizer / note") else "right")
         for r in rows:
             if r.net == net:
-                table.add_row(*(escape(c) for c in _cells(r, shown, spread, peaks)))
+                table.add_row(*(escape(c) for c in _cells(r, shown, spread, peaks, predicted)))
         console.print(table)
         said = verdict(rows, net, aim)
         if said:

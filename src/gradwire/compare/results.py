@@ -259,6 +259,9 @@ class Row(_Status):
     peer_wait_share: float = float("nan")
     of_ideal: float = float("nan")
     """compute-only time / this strategy's time"""
+    predicted_speedup: float = float("nan")
+    """the step model's speedup for this strategy on this network, the comparison's own step replayed
+    (:mod:`gradwire.compare.crossover`); NaN where nothing was predicted"""
     step_p50_ms: float = float("nan")
     """the steps' median, 95th percentile and longest over every seed (shown on a network that changes)"""
     step_p95_ms: float = float("nan")
@@ -299,7 +302,8 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     """the table's rows (:func:`gradwire.compare.report.rows_of`), filled by the CLI after the runs"""
     predicted: dict[str, Any] | None = None
-    """the predicted speedup against bandwidth (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
+    """the predicted speedup at each measured network and against bandwidth
+    (:class:`gradwire.compare.crossover.SpeedupCurves`, plain types)"""
     workdir: list[dict[str, Any]] = field(default_factory=list)
     """per training of a script: what it created in the working directory (``moved`` into its folder's
     ``workdir/``), and what was there before that it ``modified`` or ``removed`` (:mod:`gradwire.compare.workdir`)"""

@@ -21,6 +21,7 @@ issued its last collective, or failed. A turn is released in one place,
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable, TypeVar
 
@@ -139,6 +140,7 @@ def one_bucket_at_a_time(hook: Callable[[Any, Any], Future]) -> Callable[[Any, A
     lock = threading.Lock()
     tail = [completed(None)]
 
+    @functools.wraps(hook)  # the hook's name and signature: DDP checks them, profiles name the strategy by them
     def run(state: Any, bucket: Any) -> Future:
         with lock:
             out = then_async(tail[0], lambda _: hook(state, bucket))

@@ -147,7 +147,7 @@ from . import exchange
 from .auto import AutoChooser
 from .futures import Sequencer, then
 
-__all__ = ["FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "fuse_layouts"]
+__all__ = ["FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "fuse_layouts", "warmup_steps"]
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,17 @@ MIN_COMPRESS_NUMEL = 1024
 #: compressed buckets smaller than this wait and leave with the next ones as one exchange (tensor
 #: fusion): 64 Ki elements, 256 KiB of fp32; the default CNN's buckets are all larger
 FUSE_NUMEL = 1 << 16
+
+
+def warmup_steps(compressor: str | Compressor | None) -> int:
+    """Steps a :class:`CompressionState` of ``compressor`` reduces uncompressed first by default (module doc).
+
+    The compressor's ``warmup=N``, else 1; 0 without a compressor (nothing to warm up).
+    """
+    if compressor is None:
+        return 0
+    c = get_compressor(compressor)
+    return 0 if isinstance(c, NoneCompressor) else c.warmup or 1
 
 
 class ParamNames:
@@ -270,7 +281,7 @@ class CompressionState:
         if fuse_numel is None:
             fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
         if warmup_iters is None:
-            warmup_iters = self.compressor.warmup or 1
+            warmup_iters = max(1, warmup_steps(self.compressor))  # "none" too: DDP's first iteration
         if error_feedback is None:
             error_feedback = not self.compressor.unbiased
         if isinstance(error_feedback, bool):

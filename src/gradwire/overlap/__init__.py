@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
-from .base import CannotApply, Strategy, Timing, broadcast_module
+from .base import CannotApply, ExchangeModel, ExchangeTraits, Strategy, Timing, broadcast_module
 from .delayed import DelayedStrategy
 from .handler import AsyncGradientHandler, HandlerStrategy
 from .metrics import network_wait, split_exposed, step_comm_seconds
@@ -19,7 +19,7 @@ from .registry import STRATEGIES, StrategyChoice, StrategySpec, build_strategy, 
 from .sync import SyncStrategy
 
 __all__ = [
-    "STRATEGIES", "AsyncAverageStrategy", "CannotApply", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
+    "STRATEGIES", "AsyncAverageStrategy", "CannotApply", "ExchangeModel", "ExchangeTraits", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
     "HandlerStrategy", "LocalSGDStrategy", "Strategy", "StrategySpec", "SyncStrategy", "broadcast_module",
     "build_strategy", "check_composition", "network_wait", "parse_strategy", "split_exposed",
     "step_comm_seconds",

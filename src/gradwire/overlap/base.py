@@ -36,7 +36,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, Sequence
 
 import torch
 import torch.distributed as dist
@@ -45,9 +45,10 @@ from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import CompressionState, Compressor, get_compressor
+from gradwire.hooks.state import warmup_steps
 
-__all__ = ["CannotApply", "DDPAttachment", "Strategy", "Timing", "average_parameters", "broadcast_module",
-           "flatten", "group_timeout", "unflatten_into"]
+__all__ = ["CannotApply", "DDPAttachment", "ExchangeModel", "ExchangeTraits", "Strategy", "Timing", "average_parameters",
+           "broadcast_module", "flatten", "group_timeout", "unflatten_into"]
 
 
 class Timing(enum.Enum):
@@ -61,6 +62,61 @@ class Timing(enum.Enum):
     AVERAGE = "average"
     #: one exchange of every parameter every H steps, overlapped with the next steps
     AVERAGE_OVERLAPPED = "average_overlapped"
+
+
+class ExchangeModel(Protocol):
+    """A comm hook of someone else's, as ``gradwire predict`` replays one bucket's exchange of it.
+
+    gradwire's own hook is replayed from its compressor (the pattern and the
+    stages of :class:`~gradwire.hooks.CompressionState`); a hook that is not
+    gradwire's says here which collectives it issues, in order, and what
+    tensor work it does before, between and after them, as plain callables
+    that need no process group (predict times them on the machine).
+    """
+
+    @property
+    def name(self) -> str:
+        """Names the exchange and its parameters (a calibration's records are kept by it)."""
+        ...
+
+    def __hash__(self) -> int:
+        ...
+
+    def collectives(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int) -> list[tuple[str, int]]:
+        """``(op, bytes)`` of each collective for a bucket of ``numel`` elements (``shapes``: its parameters',
+        in bucket order; empty when unknown), bytes in the nccl-tests convention of each op."""
+        ...
+
+    def stages(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int,
+               device: str) -> list[Callable[[], object]]:
+        """One more callable than :meth:`collectives`: the hook's work before the first collective (on the
+        training thread), between each two (a completion callback) and after the last (the decode)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExchangeTraits:
+    """What a strategy's exchange of a DDP bucket really does, for ``gradwire predict`` to replay it.
+
+    Every strategy answers with one of these (:meth:`Strategy.exchange_traits`),
+    so predict never asks for a strategy by name.
+    """
+
+    codec: str | ExchangeModel | None
+    """each bucket's exchange: a gradwire compressor's name (the compressor's pattern and CPU work, as
+    :class:`~gradwire.hooks.CompressionState` runs them), an :class:`ExchangeModel` for a hook of someone
+    else's, or None for DDP's plain all_reduce"""
+    bucket_cap_mb: float | None = None
+    """the ``bucket_cap_mb`` the strategy builds its DDP with (None: DDP's default). Trap: DDP caps the
+    first bucket at 1 MiB only when the cap is left to it; an explicit cap applies to every bucket"""
+    warmup_steps: int = 0
+    """steps at the start of training whose buckets take the plain all_reduce instead of ``codec``"""
+    one_bucket_at_a_time: bool = False
+    """bucket k's hook runs only once bucket k-1's exchange completed
+    (:func:`gradwire.hooks.futures.one_bucket_at_a_time`): no two exchanges overlap"""
+    copies: int = 0
+    """passes over each bucket the strategy makes on the training thread outside its comm hook (an update's
+    add and subtract); the hook's own work is the codec's, or measured with the hook"""
 
 
 class CannotApply(RuntimeError):
@@ -150,9 +206,12 @@ class Strategy:
     ddp_arguments: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, float], compressor: str | None) -> str | None:
-        """The gradwire compressor this strategy's exchange equals (its bytes and CPU cost), or None."""
-        return compressor
+    def exchange_traits(cls, params: Mapping[str, float], compressor: str | None) -> ExchangeTraits:
+        """What the exchange of each bucket does (:class:`ExchangeTraits`), for ``parse_strategy``'s parameters.
+
+        The default: ``compressor`` through :class:`~gradwire.hooks.CompressionState`, with its warm-up.
+        """
+        return ExchangeTraits(compressor, warmup_steps=warmup_steps(compressor))
 
     def __init__(self, compressor: str | Compressor | None = None, momentum: float = 0.9,
                  group: dist.ProcessGroup | None = None) -> None:

@@ -68,7 +68,7 @@ through :meth:`Strategy.waiting`.
 """
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -78,7 +78,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import CompressionState, StateKey
 
-from .base import CannotApply, DDPAttachment, Strategy, Timing, average_parameters, group_timeout
+from gradwire.hooks.state import warmup_steps
+
+from .base import CannotApply, DDPAttachment, ExchangeTraits, Strategy, Timing, average_parameters, group_timeout
 
 __all__ = ["DelayedStrategy"]
 
@@ -162,6 +164,16 @@ class DelayedStrategy(Strategy):
         #: step after DDP rebuilt its buckets (once, at step 1), the first step after a resume,
         #: or every step if the gradients stopped being views of the buckets
         self.per_parameter_steps = 0
+
+    @classmethod
+    def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
+        """Its exchange, DDP's bucket size for it, and its own passes over each bucket.
+
+        Outside the hook (which copies the bucket it sends and this rank's vector ``v``), the step
+        makes two passes over each bucket: it adds the average and subtracts last step's ``v``.
+        """
+        cap = DEFAULT_BUCKET_CAP_MB if compressor is None else COMPRESSED_BUCKET_CAP_MB
+        return ExchangeTraits(compressor, cap, warmup_steps(compressor), copies=2)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         # gradients as views of DDP's buckets: the step writes u_t into each bucket in two flat

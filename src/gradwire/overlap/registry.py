@@ -32,7 +32,7 @@ import torch.distributed as dist
 from gradwire.hooks import COMPRESSORS, AutoCompressor, Compressor, get_compressor
 
 from .averaging import AsyncAverageStrategy, LocalSGDStrategy
-from .base import Strategy, Timing
+from .base import ExchangeTraits, Strategy, Timing
 from .delayed import DelayedStrategy
 from .diloco import DiLoCoStrategy, StreamingDiLoCoStrategy
 from .handler import HandlerStrategy
@@ -266,9 +266,9 @@ class StrategyChoice:
         return int(period), int(fragments), bool(overlapped)
 
     @property
-    def equivalent_compressor(self) -> str | None:
-        """The gradwire compressor whose bytes and CPU cost the strategy's exchange has (PyTorch's hooks map)."""
-        return self.entry.cls.equivalent_compressor(self.spec.params, self.compressor)
+    def exchange(self) -> ExchangeTraits:
+        """What the strategy's exchange of each bucket does (what ``gradwire predict`` replays)."""
+        return self.entry.cls.exchange_traits(self.spec.params, self.compressor)
 
     def auto_candidates(self) -> list[StrategyChoice] | None:
         """The fixed choices an ``auto`` compressor chooses among (None for a fixed compressor).

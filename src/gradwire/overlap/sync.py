@@ -18,7 +18,7 @@ late-peer time like every other wait (:func:`gradwire.overlap.split_exposed`).
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -26,10 +26,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.hooks import Compressor
+from gradwire.hooks.state import warmup_steps
 
-from .base import DDPAttachment, Strategy, Timing, average_parameters
+from .base import DDPAttachment, ExchangeTraits, Strategy, Timing, average_parameters
 
-__all__ = ["SyncStrategy"]
+__all__ = ["BUCKET_CAP_MB", "SyncStrategy"]
+
+#: the ``bucket_cap_mb`` sync gives DDP: DDP's default size, but given explicitly, so that DDP caps the
+#: first bucket at it too (left to DDP, the first bucket is capped at 1 MiB)
+BUCKET_CAP_MB = 25.0
 
 
 class _TimedHook:
@@ -64,12 +69,16 @@ class SyncStrategy(Strategy):
     hook_description = "gradwire's compression hook"
 
     def __init__(self, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,
-                 group: Optional[dist.ProcessGroup] = None, bucket_cap_mb: float = 25.0) -> None:
+                 group: Optional[dist.ProcessGroup] = None, bucket_cap_mb: float = BUCKET_CAP_MB) -> None:
         super().__init__(compressor, momentum, group)
         self.bucket_cap_mb = bucket_cap_mb
         self._timed: Optional[_TimedHook] = None
         self._step_started: Optional[float] = None
         self._attached_state: Any = None
+
+    @classmethod
+    def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
+        return ExchangeTraits(compressor, BUCKET_CAP_MB, warmup_steps(compressor))
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]

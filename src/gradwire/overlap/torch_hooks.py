@@ -34,10 +34,14 @@ from gradwire.hooks import Compressor
 from gradwire.hooks.futures import one_bucket_at_a_time
 
 from .averaging import _Averaging
-from .base import CannotApply, DDPAttachment, Timing
-from .sync import SyncStrategy
+from .base import CannotApply, DDPAttachment, ExchangeTraits, Timing
+from .sync import BUCKET_CAP_MB, SyncStrategy
+from .torch_exchanges import TorchFP16Exchange, TorchPowerSGDExchange
 
-__all__ = ["TorchFP16Strategy", "TorchPostLocalSGDStrategy", "TorchPowerSGDStrategy"]
+__all__ = ["DEFAULT_START", "TorchFP16Strategy", "TorchPostLocalSGDStrategy", "TorchPowerSGDStrategy"]
+
+#: plain all_reduce steps before ``torch-powersgd`` compresses (PyTorch's ``start_powerSGD_iter``)
+DEFAULT_START = 10
 
 
 class TorchFP16Strategy(SyncStrategy):
@@ -48,8 +52,8 @@ class TorchFP16Strategy(SyncStrategy):
     hook_description = "PyTorch's fp16_compress_hook"
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, float], compressor: Optional[str]) -> Optional[str]:
-        return "fp16"
+    def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
+        return ExchangeTraits(TorchFP16Exchange(), BUCKET_CAP_MB)
 
     def comm_hook(self) -> tuple[Callable[[Any, dist.GradBucket], torch.futures.Future], Any]:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
@@ -64,11 +68,13 @@ class TorchPowerSGDStrategy(SyncStrategy):
     compressor_owns_momentum = False
 
     @classmethod
-    def equivalent_compressor(cls, params: Mapping[str, float], compressor: Optional[str]) -> Optional[str]:
-        return f"powersgd:{int(params['R'])}"
+    def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
+        """PyTorch's three all_reduces per bucket after ``start`` plain steps, one bucket at a time (module doc)."""
+        return ExchangeTraits(TorchPowerSGDExchange(int(params["R"])), BUCKET_CAP_MB,
+                              warmup_steps=int(params.get("start", DEFAULT_START)), one_bucket_at_a_time=True)
 
     def __init__(self, R: int, compressor: Optional[Union[str, Compressor]] = None, momentum: float = 0.9,  # noqa: N803
-                 group: Optional[dist.ProcessGroup] = None, start: int = 10) -> None:
+                 group: Optional[dist.ProcessGroup] = None, start: int = DEFAULT_START) -> None:
         super().__init__(compressor, momentum, group)
         self.rank = R
         self.start = start

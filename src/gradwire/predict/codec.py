@@ -15,6 +15,11 @@ size of any bucket of ``n`` elements. Per pattern, as the hooks exchange it
   all_gather of ``world`` rows. Small buckets at large ``world`` pay for the
   granule (a 100 K-element bucket over 1024 ranks sends 512-element chunks).
 
+A hook of someone else's (:class:`~gradwire.overlap.ExchangeModel`: PyTorch's
+fp16 and PowerSGD hooks) says its collectives itself; its CPU stages are
+timed at each bucket's own size and shapes (:class:`HookCost`), since
+PowerSGD's work depends on the parameters' shapes, not on the element count.
+
 CPU time (:func:`codec_cost`) is measured here, once per compressor and
 device, at two sizes, and fitted as ``a + b n`` per stage: the stages and the
 tensor passes :class:`~gradwire.hooks.CompressionState` runs (momentum,
@@ -30,8 +35,8 @@ import functools
 import math
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -39,8 +44,11 @@ from gradwire.compress import Compressor, ErrorFeedback, Pattern, StateKey, get_
 from gradwire.compress import twophase
 from gradwire.compress.base import serialize
 
-__all__ = ["FREE", "CodecCost", "Line", "allgather_row_bytes", "codec_cost", "longest_chunk", "round_bytes",
-           "serialized_nbytes", "two_phase_row_bytes"]
+if TYPE_CHECKING:
+    from gradwire.overlap import ExchangeModel
+
+__all__ = ["FREE", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost", "longest_chunk",
+           "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,9 @@ class Line:
         slope = max(0.0, (t2 - t1) / (n2 - n1))
         return cls(max(0.0, t1 - slope * n1), slope)
 
+    def scaled(self, factor: float) -> "Line":
+        return Line(self.fixed * factor, self.per_element * factor)
+
 
 @dataclass(frozen=True)
 class CodecCost:
@@ -71,6 +82,40 @@ class CodecCost:
     """after the last collective (decode, local correction), callback thread"""
     per_rank: Line = Line()
     """allgather only: decoding each further gathered payload"""
+
+    def scaled(self, factor: float) -> "CodecCost":
+        """Every stage times ``factor`` (the machine slower or faster than when it was measured)."""
+        return CodecCost(*(line.scaled(factor) for line in (self.encode, self.serve, self.decode, self.per_rank)))
+
+
+#: a bucket as a hook's CPU stages see it: elements, its parameters' shapes (empty: unknown), world size
+BucketKey = tuple[int, tuple[tuple[int, ...], ...], int]
+
+
+@dataclass(frozen=True)
+class HookCost:
+    """The CPU stages of a hook's exchange (an :class:`~gradwire.overlap.ExchangeModel`), per bucket.
+
+    ``measured`` holds stage seconds timed elsewhere (a calibration run in
+    the job's ranks); a bucket not in it is timed here, on ``device``, once
+    per process. Every figure is multiplied by ``scale``.
+    """
+
+    model: "ExchangeModel"
+    device: str = "cpu"
+    measured: Mapping[BucketKey, tuple[float, ...]] = field(default_factory=dict)
+    scale: float = 1.0
+
+    def stages(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int) -> tuple[float, ...]:
+        """Seconds before the first collective, between each two, and after the last."""
+        key = (numel, tuple(tuple(s) for s in shapes), world)
+        found = self.measured.get(key)
+        if found is None:
+            found = stage_seconds(self.model, *key, device=self.device)
+        return tuple(t * self.scale for t in found)
+
+    def scaled(self, factor: float) -> "HookCost":
+        return replace(self, scale=self.scale * factor)
 
 
 #: compression that costs nothing: the best case (and the ratio column's assumption)
@@ -270,6 +315,19 @@ def _stages(spec: str, numel: int, device: str, world: int = 4) -> dict[str, Cal
     if pattern is Pattern.ALLGATHER:
         return _allgather(bench)
     return _allreduce(bench)
+
+
+@functools.lru_cache(maxsize=256)
+def stage_seconds(model: "ExchangeModel", numel: int, shapes: tuple[tuple[int, ...], ...], world: int,
+                  device: str = "cpu", repeats: int = 5) -> tuple[float, ...]:
+    """Time each of ``model``'s stages for one bucket (medians, one thread on a CPU, as :func:`codec_cost`)."""
+    threads = torch.get_num_threads()
+    if not device.startswith("cuda"):
+        torch.set_num_threads(1)
+    try:
+        return tuple(_time(stage, device, repeats) for stage in model.stages(numel, shapes, world, device))
+    finally:
+        torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=64)

@@ -195,7 +195,8 @@ def describe_model(name: str, compute_ms: float, bucket_cap_mb: float | None = N
         ready_at[i] = backward * min(1.0, done / total)
     layout = bucket_layout(params, bucket_cap_mb)
     buckets = tuple(Bucket(sum(params[i].numel() * params[i].element_size() for i in b),
-                           max(ready_at[i] for i in b), params[b[0]].element_size()) for b in layout)
+                           max(ready_at[i] for i in b), params[b[0]].element_size(),
+                           tuple(tuple(params[i].shape) for i in b)) for b in layout)
     cap = "DDP default (1 MiB first, 25 MiB)" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MiB"
     notes = (f"{sum(p.numel() for p in params):,} parameters in {len(params)} tensors, {len(buckets)} buckets "
              f"(bucket_cap_mb {cap}, DDP's rebuilt buckets)", spread)

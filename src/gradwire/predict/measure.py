@@ -19,12 +19,12 @@ import datetime
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from gradwire.predict.recorded import profile_from_steps
 from gradwire.predict.timeline import StepProfile
 
-__all__ = ["MeasureConfig", "measure_profiles", "measure_runs", "profile_of"]
+__all__ = ["MeasureConfig", "measure_profiles", "measure_runs", "profile_of", "run_recorded"]
 
 _TIMEOUT = datetime.timedelta(seconds=300)
 
@@ -44,7 +44,8 @@ class MeasureConfig:
     seed: int = 0
 
 
-def _run_one(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]:
+def run_recorded(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]:
+    """Train ``config`` on the default group (already on its network), recorded step by step (module doc)."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -98,7 +99,7 @@ def _in_turns(rank: int, world: int, configs: list[MeasureConfig]) -> list[dict[
         gradwire.configure(config.net)
         dist.init_process_group("gradwire", store=dist.PrefixStore(f"measure{i}/", store), rank=rank,
                                 world_size=world, timeout=_TIMEOUT)
-        out.append(_run_one(rank, world, config))
+        out.append(run_recorded(rank, world, config))
         dist.destroy_process_group()
     return out
 
@@ -115,10 +116,27 @@ def measure_runs(configs: list[MeasureConfig], world: int, timeout: float = 3600
 
 
 def profile_of(config: MeasureConfig, ranks: list[dict[str, Any]], skip: int = 3) -> StepProfile:
-    """The step profile of one measured run (every rank's steps pooled)."""
+    """The step profile of one measured run (every rank's steps pooled).
+
+    Each bucket's collectives are cut as the strategy's plan says it issues
+    them (:func:`gradwire.predict.recorded.exchanges_of`: PyTorch's PowerSGD
+    sends three all_reduces per bucket), read off a first pass for the layout.
+    """
+    from gradwire.predict.plans import plan_for
+
     label = ranks[0]["hooks"][0] if ranks[0]["hooks"] else config.strategy
-    return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
-                              source="measured", hosts=[r.get("host") for r in ranks], net=config.net)
+
+    def read(per_bucket: Sequence[Sequence[str]] | None = None) -> StepProfile:
+        return profile_from_steps([r["steps"] for r in ranks], config.model, label, skip, config.batch_size,
+                                  source="measured", hosts=[r.get("host") for r in ranks], net=config.net,
+                                  per_bucket=per_bucket)
+
+    layout = read()
+    try:
+        plan = plan_for(config.strategy, layout, layout.world)
+    except ValueError:  # a strategy predict does not plan: the plain cut
+        return layout
+    return read([tuple(ph.op for ph in ex.phases) for ex in plan.exchanges])
 
 
 def measure_profiles(strategies: list[str], model: str, world: int, steps: int = 60,

@@ -33,8 +33,9 @@ from typing import Callable, Iterable, Sequence
 
 from gradwire.net import NetSpec, NetworkModel, parse_spec
 from gradwire.overlap import parse_strategy
-from gradwire.predict.codec import FREE, CodecCost
-from gradwire.predict.plans import Ratio, plan_for, strategy_compressor
+from gradwire.predict.codec import FREE
+from gradwire.predict.host import Host
+from gradwire.predict.plans import Cost, Ratio, plan_for, strategy_compressor
 from gradwire.predict.simulate import Plan, Pricer, SimResult, simulate, spec_for_world
 from gradwire.predict.timeline import StepProfile
 
@@ -116,15 +117,18 @@ _STRETCH = (0.25, 8.0)
 CHANGING_HORIZON = 600.0
 
 
-def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0) -> SimResult:
+def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0,
+            host: Host | None = None) -> SimResult:
     """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``.
 
     On a network that changes, consecutive steps over :data:`CHANGING_HORIZON`
-    seconds: the mean step, and every step's seconds.
+    seconds: the mean step, and every step's seconds. On a ``host`` whose
+    every core trains, background work takes compute's time.
     """
     return simulate(profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
-                    horizon=CHANGING_HORIZON if pricer.changes else None)
+                    horizon=CHANGING_HORIZON if pricer.changes else None,
+                    busy_cores=host is not None and host.busy_cores)
 
 
 def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
@@ -138,7 +142,7 @@ def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | Non
     return at(0.5), at(0.95), ordered[-1]
 
 
-def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfile:
+def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None = None) -> StepProfile:
     """``profile`` fitted to its own run: what the model should replay for it on every network.
 
     A measured profile knows what its run took per step (``loop_seconds``,
@@ -181,7 +185,7 @@ def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfi
     if profile.net is None:
         return replace(profile, notes=(*profile.notes, "not calibrated: the network its run used is unknown"))
     try:
-        plan = plan_for(profile.strategy, profile, profile.world, cost)
+        plan = plan_for(profile.strategy, profile, profile.world, cost, host=host)
     except ValueError:  # a hook predict does not know: nothing to replay
         return profile
     try:
@@ -189,14 +193,14 @@ def calibrated(profile: StepProfile, cost: CodecCost | None = None) -> StepProfi
     except ValueError as exc:  # topology=auto: the layout of the run is not in the spec
         return replace(profile, notes=(*profile.notes, f"not calibrated: {exc}"))
     lo, hi = _STRETCH
-    if _replay(profile, plan, pricer, lo).step_seconds >= profile.loop_seconds:
+    if _replay(profile, plan, pricer, lo, host).step_seconds >= profile.loop_seconds:
         stretch = lo
-    elif _replay(profile, plan, pricer, hi).step_seconds <= profile.loop_seconds:
+    elif _replay(profile, plan, pricer, hi, host).step_seconds <= profile.loop_seconds:
         stretch = hi
     else:
         while hi - lo > 1e-4:
             mid = (lo + hi) / 2
-            if _replay(profile, plan, pricer, mid).step_seconds < profile.loop_seconds:
+            if _replay(profile, plan, pricer, mid, host).step_seconds < profile.loop_seconds:
                 lo = mid
             else:
                 hi = mid
@@ -246,21 +250,40 @@ def _floor(profile: StepProfile, choice: str, world: int) -> float:
 
 
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
-            cost: CodecCost | None = None, pricers: Pricers | None = None) -> Prediction:
+            cost: Cost | None = None, pricers: Pricers | None = None, host: Host | None = None,
+            steps: int | None = None) -> Prediction:
     """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
 
-    ``cost``: the compressor's CPU cost (:func:`gradwire.predict.codec.codec_cost`);
-    default free. ``pricers``: share the network prices between calls. A
-    measured profile is best :func:`calibrated` first.
+    ``cost``: the exchange's CPU cost (:func:`gradwire.predict.plans.exchange_cost`);
+    default free. ``pricers``: share the network prices between calls.
+    ``host``: the machine's real collectives, memory passes and cores
+    (:class:`~gradwire.predict.host.Host`; None: a described cluster).
+    ``steps``: the mean step of a training of that many steps, its warm-up
+    included (the first steps of a compressing strategy take the plain
+    all_reduce: :class:`~gradwire.overlap.ExchangeTraits`' ``warmup_steps``);
+    None: the steady state. A measured profile is best :func:`calibrated` first.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
-    plan = plan_for(strategy, profile, world, cost)
-    sim = _replay(profile, plan, pricer)
+    sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host)
+    warm = min(steps or 0, parse_strategy(strategy).exchange.warmup_steps)
+    if warm:
+        first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host)
+        sim = _mixed(first, warm, sim, (steps or warm) - warm)
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
                       profile.batch_size, _percentiles(sim.durations))
+
+
+def _mixed(a: SimResult, n: int, b: SimResult, m: int) -> SimResult:
+    """The mean of ``n`` steps like ``a`` and ``m`` like ``b`` (a training's warm-up, then its steady state)."""
+    def mean(x: float, y: float) -> float:
+        return (n * x + m * y) / (n + m)
+
+    return SimResult(mean(a.step_seconds, b.step_seconds), mean(a.comm_seconds, b.comm_seconds),
+                     mean(a.wire_bytes, b.wire_bytes), mean(a.codec_seconds, b.codec_seconds),
+                     a.durations + b.durations)
 
 
 def _efficiency_at(profile: StepProfile, r: float, pricer: Pricer) -> float:
@@ -313,7 +336,7 @@ def uses_compressor(strategy: str) -> str | None:
 
 
 def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], nets: Sequence[str],
-          worlds_for: Callable[[str], Sequence[int]], cost_for: Callable[[str], CodecCost] = lambda s: FREE,
+          worlds_for: Callable[[str], Sequence[int]], cost_for: Callable[[str], Cost] = lambda s: FREE,
           target: float | None = 0.9) -> tuple[dict[tuple[str, int, str], Prediction],
                                                dict[tuple[str, int], float | str]]:
     """Every strategy on every network at every world size, and the ratio needed per (network, world).

@@ -1,42 +1,58 @@
 """From a strategy name to the exchanges one step makes (:class:`~gradwire.predict.simulate.Plan`).
 
-Strategies as gradwire runs them (:mod:`gradwire.overlap.registry`):
+What each exchange does comes from the strategy itself
+(:class:`~gradwire.overlap.ExchangeTraits`, the registry entry's answer), as
+gradwire runs it (:mod:`gradwire.overlap.registry`):
 
-- ``sync``: DDP, one all_reduce per bucket; ``backward()`` waits (BLOCKING).
-- ``COMPRESSOR`` (``fp16``, ``onebit``, ``topk:0.01``...): DDP with
-  gradwire's compression hook: buckets of fewer than
+- the codec of each bucket: DDP's plain all_reduce (``sync``), a gradwire
+  compressor through its compression hook (buckets of fewer than
   :data:`~gradwire.hooks.state.MIN_COMPRESS_NUMEL` elements take the plain
-  all_reduce, the others the compressor's pattern (:mod:`.codec`). The
-  warm-up steps are left out: this is the steady state.
-- ``torch-fp16`` and ``torch-powersgd:R``: PyTorch's hooks, priced as
-  ``fp16`` and ``powersgd:R`` (after PyTorch's PowerSGD warm-up).
-- ``delayed`` (with or without a compressor): the same exchanges, waited for
-  after the next step's backward (NEXT_STEP).
-- ``localsgd:H`` and ``async-average:H``: no DDP: one exchange of every
-  parameter every H steps (AVERAGE), blocking or overlapped.
-- ``handler`` (per-parameter all_reduce from autograd hooks) is not a
-  bucket strategy and is refused.
+  all_reduce, the others the compressor's pattern, :mod:`.codec`), or a
+  hook of PyTorch's (``torch-fp16``, ``torch-powersgd:R``), which names its
+  collectives and their bytes itself (:class:`~gradwire.overlap.ExchangeModel`);
+- the timing: ``backward()`` waits (BLOCKING), the exchanges are waited for
+  after the next step's backward (NEXT_STEP: ``delayed``), or one exchange
+  of every parameter every H steps (AVERAGE: ``localsgd:H``,
+  ``async-average:H``);
+- the warm-up: the first steps of a training exchange their buckets with
+  the plain all_reduce (``warmup=True`` plans them; the steady state is the
+  default), PyTorch's PowerSGD the first ``start`` (10);
+- one bucket at a time (PyTorch's PowerSGD), and the strategy's own passes
+  over each bucket (``delayed``'s copies and update), priced by the host.
+
+``handler`` (per-parameter all_reduce from autograd hooks) is not a bucket
+strategy and is refused.
 
 Where the exchange's CPU cost comes from: a profile of the same strategy
 (:class:`~gradwire.predict.timeline.MeasuredExchange`: the hook's time, the
 gaps between collectives, the decode; the real collective's duration as a
 floor only at the world size it was measured at), else a
-:class:`~gradwire.predict.codec.CodecCost`.
+:class:`~gradwire.predict.codec.CodecCost` (a compressor) or
+:class:`~gradwire.predict.codec.HookCost` (a hook of PyTorch's), and, with a
+:class:`~gradwire.predict.host.Host`, the real collectives' floors and the
+strategy's passes over the buckets.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
+from typing import Sequence, Union
+
 from gradwire.compress import Pattern, get_compressor
 from gradwire.hooks.state import MIN_COMPRESS_NUMEL
-from gradwire.overlap import STRATEGIES, StrategyChoice, Timing, parse_strategy
+from gradwire.overlap import STRATEGIES, ExchangeModel, StrategyChoice, Timing, parse_strategy
 from gradwire.predict import codec
-from gradwire.predict.codec import FREE, CodecCost
+from gradwire.predict.codec import FREE, CodecCost, HookCost, codec_cost
+from gradwire.predict.host import Host
 from gradwire.predict.simulate import Exchange, Kind, Phase, Plan
 from gradwire.predict.timeline import MeasuredExchange, StepProfile
 
-__all__ = ["PLANNED", "Ratio", "bucket_exchange", "check_planned", "plan_for", "same_strategy", "strategy_compressor"]
+__all__ = ["PLANNED", "Cost", "Ratio", "bucket_exchange", "check_planned", "codec_of", "exchange_cost", "plan_for",
+           "same_strategy", "strategy_compressor"]
+
+#: a strategy's CPU cost of its exchange: a compressor's lines, or a hook's stages per bucket
+Cost = Union[CodecCost, HookCost]
 
 #: strategies the step model prices: those with a timing (the registry's entries say)
 PLANNED = tuple(name for name, entry in STRATEGIES.items() if entry.timing is not None)
@@ -57,9 +73,23 @@ class Ratio:
     r: float
 
 
+def codec_of(choice: StrategyChoice) -> str | ExchangeModel | None:
+    """What each bucket's exchange is (:class:`~gradwire.overlap.ExchangeTraits`' ``codec``)."""
+    return choice.exchange.codec
+
+
 def strategy_compressor(choice: StrategyChoice) -> str | None:
-    """The compressor a strategy runs, as a compressor name (PyTorch's hooks map to gradwire's)."""
-    return choice.equivalent_compressor
+    """The gradwire compressor a strategy runs, by name (None: none, or a hook of PyTorch's)."""
+    c = codec_of(choice)
+    return c if isinstance(c, str) else None
+
+
+def exchange_cost(strategy: str | StrategyChoice, device: str = "cpu") -> Cost:
+    """The CPU cost of ``strategy``'s exchange, timed here on ``device`` (free without a codec)."""
+    c = codec_of(parse_strategy(strategy))
+    if c is None:
+        return FREE
+    return codec_cost(c, device) if isinstance(c, str) else HookCost(c, device)
 
 
 def check_planned(choice: StrategyChoice) -> Kind:
@@ -76,24 +106,48 @@ def _pattern(spec: str) -> Pattern:
     return get_compressor(spec).pattern
 
 
-def bucket_exchange(numel: int, element_size: int, compressor: str | Ratio | None, world: int,
-                    cost: CodecCost = FREE) -> Exchange:
-    """The exchange of one bucket of ``numel`` elements (module doc; :mod:`.codec` for the bytes)."""
+def bucket_exchange(numel: int, element_size: int, compressor: str | ExchangeModel | Ratio | None, world: int,
+                    cost: Cost = FREE, shapes: Sequence[tuple[int, ...]] = (), host: Host | None = None) -> Exchange:
+    """The exchange of one bucket of ``numel`` elements (module doc; :mod:`.codec` for the bytes).
+
+    ``compressor``: the codec (a compressor's name, a hook's model, an ideal
+    ratio, or None for the plain all_reduce). ``shapes``: the bucket's
+    parameters' (a hook's model may need them). ``host``: each collective
+    takes at least its real time there (``Phase.floor``).
+    """
     nbytes = numel * element_size
+    ex = _exchange(numel, nbytes, compressor, world, cost, shapes)
+    if host is None:
+        return ex
+    return Exchange(ex.encode, tuple(Phase(p.op, p.nbytes, p.before, max(p.floor, host.floors(p.op, p.nbytes)),
+                                           host.work(p.op, p.nbytes) if host.work.points else None)
+                                     for p in ex.phases), ex.decode)
+
+
+def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio | None, world: int, cost: Cost,
+              shapes: Sequence[tuple[int, ...]]) -> Exchange:
     if isinstance(compressor, Ratio):
         wire = max(1, round(nbytes / compressor.r))
         return Exchange(0.0, (Phase("all_to_all", wire), Phase("all_gather", wire)))
-    if compressor is None or numel < MIN_COMPRESS_NUMEL:
+    if compressor is None:
         return Exchange(0.0, (Phase("all_reduce", nbytes),))
+    if not isinstance(compressor, str):  # a hook that says its collectives itself
+        ops = compressor.collectives(numel, shapes, world)
+        stages = cost.stages(numel, shapes, world) if isinstance(cost, HookCost) else (0.0,) * (len(ops) + 1)
+        return Exchange(stages[0], tuple(Phase(op, size, before=stages[j] if j else 0.0)
+                                         for j, (op, size) in enumerate(ops)), stages[-1])
+    if numel < MIN_COMPRESS_NUMEL:
+        return Exchange(0.0, (Phase("all_reduce", nbytes),))
+    lines = cost if isinstance(cost, CodecCost) else FREE
     pattern = _pattern(compressor)
-    encode, serve, decode = cost.encode(numel), cost.serve(numel), cost.decode(numel)
+    encode, serve, decode = lines.encode(numel), lines.serve(numel), lines.decode(numel)
     if pattern is Pattern.TWO_PHASE:
         row = codec.two_phase_row_bytes(compressor, numel, world)
         return Exchange(encode, (Phase("all_to_all", world * row), Phase("all_gather", world * row, before=serve)),
                         decode)
     if pattern is Pattern.ALLGATHER:
         row = codec.allgather_row_bytes(compressor, numel)
-        return Exchange(encode, (Phase("all_gather", world * row),), decode + cost.per_rank(numel) * world)
+        return Exchange(encode, (Phase("all_gather", world * row),), decode + lines.per_rank(numel) * world)
     phases = []
     for k, sizes in enumerate(codec.round_bytes(compressor, numel)):
         for j, size in enumerate(sizes):
@@ -101,10 +155,19 @@ def bucket_exchange(numel: int, element_size: int, compressor: str | Ratio | Non
     return Exchange(encode, tuple(phases), decode)
 
 
-def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int) -> Exchange:
-    """``ex`` with the profile's own CPU times (and, at the measured world size, its floors)."""
+def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int, hook_only: bool = False) -> Exchange:
+    """``ex`` with the profile's own CPU times (and, at the measured world size, its floors).
+
+    ``hook_only``: keep only the hook's time. An exchange that overlapped
+    compute on busy cores was measured slowed by that compute (its real
+    collectives and callbacks took turns with it); the replay charges their
+    own work (``ex``: the host's floors, the codec's stages) to the compute
+    instead, so the measured durations would count the contention twice.
+    """
+    if hook_only:
+        return Exchange(m.hook, ex.phases, ex.decode)
     floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
-    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
+    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j], held=p.held)
                    for j, p in enumerate(ex.phases))
     decode = ex.decode if m.tail is None else m.tail
     return Exchange(m.hook, phases, decode)
@@ -121,27 +184,41 @@ def same_strategy(label: str | None, choice: StrategyChoice) -> bool:
 
 
 def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
-             cost: CodecCost | None = None, ratio: Ratio | None = None) -> Plan:
+             cost: Cost | None = None, ratio: Ratio | None = None, host: Host | None = None,
+             warmup: bool = False) -> Plan:
     """The exchanges of one step of ``strategy`` on ``world`` ranks for ``profile``'s buckets.
 
-    ``cost``: the compressor's CPU cost (default free). ``ratio``: price the
+    ``cost``: the exchange's CPU cost (default free). ``ratio``: price the
     ideal compressor instead of the strategy's own (sync's timing).
-    When ``profile`` measured this very strategy and its exchanges issued the
-    collectives the plan expects, their measured times replace ``cost``.
+    ``host``: the machine's real collectives and passes over memory
+    (:class:`~gradwire.predict.host.Host`; None: a described cluster, neither
+    is priced). ``warmup``: a step of the training's start, whose buckets
+    take the plain all_reduce. When ``profile`` measured this very strategy
+    and its exchanges issued the collectives the plan expects, their
+    measured times replace ``cost``.
     """
     choice = parse_strategy(strategy)
     kind = check_planned(choice)
-    compressor: str | Ratio | None = ratio if ratio is not None else strategy_compressor(choice)
+    traits = choice.exchange
+    compressor: str | ExchangeModel | Ratio | None = ratio if ratio is not None else (
+        None if warmup else traits.codec)
     cost = cost or FREE
-    measured = profile.exchanges is not None and ratio is None and same_strategy(profile.strategy, choice)
+    measured = (profile.exchanges is not None and ratio is None and not warmup
+                and same_strategy(profile.strategy, choice))
     if kind is Kind.AVERAGE:
         period, fragments, overlapped = choice.average_schedule()
         total = -(-sum(b.numel for b in profile.buckets) // fragments)  # each exchange moves one fragment
-        ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost)
+        ex = bucket_exchange(total, profile.buckets[0].element_size, compressor, world, cost, host=host)
         return Plan(kind, (ex,), period=period, overlapped=overlapped)
-    exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost) for b in profile.buckets]
+    exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost, b.shapes, host)
+                 for b in profile.buckets]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
         if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):
-            exchanges = [_measured(ex, m, world, profile.world) for ex, m in zip(exchanges, profile.exchanges)]
-    return Plan(kind, tuple(exchanges))
+            hook_only = kind is Kind.NEXT_STEP and host is not None and host.busy_cores
+            exchanges = [_measured(ex, m, world, profile.world, hook_only)
+                         for ex, m in zip(exchanges, profile.exchanges)]
+    if host is not None and traits.copies and ratio is None:
+        exchanges = [Exchange(ex.encode + traits.copies * host.copy(b.numel), ex.phases, ex.decode)
+                     for ex, b in zip(exchanges, profile.buckets)]
+    return Plan(kind, tuple(exchanges), serial=traits.one_bucket_at_a_time and ratio is None)

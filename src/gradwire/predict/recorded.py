@@ -46,9 +46,24 @@ __all__ = ["exchanges_of", "load_profile_dir", "profile_from_steps", "shared_cor
 _EXCHANGE_OPS = frozenset({"all_reduce", "all_to_all", "all_gather"})
 
 
-def exchanges_of(collectives: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Cut one step's collectives (one group, issue order) into exchanges (module doc, point 4)."""
+def exchanges_of(collectives: Sequence[dict[str, Any]],
+                 per_bucket: Sequence[Sequence[str]] | None = None) -> list[list[dict[str, Any]]]:
+    """Cut one step's collectives (one group, issue order) into exchanges (module doc, point 4).
+
+    ``per_bucket``: the collectives each bucket's exchange issues, when the
+    strategy says so (PyTorch's PowerSGD: three all_reduces); the cut then
+    follows it as far as the collectives' ops agree with it, and stops there.
+    """
     out: list[list[dict[str, Any]]] = []
+    if per_bucket is not None:
+        at = 0
+        for ops in per_bucket:
+            part = list(collectives[at:at + len(ops)])
+            if [c["op"] for c in part] != list(ops):
+                break
+            out.append(part)
+            at += len(ops)
+        return out
     for c in collectives:
         if c["op"] == "all_gather" and out and out[-1][-1]["op"] == "all_to_all" and len(out[-1]) == 1:
             out[-1].append(c)
@@ -78,15 +93,29 @@ def _neutral(step: dict[str, Any]) -> tuple[float, list[float], float]:
     return backward, ready, after
 
 
-def _exchange_row(step: dict[str, Any], layout: tuple[int, ...]) -> list[MeasuredExchange] | None:
-    """One step's exchanges paired with its buckets (module doc, point 4); None when they do not pair."""
+def _exchange_row(step: dict[str, Any], layout: tuple[int, ...], following: dict[str, Any] | None = None,
+                  per_bucket: Sequence[Sequence[str]] | None = None) -> list[MeasuredExchange] | None:
+    """One step's exchanges paired with its buckets (module doc, point 4); None when they do not pair.
+
+    ``following``: the next step of the same rank. An exchange that overlaps
+    the next step (``delayed``'s) issues its last collectives in that step's
+    window; with both steps' origins recorded they are set on this step's
+    times and taken too.
+    """
     exchange_colls = [c for c in step["collectives"] if c["op"] in _EXCHANGE_OPS]
     first = next((c for c in exchange_colls if c["issued"] >= step["buckets"][0]["ready"] - 1e-9), None)
     if first is None:
         return None
-    group = sorted((c for c in exchange_colls if c["group"] == first["group"] and c["seq"] >= first["seq"]),
-                   key=lambda c: c["seq"])
-    exchanges = exchanges_of(group)
+    later = []
+    if following is not None and "origin" in step and "origin" in following:
+        shift = following["origin"] - step["origin"]
+        later = [dict(c, issued=c["issued"] + shift, completed=None if c["completed"] is None else c["completed"] + shift)
+                 for c in following["collectives"] if c["op"] in _EXCHANGE_OPS]
+    seen = {c["seq"] for c in exchange_colls if c["group"] == first["group"]}
+    group = sorted((c for c in exchange_colls + [c for c in later if c["seq"] not in seen]
+                    if c["group"] == first["group"] and c["seq"] >= first["seq"]), key=lambda c: c["seq"])
+    exchanges = exchanges_of(group, per_bucket)[:len(layout)]
+    group = [c for ex in exchanges for c in ex]
     if len(exchanges) != len(layout) or any(c["completed"] is None or c["inner"] is None for c in group):
         return None
     own, inner_free = {}, 0.0
@@ -98,8 +127,8 @@ def _exchange_row(step: dict[str, Any], layout: tuple[int, ...]) -> list[Measure
     for bucket, ex in zip(step["buckets"], exchanges):
         gaps = [max(0.0, b["issued"] - a["completed"]) for a, b in zip(ex, ex[1:])]
         # a hook that hands DDP its bucket at once (delayed) completes before its exchange: decode unseen
-        seen = bucket["done"] is not None and bucket["done"] >= ex[-1]["completed"]
-        tail = bucket["done"] - ex[-1]["completed"] if seen else None
+        seen_done = bucket["done"] is not None and bucket["done"] >= ex[-1]["completed"]
+        tail = bucket["done"] - ex[-1]["completed"] if seen_done else None
         row.append(MeasuredExchange(tuple(c["op"] for c in ex), bucket["hook"], tuple(own[id(c)] for c in ex),
                                     tuple(gaps), tail))
     return row
@@ -143,7 +172,7 @@ def shared_cores(hosts: Sequence[dict[str, Any] | None]) -> float:
 def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, strategy: str | None = None,
                        skip: int = 3, batch_size: int | None = None, source: str = "profile",
                        hosts: Sequence[dict[str, Any] | None] | None = None,
-                       net: str | None = None) -> StepProfile:
+                       net: str | None = None, per_bucket: Sequence[Sequence[str]] | None = None) -> StepProfile:
     """The step as its slowest rank sets it, medians over steps ``skip`` ... last but one (module doc).
 
     Every rank runs the same steps, and a step's collectives start when the
@@ -152,7 +181,9 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     when the last rank reaches it, counted from each rank's own step start.
     The real collectives' floors are the shortest any rank saw (the last
     rank to join waited for nobody). ``hosts``: each rank's ``host`` record
-    (:func:`shared_cores`); ``net``: the network spec the run ran on.
+    (:func:`shared_cores`); ``net``: the network spec the run ran on;
+    ``per_bucket``: the collectives of each bucket's exchange, when known
+    (:func:`exchanges_of`).
 
     Raises:
         ValueError: no step after ``skip``, or no step with DDP buckets.
@@ -160,6 +191,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     world = len(ranks)
     # the last step's window runs to whatever followed training (a final average, teardown): left out
     per_rank = [list(steps)[skip:-1] for steps in ranks]
+    next_of = {id(s): n for steps in ranks for s, n in zip(list(steps)[skip:-1], list(steps)[skip + 1:])}
     aligned = list(zip(*per_rank))
     if not aligned:
         counts = ", ".join(str(len(s)) for s in ranks)
@@ -185,7 +217,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
                       for i in range(len(layout))])
         after.append(neutral[slowest][2])
         loop += [s["step"] for s in k]  # every rank's: a step's slowest rank is its noisiest
-        exchanges = [_exchange_row(s, layout) for s in k]
+        exchanges = [_exchange_row(s, layout, next_of.get(id(s)), per_bucket) for s in k]
         mine = exchanges[slowest]
         if mine is not None and all(e is not None and [m.ops for m in e] == [m.ops for m in mine]
                                     for e in exchanges):

@@ -37,6 +37,24 @@ one step is the steady state. The others carry work into the next step: they
 are replayed for several periods and the mean step of the last period is
 returned.
 
+A hook that runs one bucket at a time (``Plan.serial``: PyTorch's PowerSGD
+through :func:`gradwire.hooks.futures.one_bucket_at_a_time`) starts bucket
+``k``'s exchange only once bucket ``k-1``'s completed: on the training
+thread when bucket ``k`` is ready later than that, else on the callback
+thread, at that completion (backward goes on meanwhile).
+
+Busy cores (``simulate(..., busy_cores=True)``): when every core of the host
+runs a training rank (a CPU job with a rank per core), the background work
+of a rank, its real collectives and its callbacks, has no core of its own:
+it takes its time from the compute it overlaps (work conserving: the
+training thread computes nothing while a background job of its rank runs).
+A real collective holds the core for the CPU it uses (``Phase.held``, what
+its threads and the kernel spend for this rank), not for all of its wall
+time, which also waits for the peer and for the sockets. ``delayed``'s exchanges, which overlap the next step, then
+cost that step their CPU; a blocking exchange after backward costs nothing
+more than its own time. Off, background work is free (a GPU job, or spare
+cores).
+
 Trap: callbacks are served in the order their exchanges were issued, not
 strictly by the time each became runnable; a decode that becomes runnable
 after the next exchange's server step would in reality run second. The error
@@ -52,8 +70,8 @@ from gradwire.net import NetSpec, NetworkModel, parse_spec
 from gradwire.net.algorithms import choose
 from gradwire.net.spec import AUTO_TOPOLOGY
 
-__all__ = ["Exchange", "Kind", "MAX_REPLAYED_STEPS", "Phase", "Plan", "Price", "Pricer", "SimResult", "simulate",
-           "spec_for_world"]
+__all__ = ["Exchange", "Kind", "MAX_REPLAYED_STEPS", "Phase", "Plan", "Price", "Pricer", "SimResult", "advance",
+           "simulate", "spec_for_world"]
 
 #: steps replayed for the strategies that carry work into the next step (NEXT_STEP), and the
 #: number of trailing steps averaged; AVERAGE replays three periods and averages the last
@@ -79,6 +97,8 @@ class Phase:
     """callback-thread seconds between the previous collective's completion and this one's issue"""
     floor: float = 0.0
     """seconds the real collective took where the profile was measured (never faster than that)"""
+    held: float | None = None
+    """CPU seconds the real collective takes from its rank, with busy cores (None: all of its ``floor``)"""
 
 
 @dataclass(frozen=True)
@@ -103,6 +123,8 @@ class Plan:
     exchanges: tuple[Exchange, ...]
     period: int = 1
     overlapped: bool = False
+    serial: bool = False
+    """bucket k's exchange starts once bucket k-1's completed (module doc)"""
 
 
 @dataclass(frozen=True)
@@ -185,13 +207,50 @@ class Pricer:
 
 
 class _State:
-    """The link, the callback thread and the sequencer, carried from exchange to exchange."""
+    """The link, the callback thread and the sequencer, carried from exchange to exchange.
 
-    __slots__ = ("link", "inner", "callbacks", "gate", "busy", "wire", "codec")
+    ``background``: with busy cores, the intervals the rank's background work
+    (real collectives, callbacks) held a core, in the order they were made.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("link", "inner", "callbacks", "gate", "busy", "wire", "codec", "background")
+
+    def __init__(self, busy_cores: bool = False) -> None:
         self.link = self.inner = self.callbacks = self.gate = 0.0
         self.busy = self.wire = self.codec = 0.0
+        self.background: list[tuple[float, float]] | None = [] if busy_cores else None
+
+    def hold(self, start: float, end: float) -> None:
+        """Background work on ``[start, end)`` (kept only with busy cores)."""
+        if self.background is not None and end > start:
+            self.background.append((start, end))
+
+    def compute(self, t: float, seconds: float) -> float:
+        """When ``seconds`` of training-thread work started at ``t`` end (module doc, busy cores)."""
+        if self.background is None or seconds <= 0:
+            return t + max(0.0, seconds)
+        return advance(t, seconds, self.background)
+
+
+def advance(t: float, seconds: float, held: Sequence[tuple[float, float]]) -> float:
+    """The end of ``seconds`` of work started at ``t`` on a core that ``held`` intervals take first.
+
+    Pure: the work runs in the gaps between the held intervals (overlapping
+    ones count once), so it ends later by the held time it meets.
+    """
+    end = t + seconds
+    merged: list[list[float]] = []
+    for a, b in sorted(iv for iv in held if iv[1] > t):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    for a, b in merged:
+        a = max(a, t)
+        if a >= end:
+            break
+        end += b - a
+    return end
 
 
 #: ``(op, nbytes, start) -> (seconds, wire bytes)``: a collective's price when it starts at ``start``
@@ -200,14 +259,16 @@ Price = Callable[[str, int, float], tuple[float, int]]
 MAX_REPLAYED_STEPS = 20_000
 
 
-def _run(ex: Exchange, ready: float, st: _State, price: Price) -> float:
-    """Issue ``ex`` (its hook starts at ``ready``); return when its result is in place."""
-    issue = max(ready + ex.encode, st.gate)
+def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
+    """Issue ``ex``, whose hook ended at ``issue``; return when its result is in place."""
+    issue = max(issue, st.gate)
     done = issue
     st.codec += ex.encode
     for j, ph in enumerate(ex.phases):
         if j:
-            issue = max(done, st.callbacks) + ph.before
+            begin = max(done, st.callbacks)
+            issue = begin + ph.before
+            st.hold(begin, issue)
             st.callbacks = issue
             st.codec += ph.before
         start = max(issue, st.link)
@@ -217,25 +278,47 @@ def _run(ex: Exchange, ready: float, st: _State, price: Price) -> float:
         st.wire += wire
         done = start + seconds
         if ph.floor:
-            st.inner = max(issue, st.inner) + ph.floor
+            begin = max(issue, st.inner)
+            st.inner = begin + ph.floor
+            st.hold(begin, begin + (ph.floor if ph.held is None else min(ph.held, ph.floor)))
             done = max(done, st.inner)
         st.gate = issue
     if ex.decode:
-        done = max(done, st.callbacks) + ex.decode
+        begin = max(done, st.callbacks)
+        done = begin + ex.decode
+        st.hold(begin, done)
         st.callbacks = done
         st.codec += ex.decode
     return done
 
 
+def _backward(b0: float, backward: float, ready: Sequence[float], plan: Plan, st: _State,
+              price: Price) -> tuple[float, list[float]]:
+    """One backward from ``b0``: when its compute ends, and when each bucket's exchange completes."""
+    t, at, fins = b0, 0.0, list[float]()
+    for r, ex in zip(ready, plan.exchanges):
+        t, at = st.compute(t, r - at), r
+        if plan.serial and fins and fins[-1] > t:  # the hook runs when the previous exchange completed
+            begin = max(fins[-1], st.callbacks)
+            st.callbacks = begin + ex.encode
+            st.hold(begin, st.callbacks)
+            fins.append(_run(ex, st.callbacks, st, price))
+            continue
+        t = st.compute(t, ex.encode)  # the hook, on the training thread
+        fins.append(_run(ex, t, st, price))
+    return st.compute(t, backward - at), fins
+
+
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
-             price: Price, horizon: float | None = None) -> SimResult:
+             price: Price, horizon: float | None = None, busy_cores: bool = False) -> SimResult:
     """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times.
 
     ``horizon``: on a network that changes, replay consecutive steps from
     ``t = 0`` until ``horizon`` seconds (at most :data:`MAX_REPLAYED_STEPS`)
     and return their mean and each step's seconds (``durations``).
+    ``busy_cores``: every core runs a rank, so background work takes compute's time (module doc).
     """
-    st = _State()
+    st = _State(busy_cores)
     if plan.kind is Kind.AVERAGE:
         return _simulate_average(forward + backward + optimizer, plan, st, price, horizon)
     if len(ready) != len(plan.exchanges):
@@ -249,17 +332,11 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
         if horizon is not None and start >= horizon and len(starts) > _CARRY_STEPS:
             break
         starts.append(start)
-        b0 = start + forward
-        shift = 0.0
-        fins = []
-        for r, ex in zip(ready, plan.exchanges):
-            fins.append(_run(ex, b0 + r + shift, st, price))
-            shift += ex.encode
-        computed = b0 + backward + shift
+        computed, fins = _backward(st.compute(start, forward), backward, ready, plan, st, price)
         if plan.kind is Kind.BLOCKING:
-            start = max([computed, *fins]) + optimizer
+            start = st.compute(max([computed, *fins]), optimizer)
         else:
-            start = max([computed, *previous]) + optimizer
+            start = st.compute(max([computed, *previous]), optimizer)
             previous = fins
     starts.append(start)
     if horizon is not None:
@@ -283,10 +360,10 @@ def _simulate_average(compute: float, plan: Plan, st: _State, price: Price,
         if (k + 1) % h == 0:  # every H-th step ends with an average
             if plan.overlapped:
                 launch = max(end, pending)  # the previous average is applied before the next one leaves
-                pending = _run(ex, launch, st, price)
+                pending = _run(ex, launch + ex.encode, st, price)
                 end = launch + ex.encode
             else:
-                end = _run(ex, end, st, price)
+                end = _run(ex, end + ex.encode, st, price)
         start = end
     starts.append(start)
     if horizon is not None:

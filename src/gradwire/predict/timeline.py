@@ -48,10 +48,16 @@ class Bucket:
     """seconds after backward starts when its last gradient is ready (hooks' own time left out)"""
     element_size: int = 4
     """bytes per gradient element (4 for fp32)"""
+    shapes: tuple[tuple[int, ...], ...] = ()
+    """its parameters' shapes, in bucket order (a described model's; empty when only the size was recorded)"""
 
     def __post_init__(self) -> None:
         if isinstance(self.nbytes, bool) or not isinstance(self.nbytes, int) or self.nbytes < 0:
             raise ValueError(f"bucket nbytes must be an int >= 0, got {self.nbytes!r}")
+        object.__setattr__(self, "shapes", tuple(tuple(int(d) for d in s) for s in self.shapes))
+        if self.shapes and sum(math.prod(s) for s in self.shapes) * self.element_size != self.nbytes:
+            raise ValueError(f"bucket of {self.nbytes} bytes holds parameters of shapes {self.shapes}, "
+                             f"{sum(math.prod(s) for s in self.shapes)} elements of {self.element_size} bytes")
         _finite(self.ready, "bucket ready time")
         if self.element_size not in (1, 2, 4, 8):
             raise ValueError(f"bucket element_size must be 1, 2, 4 or 8 bytes, got {self.element_size!r}")
@@ -147,6 +153,20 @@ class StepProfile:
         if last > self.backward * (1 + 1e-9) + 1e-12:
             raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "
                              f"{self.backward:g} s")
+
+    def scaled(self, factor: float) -> "StepProfile":
+        """Every time of the step times ``factor``: compute, ready times, the exchanges' CPU and real
+        collectives, the run's own step (the same run on a host ``factor`` times slower)."""
+        from dataclasses import replace
+
+        exchanges = None if self.exchanges is None else tuple(
+            MeasuredExchange(e.ops, e.hook * factor, tuple(t * factor for t in e.inner),
+                             tuple(t * factor for t in e.gaps), None if e.tail is None else e.tail * factor)
+            for e in self.exchanges)
+        return replace(self, forward=self.forward * factor, backward=self.backward * factor,
+                       optimizer=self.optimizer * factor, exchanges=exchanges,
+                       buckets=tuple(replace(b, ready=b.ready * factor) for b in self.buckets),
+                       loop_seconds=None if self.loop_seconds is None else self.loop_seconds * factor)
 
     @property
     def compute_seconds(self) -> float:

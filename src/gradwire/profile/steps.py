@@ -240,7 +240,9 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
     to return), ``after_backward`` (return to the optimizer), ``waited``
     (the training thread's waits for communication in ``after_backward``),
     ``optimizer``, ``step`` (the whole step), ``evaluations`` (backwards in
-    the step: more than one where a closure ran several times), ``buckets``
+    the step: more than one where a closure ran several times), ``origin``
+    (the backward call itself, on the backend's clock: what the step's times
+    are relative to, so that two steps' times can be set on one line), ``buckets``
     (index, nbytes, element_size, ready, hook, done) and ``collectives`` (op,
     group, seq, nbytes, issued, started, completed, inner).
     """
@@ -271,7 +273,7 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
         o0, o1 = (after, opt[1]) if opt else (returned, returned)
         out.append({"forward": b0 - prev_end, "backward": computed - b0, "backward_wait": returned - computed,
                     "after_backward": o0 - returned, "waited": _between(waits, returned, o0),
-                    "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations,
+                    "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations, "origin": b0,
                     "buckets": rows, "collectives": colls})
         prev_end = end
     return out

@@ -21,10 +21,14 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["Digits", "SPLIT_SEED", "load_digits", "shard_batches", "steps_per_epoch"]
+__all__ = ["Digits", "IMAGE_SHAPE", "SPLIT_SEED", "TRAIN_SIZE", "load_digits", "shard_batches", "steps_per_epoch"]
 
 SPLIT_SEED = 1797
 TEST_FRACTION = 0.2
+#: one sample's shape, as every bundled model takes it
+IMAGE_SHAPE = (1, 8, 8)
+#: images in the training split (1797 less the test fifth)
+TRAIN_SIZE = 1797 - round(1797 * TEST_FRACTION)
 
 
 @dataclass(frozen=True)
