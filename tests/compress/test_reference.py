@@ -585,7 +585,8 @@ def test_unknown_name_lists_every_name_with_its_syntax() -> None:
     with pytest.raises(ValueError) as info:
         get_compressor("zip")
     assert str(info.value) == (
-        "unknown compressor 'zip'; valid names: bf16, fp16, int8:two_phase|allgather[:block=N], none, "
+        "unknown compressor 'zip'; valid names: auto:fp16/int8/onebit[:every=N], bf16, fp16, "
+        "int8:two_phase|allgather[:block=N], none, "
         "onebit:two_phase|allgather[:block=N][:rms=N], powersgd:r, qsgd:s, randomk:ratio, signum[:block=N], "
         "terngrad, topk:ratio")
 

@@ -100,7 +100,9 @@ def test_mesh_groups_use_the_link_of_their_nodes(runs_4):
                 continue
             same_node = ranks[0] // 2 == ranks[1] // 2
             flat = intra if same_node else inter
-            assert seconds == pytest.approx(flat.cost(op, nbytes).seconds, rel=1e-9), (op, ranks, nbytes)
+            # rel 1e-6: the backend prices each op from when its link lets it start (a piecewise sum whose
+            # rounding differs from one cost() call in the last digits); intra and inter differ by far more
+            assert seconds == pytest.approx(flat.cost(op, nbytes).seconds, rel=1e-6), (op, ranks, nbytes)
             seen["intra" if same_node else "inter"] += 1
     # TP traffic (all_reduce) inside nodes, FSDP traffic (all_gather, reduce_scatter) across them
     assert seen["intra"] > 0 and seen["inter"] > 0, seen
