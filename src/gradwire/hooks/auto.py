@@ -51,6 +51,7 @@ where it was not needed (never the other way round).
 """
 from __future__ import annotations
 
+import copy
 import time
 import weakref
 from collections import Counter
@@ -140,7 +141,6 @@ class AutoChooser:
         #: every decision that changed something, in order
         self.decisions: list[Decision] = []
         self.link: Link | None = None
-        self._cpu: dict[tuple[str, int, int], float] = {}
         self._lines: dict[tuple[str, int], tuple[float, float]] = {}
         self._probe_numel: int | None = None
         #: (exposed seconds, keys) of the last all-uncompressed steps; the agreed exposed share of their price
@@ -286,11 +286,8 @@ class AutoChooser:
         """
         if compressor is self.none or numel == 0:
             return 0.0
-        key = (compressor.name, numel, world)
-        if key not in self._cpu:
-            line = self._cpu_line(compressor, world)
-            self._cpu[key] = line[0] + line[1] * numel
-        return self._cpu[key]
+        fixed, per_element = self._cpu_line(compressor, world)
+        return fixed + per_element * numel
 
     def _cpu_line(self, compressor: Compressor, world: int) -> tuple[float, float]:
         """``(fixed, per element)`` seconds of :meth:`cpu_seconds`, fitted on two sizes (cached per compressor).
@@ -300,8 +297,6 @@ class AutoChooser:
         """
         key = (compressor.name, world)
         if key not in self._lines:
-            import copy
-
             twin = copy.deepcopy(compressor)  # the real one's random streams and warm starts stay untouched
             costs = []
             for n in CPU_SIZES:

@@ -430,10 +430,8 @@ class CompressionState:
         ef = self.error_feedback
         if ef is None:
             return []
-        rank, world = self.rank_world()
-        start, count = chunk_bounds(key.total, world, chunk_granule(compressor))[rank]
-        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
-        served = key.serving(start, count) if two_phase and count else None
+        world = self.rank_world()[1]
+        served = self._served(key, key.total, compressor)[0]
         retired = []
         for k in ef.keys():
             if k.chunk is not None and k.segments == key.segments and k != served:
@@ -612,6 +610,13 @@ class CompressionState:
             return 0, 1
         return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
 
+    def _served(self, key: StateKey, numel: int, compressor: Compressor) -> tuple[StateKey | None, int, int]:
+        """The chunk of ``key`` this rank serves under ``compressor`` (None unless two-phase), its start and count."""
+        rank, world = self.rank_world()
+        start, count = chunk_bounds(numel, world, chunk_granule(compressor))[rank]
+        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
+        return (key.serving(start, count) if two_phase and count else None), start, count
+
     def _corrector(self, key: StateKey, numel: int, compressor: Compressor,
                    retired: list[tuple[tuple[int, int], Tensor]] | None = None) -> Callable[[Tensor], Tensor]:
         """Called after ``compensate``: a function adding this rank's change of residuals to the average.
@@ -626,10 +631,8 @@ class CompressionState:
         """
         ef = self.error_feedback
         assert ef is not None, "local correction needs error feedback"
-        rank, world = self.rank_world()
-        start, count = chunk_bounds(numel, world, chunk_granule(compressor))[rank]
-        two_phase = compressor.pattern is Pattern.TWO_PHASE and not isinstance(compressor, NoneCompressor)
-        served = key.serving(start, count) if two_phase and count else None
+        world = self.rank_world()[1]
+        served, start, count = self._served(key, numel, compressor)
         worker_old = _copy(ef.residual(key))
         server_old = _copy(ef.residual(served)) if served is not None else None
         ended = list(retired or [])
