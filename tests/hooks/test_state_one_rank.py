@@ -192,3 +192,60 @@ def test_auto_names_and_refusals() -> None:
         get_compressor("auto:every=0")
     with pytest.raises(RuntimeError, match="compresses nothing itself"):
         auto.compress(torch.zeros(4))
+
+
+def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_the_link_moves() -> None:
+    # the chooser's decisions from agreed numbers alone (no process group): a priced proposal goes on trial,
+    # its steps judge it, a loser is not proposed again on the same link, a moved link proposes it again
+    from gradwire.compress import AutoCompressor
+    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser
+
+    auto = get_compressor("auto:onebit")
+    assert isinstance(auto, AutoCompressor)
+    chooser = AutoChooser(auto)
+    key = StateKey.of("p0", 1 << 20)
+    chooser._keys, chooser._first, chooser._step = [key], 0, 3
+    chooser._periods = [(1, ("none",), 0.100, False), (2, ("none",), 0.050, True)]
+
+    def agreed(alpha: float, beta: float) -> torch.Tensor:  # small, large, bus bytes, exposed share, cpu per candidate
+        busbytes = 4e6
+        return torch.tensor([alpha, alpha + beta * busbytes, busbytes, 1.0, 0.0, 1e-3], dtype=torch.float64)
+
+    slow = agreed(1e-3, 1e-7)  # 1 Gbit/s of bus bandwidth: 1 MiB elements take ~0.4 s uncompressed
+    chooser._decide(slow, [key], 2, 2)
+    assert chooser.choice[key].name == "onebit" and chooser._trial is not None
+    assert chooser._trial.before == 0.050  # the clean period of the old choice, the probe's step left out
+    assert chooser.decisions[-1].event == "trial"
+    chooser._judge(torch.tensor([0.050, 0.060], dtype=torch.float64), 3 + TRIAL_STEPS + 1)
+    assert key not in chooser.choice or chooser.choice[key].name == "none"
+    assert chooser.decisions[-1].event == "reverted" and chooser.decisions[-1].steps_ms == (50.0, 60.0)
+    chooser._decide(slow, [key], 20, 2)  # the same link: the loser is not tried again
+    assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
+    chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower (averaged with the last: 5.5x)
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    chooser._judge(torch.tensor([0.500, 0.060], dtype=torch.float64), 40)
+    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
+    assert "1 trial(s) reverted" in chooser.describe()
+
+
+def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_link_moves() -> None:
+    from gradwire.compress import AutoCompressor
+    from gradwire.hooks.auto import MAX_BACKOFF, AutoChooser
+
+    auto = get_compressor("auto:onebit:every=4")
+    assert isinstance(auto, AutoCompressor)
+    chooser = AutoChooser(auto)
+    key = StateKey.of("p0", 1 << 10)
+    chooser._keys, chooser._first = [key], 0
+    numbers = torch.tensor([1e-3, 1e-3 + 1e-9 * 4e3, 4e3, 1.0, 0.0, 1e-3], dtype=torch.float64)
+    intervals = []
+    for probe in range(7):
+        chooser._probed_at = chooser._next_probe
+        chooser._step = chooser._probed_at + 3
+        chooser._decide(numbers, [key], chooser._step - 1, 2)
+        intervals.append(chooser._interval)
+    assert intervals == [4, 8, 16, 32, 32, 32, 32] and MAX_BACKOFF * 4 == 32
+    assert chooser.choice.get(key, chooser.none).name == "none"  # a fast link: nothing to compress
+    chooser._probed_at = chooser._next_probe
+    chooser._decide(numbers * torch.tensor([5.0, 5.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64), [key], 0, 2)
+    assert chooser._interval == 4

@@ -2,7 +2,7 @@
 
 :class:`AutoCompressor` names the candidates (``auto`` = ``none``, ``fp16``,
 ``int8``, ``onebit``; ``auto:fp16/onebit`` a subset, ``none`` always in it)
-and how often to decide (``every=K`` steps). It compresses nothing itself:
+and how often to probe the link (``every=K`` steps at first). It compresses nothing itself:
 :class:`gradwire.hooks.CompressionState` asks its chooser which candidate
 each exchange uses (:mod:`gradwire.hooks.auto`).
 
@@ -51,7 +51,8 @@ class AutoCompressor(Compressor):
     Args:
         candidates: compressors to choose from besides ``none`` (each must
             average: a vote such as ``signum`` cannot be mixed with averages).
-        every: steps between two decisions (>= 1).
+        every: steps between two probes of the link (>= 1); they move apart, up to 8 times that, while
+            the link and the choices stay put (:mod:`gradwire.hooks.auto`).
     """
 
     name = "auto"

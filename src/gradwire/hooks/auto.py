@@ -29,13 +29,30 @@ compressor is :data:`LEAVE_NONE_GAIN` cheaper (what the price leaves out
 counts against compressing). Until the first agreement,
 every exchange is uncompressed (``none``): what sync does.
 
-Scheduling: the probe and the agreement are collectives on the exchange's
+4. Trial: a price is a model, and the step is what counts. A changed
+   choice runs :data:`TRIAL_STEPS` steps; each rank's median step period
+   under it (the time from one step's last exchange to the next's, steps
+   with a probe left out) and under the choice it replaced are averaged by
+   one all_reduce, and the proposal stays only if its steps were faster.
+   A reverted proposal is not proposed again until the agreed link moves
+   by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
+   slower in half precision than the bytes say (gloo on CPU), coding that
+   takes the cores backward needs, an overlap the price does not see.
+5. Backoff: while the choices and the link stay put, the probes move apart
+   (``every``, twice that, ... up to :data:`MAX_BACKOFF` times ``every``
+   steps); a moved link or a change brings them back to ``every``. The
+   schedule comes from agreed numbers only, so every rank probes at the
+   same step.
+
+Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
 :class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
 (never from a completion callback, where they could race the collectives
 DDP itself issues on that group during forward), and nobody waits for them
 at once: a probe runs at step ``t``, the agreement on it at ``t + 1``, the
-decision applies from ``t + 2``; every ``every`` steps.
+decision applies from ``t + 2``; a trial from ``t + 2`` is agreed on at
+``t + 2 + TRIAL_STEPS + 1`` and judged at the step after; no probe runs
+during a trial.
 
 Switching keeps the arithmetic consistent (:class:`CompressionState` does
 it): error feedback's residuals are per parameter and carry over; a move to
@@ -52,6 +69,8 @@ where it was not needed (never the other way round).
 from __future__ import annotations
 
 import copy
+import math
+import statistics
 import time
 import weakref
 from collections import Counter
@@ -85,6 +104,14 @@ PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
+#: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
+TRIAL_STEPS = 3
+#: a choice that lost its trial is not proposed again until the agreed link moves by this share (alpha or beta)
+LINK_MOVED = 0.3
+#: while the link and the choices stay put, probes move apart, up to this many times ``every`` steps
+MAX_BACKOFF = 8
+#: step periods kept for the trials' medians
+_PERIODS = 32
 #: all-uncompressed steps whose exposure is kept (the fastest counts)
 _EXPOSURE_STEPS = 8
 #: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
@@ -101,10 +128,37 @@ class Decision:
     bus_gbit_s: float
     #: Unix seconds when it was taken (for the Chrome trace)
     unix: float = 0.0
+    #: "decided" (no trial: the first, or one without a step to judge by), "trial" (a proposal runs
+    #: :data:`TRIAL_STEPS` steps), "kept" (its steps were faster), "reverted" (they were not)
+    event: str = "decided"
+    #: a judged trial: the agreed median step (ms) of the choice before it and of the trial
+    steps_ms: tuple[float, float] | None = None
 
     def as_plain(self) -> dict[str, Any]:
-        return {"step": self.step, "choices": dict(self.choices), "alpha_us": round(self.alpha_s * 1e6, 1),
-                "bus_gbit_s": round(self.bus_gbit_s, 4), "unix": self.unix}
+        out = {"step": self.step, "choices": dict(self.choices), "alpha_us": round(self.alpha_s * 1e6, 1),
+               "bus_gbit_s": round(self.bus_gbit_s, 4), "unix": self.unix, "event": self.event}
+        if self.steps_ms is not None:
+            out["steps_ms"] = [round(t, 3) for t in self.steps_ms]
+        return out
+
+    @classmethod
+    def from_plain(cls, d: dict[str, Any]) -> "Decision":
+        steps = d.get("steps_ms")
+        return cls(d["step"], dict(d["choices"]), d["alpha_us"] / 1e6, d["bus_gbit_s"], d.get("unix", 0.0),
+                   d.get("event", "decided"), None if steps is None else (float(steps[0]), float(steps[1])))
+
+
+@dataclass
+class _Trial:
+    """A proposed choice on trial: what it replaced, from which step, and that choice's median step."""
+
+    incumbent: dict[StateKey, Compressor]
+    proposal: tuple[str, ...]
+    start: int
+    """the step whose exchanges first used the proposal (its own period is not judged: it switched)"""
+    before: float
+    """this rank's median period of the incumbent's clean steps before it (nan: none seen)"""
+    judging: bool = False
 
 
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
@@ -125,6 +179,14 @@ def trace_events(pid: int) -> list[dict[str, Any]]:
                         "args": {"step": d.step, "choices": d.choices, "alpha_us": round(d.alpha_s * 1e6, 1),
                                  "bus_gbit_s": round(d.bus_gbit_s, 4)}})
     return out
+
+
+def _moved(old: Link, new: Link) -> bool:
+    """Whether ``new`` differs from ``old`` by :data:`LINK_MOVED` or more (of the larger) in alpha or beta."""
+    def far(a: float, b: float) -> bool:
+        return abs(b - a) > LINK_MOVED * max(a, b) if max(a, b) > 0 else False
+
+    return far(old.alpha, new.alpha) or far(old.beta, new.beta)
 
 
 class AutoChooser:
@@ -150,12 +212,24 @@ class AutoChooser:
         self._probed: list[float] | None = None
         self._agreement: tuple[Future, list[StateKey], int, int] | None = None
         self._probe_future: Future | None = None
-        #: (agree, probe) at the next step's first exchange; the keys and step they are for
-        self._due: tuple[bool, bool] | None = None
+        #: (agree, probe, judge a trial) at the next step's first exchange; the keys and step they are for
+        self._due: tuple[bool, bool, bool] | None = None
         self._keys: list[StateKey] = []
         self._step = 0
         self._dtypes: dict[StateKey, torch.dtype] = {}
         self._first: int | None = None
+        #: the schedule, in steps since the first: the next probe, the last one, and the probes' interval
+        self._next_probe = 0
+        self._probed_at: int | None = None
+        self._interval = auto.every
+        #: (step, choice names, seconds since the previous step's end, clean: no probe in it), the last few
+        self._periods: list[tuple[int, tuple[str, ...], float, bool]] = []
+        self._last_end: float | None = None
+        self._probe_steps: set[int] = set()
+        self._trial: _Trial | None = None
+        self._trial_agreement: tuple[Future, int] | None = None
+        #: proposals whose trial lost, with the agreed link then (tried again once it moved)
+        self._rejected: dict[tuple[str, ...], Link] = {}
 
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
@@ -174,16 +248,23 @@ class AutoChooser:
         """
         if self._due is None:
             return
-        agree, probe = self._due
+        agree, probe, judge = self._due
         self._due = None
+        if self._trial_agreement is not None:
+            fut, step = self._trial_agreement
+            self._trial_agreement = None
+            self._judge(fut.wait(), step)
         if self._agreement is not None:
             fut, keys, step, world = self._agreement
             self._agreement = None
             self._decide(fut.wait(), keys, step, world)
+        if judge:
+            self._agree_trial(sequencer, group)
         if agree and self._probe_future is not None:
             self._probe_future.wait()
             self._agree(self._keys, sequencer, group)
         if probe:
+            self._probe_steps.add(self._step)
             self._probe(self._keys, sequencer, group)
 
     def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None,
@@ -197,13 +278,39 @@ class AutoChooser:
         """
         if futures and all(self.choice.get(k, self.none) is self.none for k in keys):
             self._time_exposure(keys, futures)
+        self._record_period(step, keys)
         if not keys or not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) < 2:
             return
         if self._first is None:
             self._first = step
         since = step - self._first
         self._keys, self._step = list(keys), step + 1
-        self._due = (since == 1 or (since > 1 and since % self.auto.every == 1), since % self.auto.every == 0)
+        trial = self._trial
+        judge = trial is not None and not trial.judging and step == trial.start + TRIAL_STEPS
+        if judge:
+            assert trial is not None
+            trial.judging = True
+        # a probe waits for a trial to end: its steps must be the proposal's own
+        probe = trial is None and self._agreement is None and since >= self._next_probe
+        if probe:
+            self._probed_at, self._next_probe = since, since + self._interval  # the decision sets it again
+        self._due = (self._probed_at is not None and since == self._probed_at + 1, probe, judge)
+
+    def _record_period(self, step: int, keys: list[StateKey]) -> None:
+        """The seconds since the previous step's end, under this step's choices (what a trial is judged by)."""
+        now = time.perf_counter()
+        if self._last_end is not None:
+            names = tuple(self.choice.get(k, self.none).name for k in keys)
+            self._periods.append((step, names, now - self._last_end, step not in self._probe_steps))
+            del self._periods[:-_PERIODS]
+        self._probe_steps.discard(step)
+        self._last_end = now
+
+    def _median_period(self, names: tuple[str, ...], first: int, last: int) -> float:
+        """This rank's median period of steps ``first..last`` under ``names``: the clean ones, else all (nan: none)."""
+        mine = [(t, clean) for step, n, t, clean in self._periods if n == names and first <= step <= last]
+        times = [t for t, clean in mine if clean] or [t for t, _ in mine]
+        return statistics.median(times) if times else math.nan
 
     # -- measuring -----------------------------------------------------------------
     def _time_exposure(self, keys: list[StateKey], futures: list[Future]) -> None:
@@ -340,15 +447,25 @@ class AutoChooser:
 
     # -- deciding --------------------------------------------------------------------
     def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
+        """Price every candidate per exchange on the agreed link; a different choice goes on trial.
+
+        The first decision of a run, or one with no step of the current
+        choice to compare with, is taken as priced. Every later change runs
+        :data:`TRIAL_STEPS` steps and is judged by them (:meth:`_judge`):
+        the price leaves out what the step alone shows (a reduction the
+        backend runs slower in half precision, coding that competes with
+        backward for the cores, what DDP overlaps).
+        """
         values = numbers.tolist()
         small, large, busbytes = values[:3]
         measured = Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+        previous = self.link
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
-        self.link = measured if self.link is None else Link((self.link.alpha + measured.alpha) / 2,
-                                                            (self.link.beta + measured.beta) / 2)
+        self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
+                                                           (previous.beta + measured.beta) / 2)
         self._exposed_share = values[3]
         cpu = values[4:]
-        changed = False
+        proposal = dict(self.choice)
         per = len(self.candidates)
         for i, key in enumerate(keys):
             size = torch.empty(0, dtype=self._dtypes.get(key, torch.float32)).element_size()
@@ -360,12 +477,62 @@ class AutoChooser:
             now = prices[self.candidates.index(current)] if current in self.candidates else float("inf")
             gain = LEAVE_NONE_GAIN if current is self.none else SWITCH_GAIN
             if self.candidates[best] is not current and prices[best] < now * (1 - gain):
-                self.choice[key] = self.candidates[best]
-                changed = True
-        if changed or not self.decisions:
-            bw = self.link.bus_bandwidth * 8 / 1e9
-            self.decisions.append(Decision(step, {str(k): self.choice.get(k, self.none).name for k in keys},
-                                           self.link.alpha, bw, time.time()))
+                proposal[key] = self.candidates[best]
+        names = self._names(proposal, keys)
+        rejected = self._rejected.get(names)
+        if rejected is not None and not _moved(rejected, self.link):
+            proposal = dict(self.choice)  # it lost its trial on this link
+        changed = self._names(proposal, keys) != self._names(self.choice, keys)
+        since = (self._step - self._first) if self._first is not None else 0
+        steady = not changed and previous is not None and not _moved(previous, measured)
+        self._interval = min(self._interval * 2, MAX_BACKOFF * self.auto.every) if steady else self.auto.every
+        self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
+        if changed:
+            before = self._median_period(self._names(self.choice, keys), 0, self._step - 1)
+            if not math.isnan(before):
+                self._trial = _Trial(dict(self.choice), names, self._step, before)
+            self.choice = proposal
+            self._record(step, keys, "trial" if self._trial is not None else "decided")
+        elif not self.decisions:
+            self._record(step, keys, "decided")
+
+    def _agree_trial(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """All_reduce (mean) of the trial's median step and the incumbent's, judged at the next step."""
+        trial = self._trial
+        assert trial is not None
+        world = dist.get_world_size(group)
+        after = self._median_period(trial.proposal, trial.start + 1, trial.start + TRIAL_STEPS)
+        numbers = torch.tensor([trial.before, after], dtype=torch.float64) / world
+        turn = sequencer.turn()
+        fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
+        self._trial_agreement = (then(fut, lambda _: numbers), self._step)
+
+    def _judge(self, numbers: Tensor, step: int) -> None:
+        """Keep the trial's choice if its steps were faster than the incumbent's (every rank's mean), else revert.
+
+        A rank that saw no step of one of them makes the mean nan: the trial is kept (as priced).
+        """
+        trial, self._trial = self._trial, None
+        assert trial is not None
+        before, after = numbers.tolist()
+        keys = list(self._keys)
+        faster = math.isnan(before) or math.isnan(after) or after < before
+        if not faster:
+            self.choice = trial.incumbent
+            if self.link is not None:
+                self._rejected[trial.proposal] = self.link
+            self._interval = self.auto.every
+        self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3))
+
+    def _names(self, choice: dict[StateKey, Compressor], keys: list[StateKey]) -> tuple[str, ...]:
+        return tuple(choice.get(k, self.none).name for k in keys)
+
+    def _record(self, step: int, keys: list[StateKey], event: str,
+                steps_ms: tuple[float, float] | None = None) -> None:
+        assert self.link is not None
+        bw = self.link.bus_bandwidth * 8 / 1e9
+        self.decisions.append(Decision(step, {str(k): self.choice.get(k, self.none).name for k in keys},
+                                       self.link.alpha, bw, time.time(), event, steps_ms))
 
     def state_dict(self) -> dict[str, Any]:
         """The choices and the schedule's position (plain types).
@@ -374,16 +541,21 @@ class AutoChooser:
         decisions come from timings, so they are not bit-for-bit those of an
         uninterrupted run.
         """
-        return {"choice": [(k.as_plain(), c.name) for k, c in self.choice.items()], "first": self._first,
+        choice = self.choice if self._trial is None else self._trial.incumbent  # a trial is not saved
+        return {"choice": [(k.as_plain(), c.name) for k, c in choice.items()], "first": self._first,
+                "next_probe": self._next_probe, "interval": self._interval,
                 "decisions": [d.as_plain() for d in self.decisions]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         by_name = {c.name: c for c in self.candidates}
         self.choice = {StateKey.from_plain(k): by_name[name] for k, name in state["choice"] if name in by_name}
         self._first = state.get("first")
-        self.decisions = [Decision(d["step"], dict(d["choices"]), d["alpha_us"] / 1e6, d["bus_gbit_s"],
-                                   d.get("unix", 0.0)) for d in state.get("decisions", [])]
+        self._next_probe = int(state.get("next_probe", 0))
+        self._interval = int(state.get("interval", self.auto.every))
+        self.decisions = [Decision.from_plain(d) for d in state.get("decisions", [])]
         self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
+        self._trial, self._trial_agreement, self._probed_at = None, None, None
+        self._periods, self._last_end, self._probe_steps = [], None, set()
 
     def describe(self) -> str:
         """A few words: what the exchanges use now, and what was chosen before."""
@@ -393,8 +565,12 @@ class AutoChooser:
         parts = ", ".join(f"{name} for {n} of {sum(now.values())}" for name, n in now.most_common())
         link = "" if self.link is None else (f" on a measured link of {self.link.alpha * 1e6:.0f} us + "
                                              f"{self.link.bus_bandwidth * 8 / 1e9:.3g} Gbit/s")
-        switches = len(self.decisions) - 1
-        return f"auto: {parts} exchanges{link}" + (f", {switches} switch(es)" if switches else "")
+        events = Counter(d.event for d in self.decisions)
+        switches = events["decided"] + events["kept"] - 1  # the first choice that stuck is not a switch
+        tail = [f"{switches} switch(es)"] if switches > 0 else []
+        if events["reverted"]:
+            tail.append(f"{events['reverted']} trial(s) reverted: their steps were slower")
+        return f"auto: {parts} exchanges{link}" + "".join(f", {t}" for t in tail)
 
     def summary(self) -> dict[str, Any]:
         """The decisions and the last agreed link, as plain types (for reports)."""

@@ -116,16 +116,18 @@ class Calibration:
         while what the strategy costs beside its compute stays. Trap: a
         strategy whose exchanges overlap its compute on busy cores
         (``delayed``) computed slower for them, which is its cost, not the
-        pace: it is set to the pace of the reference run instead
-        (``compute`` over :attr:`compute`).
+        pace: it is set to the pace of the runs beside it whose exchanges
+        block (the median of their compute), which ran minutes from it with
+        real collectives as it did; the reference run (no collective at all,
+        and the first of the calibration) only where no such run was made.
         """
-        from gradwire.overlap import Timing, parse_strategy
-
         found = self.profiles.get(strategy)
         if found is None:
             return None
-        overlapped = self.host.busy_cores and parse_strategy(strategy).timing is Timing.NEXT_STEP
-        own = self.compute / self.scale if overlapped else found.compute_seconds  # at the calibration's pace
+        own = found.compute_seconds  # at the calibration's pace
+        if self.host.busy_cores and _overlapped(strategy):
+            blocking = [p.compute_seconds for name, p in self.profiles.items() if not _overlapped(name)]
+            own = statistics.median(blocking) if blocking else self.compute / self.scale
         return found.scaled(compute / own)
 
     def cost_for(self, codec: Any) -> Any:
@@ -150,6 +152,35 @@ class Calibration:
                           for k, h in self.hooks.items()},
                 "profiles": {k: p.as_dict() for k, p in self.profiles.items()},
                 "load": list(self.load)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], hook_models: Sequence[Any] = ()) -> "Calibration":
+        """The inverse of :meth:`as_dict`, unscaled (a comparison's ``results.json`` keeps it under
+        ``predicted.calibration``, with the factor it priced it at as ``scale``: apply it with :meth:`scaled`).
+
+        ``hook_models``: the :class:`~gradwire.overlap.ExchangeModel` of each hook whose stages it holds
+        (a hook is saved by its name only); a hook not among them is left out.
+        """
+        models = {m.name: m for m in hook_models}
+        lines = ("encode", "serve", "decode", "per_rank")
+        hooks = {name: HookCost(models[name], measured={
+                     (int(e["numel"]), tuple(tuple(int(x) for x in s) for s in e["shapes"]), int(e["world"])):
+                     tuple(float(t) for t in e["stages"]) for e in entries})
+                 for name, entries in d.get("hooks", {}).items() if name in models}
+        host = Host(Floors.from_dict(d["floors"]), Floors.from_dict(d["work"]), Line(*d["copy"]),
+                    bool(d["busy_cores"]))
+        return cls(int(d["world"]), host, float(d["compute"]), float(d["full"]),
+                   (d["shares"][0], d["shares"][1], d["shares"][2]),
+                   {k: CodecCost(*(Line(*c[s]) for s in lines)) for k, c in d.get("codecs", {}).items()},
+                   hooks, {k: StepProfile.from_dict(p) for k, p in d.get("profiles", {}).items()},
+                   tuple(d.get("load", ())))
+
+
+def _overlapped(strategy: str) -> bool:
+    """Whether ``strategy``'s exchanges run while the next step computes (``delayed``)."""
+    from gradwire.overlap import Timing, parse_strategy
+
+    return parse_strategy(strategy).timing is Timing.NEXT_STEP
 
 
 @dataclass(frozen=True)
