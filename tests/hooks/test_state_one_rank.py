@@ -204,17 +204,17 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert isinstance(auto, AutoCompressor)
     chooser = AutoChooser(auto)
     key = StateKey.of("p0", 1 << 20)
-    chooser._keys, chooser._first, chooser._step = [key], 0, 3
-    chooser._periods = [(1, ("none",), 0.100, False), (2, ("none",), 0.050, True)]
+    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 3, 1
+    chooser._periods = [(0, ("none",), 0.300, True), (1, ("none",), 0.100, False), (2, ("none",), 0.050, True)]
 
     def agreed(alpha: float, beta: float) -> torch.Tensor:  # small, large, bus bytes, exposed share, cpu per candidate
         busbytes = 4e6
-        return torch.tensor([alpha, alpha + beta * busbytes, busbytes, 1.0, 0.0, 1e-3], dtype=torch.float64)
+        return torch.tensor([alpha, alpha + beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-3], dtype=torch.float64)
 
     slow = agreed(1e-3, 1e-7)  # 1 Gbit/s of bus bandwidth: 1 MiB elements take ~0.4 s uncompressed
     chooser._decide(slow, [key], 2, 2)
     assert chooser.choice[key].name == "onebit" and chooser._trial is not None
-    assert chooser._trial.before == 0.050  # the clean period of the old choice, the probe's step left out
+    assert chooser._trial.before == 0.050  # the old choice's clean periods since the probe (step 1)
     assert chooser.decisions[-1].event == "trial"
     chooser._judge(torch.tensor([0.050, 0.060], dtype=torch.float64), 3 + TRIAL_STEPS + 1)
     assert key not in chooser.choice or chooser.choice[key].name == "none"
@@ -237,7 +237,7 @@ def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_lin
     chooser = AutoChooser(auto)
     key = StateKey.of("p0", 1 << 10)
     chooser._keys, chooser._first = [key], 0
-    numbers = torch.tensor([1e-3, 1e-3 + 1e-9 * 4e3, 4e3, 1.0, 0.0, 1e-3], dtype=torch.float64)
+    numbers = torch.tensor([1e-3, 1e-3 + 1e-9 * 4e3, 4e3, 1.0, 0.01, 0.0, 1e-3], dtype=torch.float64)
     intervals = []
     for probe in range(7):
         chooser._probed_at = chooser._next_probe
@@ -247,5 +247,10 @@ def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_lin
     assert intervals == [4, 8, 16, 32, 32, 32, 32] and MAX_BACKOFF * 4 == 32
     assert chooser.choice.get(key, chooser.none).name == "none"  # a fast link: nothing to compress
     chooser._probed_at = chooser._next_probe
-    chooser._decide(numbers * torch.tensor([5.0, 5.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64), [key], 0, 2)
+    chooser._decide(numbers * torch.tensor([5.0, 5.0, 1.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64), [key], 0, 2)
     assert chooser._interval == 4
+    # steps of 0.2 s: no more than BACKOFF_SECONDS (2 s) between probes, 10 steps
+    slow = numbers * torch.tensor([5.0, 5.0, 1.0, 1.0, 20.0, 1.0, 1.0], dtype=torch.float64)
+    for _ in range(4):
+        chooser._decide(slow, [key], 0, 2)
+    assert chooser._interval == 10

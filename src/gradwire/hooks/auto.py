@@ -40,9 +40,10 @@ every exchange is uncompressed (``none``): what sync does.
    takes the cores backward needs, an overlap the price does not see.
 5. Backoff: while the choices and the link stay put, the probes move apart
    (``every``, twice that, ... up to :data:`MAX_BACKOFF` times ``every``
-   steps); a moved link or a change brings them back to ``every``. The
-   schedule comes from agreed numbers only, so every rank probes at the
-   same step.
+   steps, and no more than :data:`BACKOFF_SECONDS` of steps at the agreed
+   step period); a moved link or a change brings them back to ``every``.
+   The schedule comes from agreed numbers only, so every rank probes at
+   the same step.
 
 Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
@@ -110,6 +111,8 @@ TRIAL_STEPS = 3
 LINK_MOVED = 0.3
 #: while the link and the choices stay put, probes move apart, up to this many times ``every`` steps
 MAX_BACKOFF = 8
+#: ... and never further apart than this many seconds of steps (the agreed step period says how many steps)
+BACKOFF_SECONDS = 2.0
 #: step periods kept for the trials' medians
 _PERIODS = 32
 #: all-uncompressed steps whose exposure is kept (the fastest counts)
@@ -226,6 +229,8 @@ class AutoChooser:
         self._periods: list[tuple[int, tuple[str, ...], float, bool]] = []
         self._last_end: float | None = None
         self._probe_steps: set[int] = set()
+        #: the step the last probe ran in
+        self._last_probe = -1
         self._trial: _Trial | None = None
         self._trial_agreement: tuple[Future, int] | None = None
         #: proposals whose trial lost, with the agreed link then (tried again once it moved)
@@ -265,6 +270,7 @@ class AutoChooser:
             self._agree(self._keys, sequencer, group)
         if probe:
             self._probe_steps.add(self._step)
+            self._last_probe = self._step
             self._probe(self._keys, sequencer, group)
 
     def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None,
@@ -434,13 +440,16 @@ class AutoChooser:
         return self._lines[key]
 
     def _agree(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
-        """All_reduce (mean) of the probe and every candidate's CPU cost per exchange, read next step."""
+        """All_reduce (mean) of the probe, the exposure, the recent step period and every candidate's CPU cost
+        per exchange, read next step."""
         assert self._probed is not None
         small, large, busbytes = self._probed
         world = dist.get_world_size(group)
         cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
         share = self._exposure(world)
-        numbers = torch.tensor([small, large, busbytes, share, *cpu], dtype=torch.float64) / world
+        recent = [t for _, _, t, clean in self._periods[-8:] if clean]
+        period = statistics.median(recent) if recent else 0.0
+        numbers = torch.tensor([small, large, busbytes, share, period, *cpu], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
         self._agreement = (then(fut, lambda _: numbers), list(keys), self._step, world)
@@ -463,8 +472,8 @@ class AutoChooser:
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
         self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
                                                            (previous.beta + measured.beta) / 2)
-        self._exposed_share = values[3]
-        cpu = values[4:]
+        self._exposed_share, period = values[3], values[4]
+        cpu = values[5:]
         proposal = dict(self.choice)
         per = len(self.candidates)
         for i, key in enumerate(keys):
@@ -485,10 +494,14 @@ class AutoChooser:
         changed = self._names(proposal, keys) != self._names(self.choice, keys)
         since = (self._step - self._first) if self._first is not None else 0
         steady = not changed and previous is not None and not _moved(previous, measured)
-        self._interval = min(self._interval * 2, MAX_BACKOFF * self.auto.every) if steady else self.auto.every
+        longest = MAX_BACKOFF * self.auto.every
+        if period > 0:
+            longest = min(longest, max(self.auto.every, int(BACKOFF_SECONDS / period)))
+        self._interval = min(self._interval * 2, longest) if steady else self.auto.every
         self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
         if changed:
-            before = self._median_period(self._names(self.choice, keys), 0, self._step - 1)
+            # the old choice's steps since the probe: on the link the proposal was priced on
+            before = self._median_period(self._names(self.choice, keys), self._last_probe + 1, self._step - 1)
             if not math.isnan(before):
                 self._trial = _Trial(dict(self.choice), names, self._step, before)
             self.choice = proposal
