@@ -16,9 +16,10 @@ variance refreshes included). With the local correction the ranks' models
 differ a little; rank 0's is scored (``--average``: their mean; both are
 recorded, with rank 0's distance from the mean).
 All runs share one set of processes (``gradwire.launch.spawn``); rank 0
-reports each as it ends. Writes ``benchmarks/results/adamw_onebit.json``:
-per model and strategy the test accuracy's mean, min and max over the
-seeds, the gap to ``adamw`` in points, and the wire bytes per step.
+reports each as it ends. Writes ``benchmarks/results/adamw_onebit.json`` in the
+shared shape of ``_results.write_results``: one row per model and strategy (the
+test accuracy's mean, min and max over the seeds, the gap to ``adamw`` in points,
+and the wire bytes per step), each run under ``runs``.
 
     python benchmarks/adamw_onebit.py --models mlp cnn --seeds 0 1 2 --epochs 20
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 import time
@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from _results import write_results
 
 OUT = Path(__file__).parent / "results" / "adamw_onebit.json"
 STRATEGIES = ["adamw", "onebit", "int8"]
@@ -174,11 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['model']:>8} {r['strategy']:>7}: mean {100 * r['mean']:.2f} [{100 * r['min']:.2f}, "
               f"{100 * r['max']:.2f}] gap {r['gap_points']:+.2f} points, {r['wire_bytes_per_step'] / 1e3:.1f} KB/step"
               + (f" ({r['byte_reduction']:.1f}x fewer)" if r["byte_reduction"] else ""))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "command": "python benchmarks/adamw_onebit.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {**settings, "world": args.world, "models": args.models, "seeds": args.seeds},
-        "seconds": time.perf_counter() - t0, "rows": rows, "runs": done}, indent=1))
+    write_results(args.out, rows,
+                  command="python benchmarks/adamw_onebit.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                  settings={**settings, "world": args.world, "models": args.models, "seeds": args.seeds},
+                  seconds=time.perf_counter() - t0, runs=done)
     return 0
 
 

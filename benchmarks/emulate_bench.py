@@ -34,8 +34,14 @@ that user code writes (gradwire bench times it, as it says), which the model
 of the network does not price and which ``bench --fit`` leaves out for the
 same reason (it fits the faster placement). Both are in the table and the
 JSON; the out-of-place errors are reported beside the check. ``--rescore``
-analyses the raw sweeps of the last run again without running anything. Writes benchmarks/results/emulate_bench.json (and the raw
-sweeps under benchmarks/results/emulate_bench/); exits 1 if a check fails.
+analyses the raw sweeps of the last run again without running anything.
+
+Writes benchmarks/results/emulate_bench.json in the shared shape of
+``_results.write_results``: one row per rate, layout, size and placement
+(``case`` is ``RATE_LAYOUT``), each case's fit, worst errors, commands and
+load under ``cases``, and the raw sweeps under benchmarks/results/emulate_bench/
+(``gradwire bench --json``'s own files, with the run beside them). Exits 1 if a
+check fails.
 
     sudo python benchmarks/emulate_bench.py [--iters-slow 3] [--iters-fast 10] [--repeats-fast 3]   # ~20 min
 """
@@ -48,6 +54,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 RATES = {"100mbit": 100e6, "1gbit": 1e9}
@@ -193,7 +202,8 @@ def main() -> int:
                           model_spec(rate, lay), raw / (f"{rate}_{lay}.json" if repeats == 1 else f"{rate}_{lay}_r{i}.json"))
                     for i in range(repeats)]
             shaped[(rate, lay)] = median_sweep(runs)
-    results = {}
+    rows: list[dict] = []
+    cases: dict[str, dict] = {}
     ok = True
     for (rate, lay), data in shaped.items():
         other = next(o for o in LAYOUTS if o != lay)
@@ -203,7 +213,9 @@ def main() -> int:
         a["exit_code"] = max(r["exit_code"] for r in data["repeats"])
         a["load_before"], a["load_after"] = data["repeats"][0]["load_before"], data["repeats"][-1]["load_after"]
         a["emulate_lines"] = [ln for r in data["repeats"] for ln in r["emulate_lines"] if "real packets" in ln]
-        results[f"{rate}_{lay}"] = a
+        case = f"{rate}_{lay}"
+        rows += [{"case": case, "rate": rate, "layout": lay, **r} for r in a["rows"]]
+        cases[case] = {k: v for k, v in a.items() if k != "rows"}
         good = (a["max_model_error_pct_dominated"] is not None and a["max_model_error_pct_dominated"] <= 5
                 and a["max_fit_error_pct_dominated"] <= 3 and a["wrong"] == 0)
         ok &= good
@@ -226,11 +238,13 @@ def main() -> int:
         else:
             print("  FAIL: no row is link-dominated on this machine")
     out = args.out
-    out.write_text(json.dumps({
-        "description": __doc__.splitlines()[0], "dominance_threshold": DOMINANCE, "load_at_start": started,
-        "load_at_end": previous.get("load_at_end") or load(), "rescored": RESCORE, "unshaped": {lay: b["run"]["command"] for lay, b in baselines.items()},
-        "all_checks_pass": ok, "results": results,
-    }, indent=2) + "\n")
+    # a rescore's own command, commit and date are the rescore's: those of the run that measured go beside them
+    measured = {f"measured_{k}": previous.get(f"measured_{k}", previous.get(k))
+                for k in ("command", "commit", "date")} if RESCORE else {}
+    write_results(out, rows, indent=2, **measured,
+                  description=__doc__.splitlines()[0], dominance_threshold=DOMINANCE, load_at_start=started,
+                  load_at_end=previous.get("load_at_end") or load(), rescored=RESCORE,
+                  unshaped={lay: b["run"]["command"] for lay, b in baselines.items()}, all_checks_pass=ok, cases=cases)
     print(f"\n{'PASS' if ok else 'FAIL'}; wrote {out}")
     return 0 if ok else 1
 

@@ -35,8 +35,11 @@ A row is link-dominated as in emulate_bench.py: unshaped sweeps over the
 same namespaces (``--net custom``, run first, 3 times, the median per row)
 cost at most a quarter of the modelled link time. Check: every link-dominated in-place row of every
 stretch within 10 % of the model, every probe right, every change applied.
-Writes benchmarks/results/emulate_schedule.json (raw files under
-benchmarks/results/emulate_schedule/); exits 1 if the check fails.
+Writes benchmarks/results/emulate_schedule.json in the shared shape of
+``_results.write_results``: one row per stretch, size and placement (``stretch``
+is its index in ``stretches``, which holds each stretch's bounds and rate), the
+emulated job's command as ``emulate_command``, and the raw files under
+benchmarks/results/emulate_schedule/; exits 1 if the check fails.
 
     sudo python benchmarks/emulate_schedule.py [--fast 1gbit] [--out FILE] [--rescore]   # ~5 min
 
@@ -55,6 +58,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _results import write_results
 
 RESULTS = Path(__file__).parent / "results"
 SCRIPT = str(Path(__file__).resolve())
@@ -318,14 +323,21 @@ def main() -> int:
     print(f"  {traffic[0] if traffic else ''}")
     print(f"\n{'PASS' if ok else 'FAIL'}: link-dominated in-place rows of every stretch within {worst:.1f}% of the "
           f"model (<= {TOLERANCE_PCT:.0f}); every stretch judged: {every_stretch}; probes right: {outage['all_right']}")
-    args.out.write_text(json.dumps({
-        "description": __doc__.splitlines()[0], "command": cmd, "unshaped_command": base_cmd, "spec": data["model_spec"],
-        "exit_code": proc.returncode, "seconds": seconds, "group_at_s": data["group_at"],
-        "sweeps_crossed_a_change": data["crossed"], "settle_s": SETTLE, "dominance_threshold": DOMINANCE,
-        "tolerance_pct": TOLERANCE_PCT, "max_error_pct_dominated_in_place": worst, "changes": applied,
-        "stretches": result["stretches"], "outage": outage, "emulate_lines": traffic, "load_at_start": started,
-        "load_at_end": json.loads(run_file.read_text())["load_at_end"], "rescored": args.rescore, "all_checks_pass": ok,
-    }, indent=2) + "\n")
+    rows = [{"stretch": k, "start_s": s["start_s"], "end_s": s["end_s"], "bandwidth": s["bandwidth"], **r}
+            for k, s in enumerate(result["stretches"]) for r in s["rows"]]
+    # a rescore's own command, commit and date are the rescore's: those of the run that measured go beside them
+    previous = json.loads(args.out.read_text()) if args.rescore and args.out.exists() else {}
+    measured = {f"measured_{k}": previous.get(f"measured_{k}", previous.get(k))
+                for k in ("command", "commit", "date")} if args.rescore else {}
+    write_results(args.out, rows, indent=2, **measured,
+                  description=__doc__.splitlines()[0], emulate_command=cmd, unshaped_command=base_cmd,
+                  spec=data["model_spec"], exit_code=proc.returncode, seconds=seconds, group_at_s=data["group_at"],
+                  sweeps_crossed_a_change=data["crossed"], settle_s=SETTLE, dominance_threshold=DOMINANCE,
+                  tolerance_pct=TOLERANCE_PCT, max_error_pct_dominated_in_place=worst, changes=applied,
+                  stretches=[{k: v for k, v in s.items() if k != "rows"} for s in result["stretches"]],
+                  outage=outage, emulate_lines=traffic, load_at_start=started,
+                  load_at_end=json.loads(run_file.read_text())["load_at_end"], rescored=args.rescore,
+                  all_checks_pass=ok)
     print(f"wrote {args.out}")
     return 0 if ok else 1
 

@@ -30,6 +30,9 @@ waiting on communication (a rest 50 % slower then moves the step by at
 most 10 %); otherwise its figures are reported with the reason. Writes
 benchmarks/results/emulate_train.json; exits 1 if a judged check fails or
 nothing could be judged. ``--rescore FILE`` judges a results file again.
+The file has the shared shape of ``_results.write_results``: one row per run
+(round, rate, mode, its step time and load), the verdict per rate under
+``summary``.
 
     sudo python benchmarks/emulate_train.py [--rates 100mbit 1gbit] [--steps 40] [--rounds 4] [--per-node 2]   # ~8 min
 """
@@ -44,6 +47,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SCRIPT = str(Path(__file__).resolve())
@@ -152,12 +158,16 @@ def report(summary: dict) -> bool:
 def rescore(path: Path) -> int:
     """Judge the runs kept in ``path`` again (on this host's core count unless the file records its own)."""
     data = json.loads(path.read_text())
+    runs = data["rows"] if "rows" in data else data["runs"]  # the shared shape, or the one written before it
     rates = list(data["summary"])
     cores = data.get("cores") or os.cpu_count() or 1
-    data["summary"] = summarize(data["runs"], rates, cores)
-    data["cores"] = cores
-    data["all_within_10pct"] = ok = report(data["summary"])
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    summary = summarize(runs, rates, cores)
+    ok = report(summary)
+    # the rescore's own command, commit and date are the rescore's: those of the run that measured go beside them
+    measured = {f"measured_{k}": data.get(f"measured_{k}", data.get(k)) for k in ("command", "commit", "date")}
+    kept = {k: v for k, v in data.items() if k not in ("command", "commit", "dirty", "host", "date", "rows", "runs")}
+    write_results(path, runs, indent=2, **{**kept, **measured, "cores": cores, "all_within_10pct": ok,
+                                          "summary": summary, "rescored": True})
     print(f"{'PASS' if ok else 'FAIL'}; rewrote {path}")
     return 0 if ok else 1
 
@@ -209,12 +219,11 @@ def main() -> int:
     summary = summarize(runs, args.rates, os.cpu_count() or 1)
     ok = report(summary)
     out = args.out
-    out.write_text(json.dumps({
-        "description": __doc__.splitlines()[0],
-        "command": f"python benchmarks/emulate_train.py --rates {' '.join(args.rates)} --steps {args.steps} "
-                   f"--skip {args.skip} --rounds {args.rounds} --model {args.model} --per-node {args.per_node}",
-        "cores": os.cpu_count(), "load_at_start": started, "load_at_end": load(), "all_within_10pct": ok, "summary": summary, "runs": runs,
-    }, indent=2) + "\n")
+    write_results(out, runs, indent=2,
+                  command=f"python benchmarks/emulate_train.py --rates {' '.join(args.rates)} --steps {args.steps} "
+                          f"--skip {args.skip} --rounds {args.rounds} --model {args.model} --per-node {args.per_node}",
+                  description=__doc__.splitlines()[0], cores=os.cpu_count(), load_at_start=started,
+                  load_at_end=load(), all_within_10pct=ok, summary=summary, rescored=False)
     print(f"{'PASS' if ok else 'FAIL'}; wrote {out}")
     return 0 if ok else 1
 

@@ -5,7 +5,13 @@ and the conditions are in CASES); the script prices the same transfer with
 gradwire's TCP model and with the plain alpha-beta model (``latency + n / rate``)
 and prints both beside the measured figure. Then a few model-only rows show the
 effects on collectives that no measurement was found for (restart after idle,
-NCCL's socket count). Writes benchmarks/results/tcp_model.json.
+NCCL's socket count). Writes benchmarks/results/tcp_model.json in the shared
+shape of ``_results.write_results``: one row per published case, the stream
+cases under ``streams``, the model-only rows under ``model_only`` and this
+kernel's measurement under ``measured_here``. A run without ``--measure`` keeps
+the measurement of the file it rewrites, and beside it that run's command,
+commit, date and host as ``measured_command``, ``measured_commit``,
+``measured_date`` and ``measured_host``.
 
     python benchmarks/tcp_model.py              # pure arithmetic, under a second
     sudo python benchmarks/tcp_model.py --measure  # also measure this kernel's TCP (~2 min)
@@ -33,6 +39,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _results import write_results
 
 from gradwire.net import NetworkModel
 from gradwire.net.link import Link
@@ -557,7 +565,10 @@ def main() -> int:
                 f"  alpha-beta {r['alpha_beta']:.3f} ({r['alpha_beta_error_pct']:+.0f}%)"
             print(f"  {r['cc']:5} {r['what']:50} measured {r['measured']:8.3f} {r['unit']:2}  model "
                   f"{r['model']:.3f} ({r['model_error_pct']:+.0f}%){plain_}")
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    # a measurement kept from the file this run rewrites: the command, commit, date and host of the run that made it
+    measured = {f"measured_{k}": previous.get(f"measured_{k}", previous.get(k))
+                for k in ("command", "commit", "date", "host")} if out["measured_here"] and not args.measure else {}
+    write_results(path, out.pop("cases"), indent=2, **measured, **out)
     print(f"\nwrote {path}")
     return 0
 

@@ -26,8 +26,10 @@ Usage:
     python benchmarks/torch_suite.py -k any_source -k batch_isend --out /tmp/x.json
     python benchmarks/torch_suite.py --net 1gbe           # gradwire simulates 1 Gbit/s
 
-Writes benchmarks/results/torch_suite.json by default: passed / failed /
-skipped per backend, and every test's outcome on each.
+Writes benchmarks/results/torch_suite.json by default, in the shared shape of
+``_results.write_results``: passed / failed / skipped per backend (``counts``),
+and one row per test, ``{"test": NAME, "gloo": {...}, "gradwire": {...}}``,
+with its status, detail and seconds on each backend.
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
 import gradwire  # noqa: E402 - registers the backend in every rank
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
 
 _init_process_group = dist.init_process_group
 
@@ -115,6 +120,14 @@ def _run_one(test: unittest.TestCase, backend: str) -> tuple[str, str, float]:
     return (*_outcome(result, test), time.perf_counter() - t0)
 
 
+def tests_of(report: dict) -> dict[str, dict[str, dict]]:
+    """Each test's outcome per backend in a report this script wrote: its ``rows`` or, in files
+    written before the shared shape, its ``tests``."""
+    if "rows" in report:
+        return {r["test"]: {b: v for b, v in r.items() if b != "test"} for r in report["rows"]}
+    return report["tests"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", action="append", default=[], help="run only tests whose name contains this (repeatable)")
@@ -141,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.k:
         names = [n for n in names if any(k in n for k in args.k)]
     if args.ran_in is not None:
-        earlier = json.loads(args.ran_in.read_text())["tests"]
+        earlier = tests_of(json.loads(args.ran_in.read_text()))
         names = [n for n in names if any(r["status"] != "skipped" for r in earlier.get(n, {}).values())]
     tests: dict[str, dict[str, dict]] = {}
     t_start = time.time()
@@ -156,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     counts = {b: {s: sum(1 for r in tests.values() if r[b]["status"] == s) for s in ("passed", "failed", "skipped")}
               for b in backends}
-    report = {
-        "command": " ".join([f"WORLD_SIZE={os.environ['WORLD_SIZE']}", "python", "benchmarks/torch_suite.py",
-                             *(argv if argv is not None else sys.argv[1:])]),
+    report: dict = {
         "torch": torch.__version__,
         "world_size": int(os.environ["WORLD_SIZE"]),
         "net": os.environ.get(gradwire.backend.ENV_VAR) or "loopback",
@@ -171,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                                                if r["gloo"]["status"] == "passed" and r["gradwire"]["status"] != "passed")
         report["passed_on_gradwire_only"] = sorted(n for n, r in tests.items()
                                                    if r["gradwire"]["status"] == "passed" and r["gloo"]["status"] != "passed")
-    report["tests"] = tests
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if k != "tests"}, indent=1))
+    command = " ".join([f"WORLD_SIZE={os.environ['WORLD_SIZE']}", "python", "benchmarks/torch_suite.py",
+                        *(argv if argv is not None else sys.argv[1:])])
+    rows = [{"test": name, **row} for name, row in tests.items()]
+    written = write_results(out, rows, command=command, **report)
+    print(json.dumps({k: v for k, v in written.items() if k != "rows"}, indent=1))
     return 0
 
 
