@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from gradwire.launch import free_port
+from gradwire.predict.recorded import shared_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -212,8 +213,12 @@ def test_predict_from_the_profile(profiled, tmp_path):
     by = {(p["world"], p["strategy"]): p for p in res["predictions"]}
     prof = json.loads((profiled["out"] / "profile.json").read_text())
     measured = statistics.median(step["step"] for step in prof["ranks"][0]["steps"])
-    # the recorded run is the 2-rank sync point of its own network: predict fits the step to it
-    assert by[(2, "sync")]["step_seconds"] == pytest.approx(measured, rel=0.15)
+    shared = shared_cores([r.get("host") for r in prof["ranks"]])
+    predicted = by[(2, "sync")]["step_seconds"]
+    if shared == 1:  # the recorded run is the 2-rank sync point of its own network: predict fits the step to it
+        assert predicted == pytest.approx(measured, rel=0.15)
+    else:  # its ranks took turns on a core (taskset -c 0): predicted with a core each, its compute / shared
+        assert measured / shared * 0.85 <= predicted <= measured * 1.15
     assert by[(64, "sync")]["step_seconds"] >= by[(2, "sync")]["step_seconds"]
     assert by[(2, "sync")]["wire_bytes_per_step"] >= profiled["summary"]["param_bytes"]
 
