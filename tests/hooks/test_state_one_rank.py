@@ -204,8 +204,10 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert isinstance(auto, AutoCompressor)
     chooser = AutoChooser(auto)
     key = StateKey.of("p0", 1 << 20)
-    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 3, 1
-    chooser._periods = [(0, ("none",), 0.300, True), (1, ("none",), 0.100, False), (2, ("none",), 0.050, True)]
+    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 9, 7
+    # a warm-up step, one before the probe, the probe's own, one after it
+    chooser._periods = [(2, ("none",), 0.300, True), (6, ("none",), 0.070, True), (7, ("none",), 0.100, False),
+                        (8, ("none",), 0.050, True)]
 
     def agreed(alpha: float, beta: float) -> torch.Tensor:  # small, large, bus bytes, exposed share, cpu per candidate
         busbytes = 4e6
@@ -214,9 +216,9 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     slow = agreed(1e-3, 1e-7)  # 1 Gbit/s of bus bandwidth: 1 MiB elements take ~0.4 s uncompressed
     chooser._decide(slow, [key], 2, 2)
     assert chooser.choice[key].name == "onebit" and chooser._trial is not None
-    assert chooser._trial.before == 0.050  # the old choice's clean periods since the probe (step 1)
+    assert chooser._trial.before == 0.050  # the old choice's clean periods since the probe (step 7)
     assert chooser.decisions[-1].event == "trial"
-    chooser._judge(torch.tensor([0.050, 0.060], dtype=torch.float64), 3 + TRIAL_STEPS + 1)
+    chooser._judge(torch.tensor([0.050, 0.060], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
     assert key not in chooser.choice or chooser.choice[key].name == "none"
     assert chooser.decisions[-1].event == "reverted" and chooser.decisions[-1].steps_ms == (50.0, 60.0)
     chooser._decide(slow, [key], 20, 2)  # the same link: the loser is not tried again
@@ -226,6 +228,32 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     chooser._judge(torch.tensor([0.500, 0.060], dtype=torch.float64), 40)
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
     assert "1 trial(s) reverted" in chooser.describe()
+
+
+def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_next_cheapest() -> None:
+    from gradwire.compress import AutoCompressor
+    from gradwire.hooks.auto import AutoChooser
+
+    auto = get_compressor("auto:fp16/onebit")
+    assert isinstance(auto, AutoCompressor)
+    chooser = AutoChooser(auto)
+    key = StateKey.of("p0", 1 << 20)
+    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 3, 1
+    chooser._periods = [(1, ("none",), 0.100, False), (2, ("none",), 0.090, True)]  # warm-up steps only
+    # 8 Gbit/s of bus bandwidth: onebit priced 2.3 ms, fp16 next (3.6 ms: within 2x), none 5.2 ms
+    busbytes = 4e6
+    numbers = torch.tensor([1e-3, 1e-3 + 1e-9 * busbytes, busbytes, 1.0, 0.05, 0.0, 5e-4, 1e-4], dtype=torch.float64)
+    chooser._decide(numbers, [key], 2, 2)
+    assert chooser.choice[key].name == "onebit" and chooser._trial is None
+    assert chooser.decisions[-1].event == "decided"
+    chooser._step, chooser._last_probe = 13, 11
+    chooser._periods += [(s, ("onebit",), 0.030, s != 11) for s in range(3, 13)]
+    chooser._decide(numbers, [key], 12, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "fp16"  # the check: the next-cheapest
+    chooser._judge(torch.tensor([0.030, 0.035], dtype=torch.float64), 18)
+    assert chooser.choice[key].name == "onebit" and chooser._verified
+    chooser._decide(numbers, [key], 22, 2)
+    assert chooser._trial is None  # checked once
 
 
 def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_link_moves() -> None:

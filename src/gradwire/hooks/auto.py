@@ -116,6 +116,12 @@ MAX_BACKOFF = 8
 BACKOFF_SECONDS = 2.0
 #: step periods kept for the trials' medians
 _PERIODS = 32
+#: a run's first steps are slower than the rest (allocations, the backend's first ops, DDP's rebuild): no trial
+#: is judged by them
+WARM_STEPS = 5
+#: a choice taken without a trial is checked once against the next-cheapest candidate, when that one's price is
+#: within this factor of its own
+UNSURE = 2.0
 #: all-uncompressed steps whose exposure is kept (the fastest counts)
 _EXPOSURE_STEPS = 8
 #: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
@@ -235,6 +241,8 @@ class AutoChooser:
         self._last_probe = -1
         self._trial: _Trial | None = None
         self._trial_agreement: tuple[Future, int] | None = None
+        #: whether the current choice was judged by a trial (else one checks it at a later decision)
+        self._verified = False
         #: proposals whose trial lost, with the agreed link then (tried again once it moved)
         self._rejected: dict[tuple[str, ...], Link] = {}
 
@@ -375,13 +383,15 @@ class AutoChooser:
                 return then(fut, lambda _: times.append(time.perf_counter() - start))
             return launch
 
-        # the first small all_reduce lines the ranks up (it waits for the slowest); the next ones are timed
-        fut = turn.issue(timed(small_t), last=False)
-        for tensor, last in ((small_t, False), (small_t, False), (large_t, False), (large_t, True)):
-            fut = turn.issue(timed(tensor), after=fut, last=last)
+        # the first small all_reduce lines the ranks up (it waits for the slowest); the first probe of a run
+        # also sends an untimed large one (a backend's first op of a size sets up its buffers); the rest are timed
+        calls = [small_t] + ([large_t] if self.link is None else []) + [small_t, small_t, large_t, large_t]
+        fut = turn.issue(timed(calls[0]), last=False)
+        for j, tensor in enumerate(calls[1:], start=1):
+            fut = turn.issue(timed(tensor), after=fut, last=j == len(calls) - 1)
 
         def record(_: Any) -> None:  # delays only add: the fastest of each pair is the link's
-            self._probed = [min(times[1], times[2]), min(times[3], times[4]), busbytes]
+            self._probed = [min(times[-4], times[-3]), min(times[-2], times[-1]), busbytes]
 
         self._probe_future = fut.then(lambda done: record(done.value()))
 
@@ -460,8 +470,10 @@ class AutoChooser:
     def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
         """Price every candidate per exchange on the agreed link; a different choice goes on trial.
 
-        The first decision of a run, or one with no step of the current
-        choice to compare with, is taken as priced. Every later change runs
+        A change with no warm step of the current choice to compare with
+        (the first decision of a run) is taken as priced, and checked at a
+        later decision against the next-cheapest candidate if that one's
+        price is within :data:`UNSURE` of it. Every other change runs
         :data:`TRIAL_STEPS` steps and is judged by them (:meth:`_judge`):
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
@@ -476,7 +488,7 @@ class AutoChooser:
                                                            (previous.beta + measured.beta) / 2)
         self._exposed_share, period = values[3], values[4]
         cpu = values[5:]
-        proposal = dict(self.choice)
+        proposal, unsure = dict(self.choice), dict(self.choice)
         per = len(self.candidates)
         for i, key in enumerate(keys):
             size = torch.empty(0, dtype=self._dtypes.get(key, torch.float32)).element_size()
@@ -489,12 +501,18 @@ class AutoChooser:
             gain = LEAVE_NONE_GAIN if current is self.none else SWITCH_GAIN
             if self.candidates[best] is not current and prices[best] < now * (1 - gain):
                 proposal[key] = self.candidates[best]
+            others = [j for j in range(per) if self.candidates[j] is not current]
+            runner = min(others, key=prices.__getitem__, default=None)
+            if runner is not None and prices[runner] < UNSURE * now:
+                unsure[key] = self.candidates[runner]
+        since = (self._step - self._first) if self._first is not None else 0
+        if self._names(proposal, keys) == self._names(self.choice, keys) and not self._verified and since > WARM_STEPS:
+            proposal = unsure  # a choice taken as priced, checked once against the next-cheapest
         names = self._names(proposal, keys)
         rejected = self._rejected.get(names)
         if rejected is not None and not _moved(rejected, self.link):
             proposal = dict(self.choice)  # it lost its trial on this link
         changed = self._names(proposal, keys) != self._names(self.choice, keys)
-        since = (self._step - self._first) if self._first is not None else 0
         steady = not changed and previous is not None and not _moved(previous, measured)
         longest = MAX_BACKOFF * self.auto.every
         if period > 0:
@@ -502,10 +520,13 @@ class AutoChooser:
         self._interval = min(self._interval * 2, longest) if steady else self.auto.every
         self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
         if changed:
-            # the old choice's steps since the probe: on the link the proposal was priced on
-            before = self._median_period(self._names(self.choice, keys), self._last_probe + 1, self._step - 1)
+            # the old choice's steps since the probe (on the link the proposal was priced on), past the warm-up
+            first = max(self._last_probe + 1, (self._first or 0) + WARM_STEPS)
+            before = self._median_period(self._names(self.choice, keys), first, self._step - 1)
             if not math.isnan(before):
                 self._trial = _Trial(dict(self.choice), names, self._step, before)
+            else:
+                self._verified = False  # taken as priced: checked at a later decision
             self.choice = proposal
             self._record(step, keys, "trial" if self._trial is not None else "decided")
         elif not self.decisions:
@@ -529,6 +550,7 @@ class AutoChooser:
         """
         trial, self._trial = self._trial, None
         assert trial is not None
+        self._verified = True
         before, after = numbers.tolist()
         keys = list(self._keys)
         faster = math.isnan(before) or math.isnan(after) or after < before
