@@ -9,17 +9,18 @@
 #   bash benchmarks/compare_stacks.sh                       # every strategy, 1 seed
 #   STRATEGIES=sync,onebit SEEDS=1 bash benchmarks/compare_stacks.sh     # a smoke run
 #   STACKS=hf_trainer bash benchmarks/compare_stacks.sh     # one stack
+#   OUT=/tmp/stacks STRATEGIES=sync,auto bash benchmarks/compare_stacks.sh   # elsewhere than results/
 #
 # The machine's load before and after goes into load.txt.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=$repo/benchmarks/results/compare_stacks
+out=${OUT:-$repo/benchmarks/results/compare_stacks}
 # every comparison works in a scratch folder: what a stack writes in its working directory (lightning_logs/,
 # the Trainer's output_dir) stays out of the repository, and edits in the repository never reach the
 # comparison's check of its working directory
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-strategies=${STRATEGIES:-sync,onebit,delayed,onebit+delayed,int8,torch-fp16,torch-powersgd:2,localsgd:4,async-average:4,handler}
+strategies=${STRATEGIES:-sync,onebit,delayed,onebit+delayed,int8,torch-fp16,torch-powersgd:2,localsgd:4,async-average:4,handler,auto,auto+delayed}
 seeds=${SEEDS:-1}
 stacks=${STACKS:-lightning hf_trainer accelerate}
 net=bandwidth=200mbit

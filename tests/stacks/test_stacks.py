@@ -49,7 +49,7 @@ NET = "bandwidth=200mbit"
 #: the acceptance list (``GRADWIRE_STACKS_STRATEGIES=all``, or a comma-separated list with sync first);
 #: ``bash benchmarks/compare_stacks.sh`` runs it for every stack, with the table committed
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "int8", "torch-fp16", "torch-powersgd:2",
-              "localsgd:4", "async-average:4", "handler")
+              "localsgd:4", "async-average:4", "handler", "auto", "auto+delayed")
 #: what the suite runs by default (a training costs 15-50 s here): sync and the strategies that meet what the
 #: stack does: Lightning's closure under onebit+delayed (both own the step), the Trainer's unused-parameter
 #: map beside PowerSGD's second all_reduce and its clipping (allowed there, refused under onebit),

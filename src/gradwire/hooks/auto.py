@@ -33,7 +33,8 @@ every exchange is uncompressed (``none``): what sync does.
    choice runs :data:`TRIAL_STEPS` steps; each rank's median step period
    under it (the time from one step's last exchange to the next's, steps
    with a probe left out) and under the choice it replaced are averaged by
-   one all_reduce, and the proposal stays only if its steps were faster.
+   one all_reduce, and the proposal stays only if its steps were
+   :data:`TRIAL_MARGIN` faster.
    A reverted proposal is not proposed again until the agreed link moves
    by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
@@ -107,6 +108,9 @@ PROBE_BYTES_SHARE = 8.0
 CPU_SIZES = (1 << 12, 1 << 16)
 #: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
 TRIAL_STEPS = 3
+#: a trial's steps must be this much faster than the old choice's for it to stay (per-step noise on a busy host
+#: is several percent: a near tie keeps what runs)
+TRIAL_MARGIN = 0.03
 #: a choice that lost its trial is not proposed again until the agreed link moves by this share (beta; twice
 #: that in alpha)
 LINK_MOVED = 0.3
@@ -544,7 +548,8 @@ class AutoChooser:
         self._trial_agreement = (then(fut, lambda _: numbers), self._step)
 
     def _judge(self, numbers: Tensor, step: int) -> None:
-        """Keep the trial's choice if its steps were faster than the incumbent's (every rank's mean), else revert.
+        """Keep the trial's choice if its steps were :data:`TRIAL_MARGIN` faster than the incumbent's (every rank's
+        mean), else revert.
 
         A rank that saw no step of one of them makes the mean nan: the trial is kept (as priced).
         """
@@ -553,7 +558,7 @@ class AutoChooser:
         self._verified = True
         before, after = numbers.tolist()
         keys = list(self._keys)
-        faster = math.isnan(before) or math.isnan(after) or after < before
+        faster = math.isnan(before) or math.isnan(after) or after < before * (1 - TRIAL_MARGIN)
         if not faster:
             self.choice = trial.incumbent
             if self.link is not None:
