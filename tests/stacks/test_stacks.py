@@ -53,10 +53,10 @@ STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "int8", "torch-fp16
 #: what the suite runs by default (a training costs 15-50 s here): sync and the strategies that meet what the
 #: stack does: Lightning's closure under onebit+delayed (both own the step), the Trainer's unused-parameter
 #: map beside PowerSGD's second all_reduce and its clipping (allowed there, refused under onebit),
-#: Accelerate's loop under onebit. (PowerSGD at rank 2 ends 0.10 above sync's eval loss in the Trainer's 60
+#: Accelerate's loop under onebit and auto (its probes and trials on the stack's own group). (PowerSGD at rank 2 ends 0.10 above sync's eval loss in the Trainer's 60
 #: steps, outside the seeds' spread of 0.064: a lossier compression, reported by compare_stacks.sh)
 QUICK = {"lightning": ("sync", "onebit+delayed"), "hf_trainer": ("sync", "torch-powersgd:4", "onebit"),
-         "accelerate": ("sync", "onebit")}
+         "accelerate": ("sync", "onebit", "auto")}
 
 #: the message gloo's teardown leaves when it aborts a finished process (DESIGN.md); not a failure by itself
 TEARDOWN_ABORT = "terminate called without an active exception"
