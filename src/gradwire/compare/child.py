@@ -82,7 +82,11 @@ class Child:
 
     # -- recording ------------------------------------------------------------------
     def _forward(self) -> None:
-        self.forwards.append(self.clock.now())
+        # a training forward only: an evaluation's (Lightning's sanity check before the first step, a
+        # validation between epochs) runs without grad and is not a step; timed from it, the first step
+        # would carry the evaluation and the data loaders' start
+        if torch.is_grad_enabled():
+            self.forwards.append(self.clock.now())
 
     def _step_ended(self) -> None:
         self.step_ends.append(self.clock.now())
