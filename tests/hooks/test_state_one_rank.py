@@ -194,17 +194,26 @@ def test_auto_names_and_refusals() -> None:
         auto.compress(torch.zeros(4))
 
 
+def _chooser(spec: str, numel: int, step: int, last_probe: int) -> tuple[object, StateKey]:
+    """An ``auto`` chooser of one exchange of ``numel`` elements, at ``step`` of a run, probed at ``last_probe``."""
+    from gradwire.compress import AutoCompressor
+    from gradwire.hooks.auto import AutoChooser
+
+    auto = get_compressor(spec)
+    assert isinstance(auto, AutoCompressor)
+    chooser = AutoChooser(auto)
+    key = StateKey.of("p0", numel)
+    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, step, last_probe
+    return chooser, key
+
+
 def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_the_link_moves() -> None:
     # the chooser's decisions from agreed numbers alone (no process group): a priced proposal goes on trial,
     # its steps judge it, a loser is not proposed again on the same link, a moved link proposes it again
-    from gradwire.compress import AutoCompressor
     from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser
 
-    auto = get_compressor("auto:onebit")
-    assert isinstance(auto, AutoCompressor)
-    chooser = AutoChooser(auto)
-    key = StateKey.of("p0", 1 << 20)
-    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 9, 7
+    chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
+    assert isinstance(chooser, AutoChooser)
     # a warm-up step, one before the probe, the probe's own, one after it
     chooser._periods = [(2, ("none",), 0.300, True), (6, ("none",), 0.070, True), (7, ("none",), 0.100, False),
                         (8, ("none",), 0.050, True)]
@@ -231,14 +240,10 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
 
 
 def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_next_cheapest() -> None:
-    from gradwire.compress import AutoCompressor
     from gradwire.hooks.auto import AutoChooser
 
-    auto = get_compressor("auto:fp16/onebit")
-    assert isinstance(auto, AutoCompressor)
-    chooser = AutoChooser(auto)
-    key = StateKey.of("p0", 1 << 20)
-    chooser._keys, chooser._first, chooser._step, chooser._last_probe = [key], 0, 3, 1
+    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 3, 1)
+    assert isinstance(chooser, AutoChooser)
     chooser._periods = [(1, ("none",), 0.100, False), (2, ("none",), 0.090, True)]  # warm-up steps only
     # 8 Gbit/s of bus bandwidth: onebit priced 2.3 ms, fp16 next (3.6 ms: within 2x), none 5.2 ms
     busbytes = 4e6
