@@ -172,7 +172,6 @@ class _Trial:
     """the step whose exchanges first used the proposal (its own period is not judged: it switched)"""
     before: float
     """this rank's median period of the incumbent's clean steps before it (nan: none seen)"""
-    judging: bool = False
 
 
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
@@ -240,8 +239,7 @@ class AutoChooser:
         #: (step, choice names, seconds since the previous step's end, clean: no probe in it), the last few
         self._periods: list[tuple[int, tuple[str, ...], float, bool]] = []
         self._last_end: float | None = None
-        self._probe_steps: set[int] = set()
-        #: the step the last probe ran in
+        #: the step the last probe ran in (probes are steps apart: the only one a period can contain)
         self._last_probe = -1
         self._trial: _Trial | None = None
         self._trial_agreement: tuple[Future, int] | None = None
@@ -283,7 +281,6 @@ class AutoChooser:
             self._probe_future.wait()
             self._agree(self._keys, sequencer, group)
         if probe:
-            self._probe_steps.add(self._step)
             self._last_probe = self._step
             self._probe(self._keys, sequencer, group)
 
@@ -306,10 +303,7 @@ class AutoChooser:
         since = step - self._first
         self._keys, self._step = list(keys), step + 1
         trial = self._trial
-        judge = trial is not None and not trial.judging and step == trial.start + TRIAL_STEPS
-        if judge:
-            assert trial is not None
-            trial.judging = True
+        judge = trial is not None and step == trial.start + TRIAL_STEPS
         # a probe waits for a trial to end: its steps must be the proposal's own
         probe = trial is None and self._agreement is None and since >= self._next_probe
         if probe:
@@ -320,10 +314,9 @@ class AutoChooser:
         """The seconds since the previous step's end, under this step's choices (what a trial is judged by)."""
         now = time.perf_counter()
         if self._last_end is not None:
-            names = tuple(self.choice.get(k, self.none).name for k in keys)
-            self._periods.append((step, names, now - self._last_end, step not in self._probe_steps))
+            self._periods.append((step, self._names(self.choice, keys), now - self._last_end,
+                                  step != self._last_probe))
             del self._periods[:-_PERIODS]
-        self._probe_steps.discard(step)
         self._last_end = now
 
     def _median_period(self, names: tuple[str, ...], first: int, last: int) -> float:
@@ -597,7 +590,7 @@ class AutoChooser:
         self.decisions = [Decision.from_plain(d) for d in state.get("decisions", [])]
         self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
         self._trial, self._trial_agreement, self._probed_at = None, None, None
-        self._periods, self._last_end, self._probe_steps = [], None, set()
+        self._periods, self._last_end, self._last_probe = [], None, -1
 
     def describe(self) -> str:
         """A few words: what the exchanges use now, and what was chosen before."""
