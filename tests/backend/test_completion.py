@@ -86,3 +86,63 @@ def test_asking_for_the_future_does_not_wait_for_an_inline_wait():
         assert r["op"] > 0.6, r
         assert r["get_future"] < 0.3, r  # it waited for the whole op while the inline wait held the lock
         assert r["value"] == [2.0, 2.0] and r["completed"]
+
+
+class _InnerWork:
+    """What the inner backend's Work offers the completion path: its future, and a wait that raises its error."""
+
+    def __init__(self, future) -> None:
+        self._future = future
+
+    def get_future(self):
+        return self._future
+
+    def wait(self) -> bool:
+        self._future.wait()
+        return True
+
+
+@pytest.mark.parametrize("path", ["future", "inline"])
+def test_an_inner_timeout_of_an_op_the_network_holds_past_its_timeout_names_the_network(path):
+    """A peer held by an outage leaves this rank's real collective waiting as long as the op's own timeout:
+    whichever fires first, the caller reads the simulated network's reason, with the inner error as its cause."""
+    import torch.distributed as dist
+    from torch.futures import Future
+
+    from gradwire.backend.accounting import Event
+    from gradwire.backend.completer import CLOCK
+    from gradwire.backend.work import Pending
+
+    now = CLOCK.now()
+    timeout = 0.2
+    event = Event("all_reduce", "0", 7, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
+    inner_future: Future = Future()
+    pending = Pending(event, 1100, _InnerWork(inner_future), None, False, "gloo", timeout, "the simulated link is down from 1 s")
+    gloo_error = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 200ms for send")
+    threading.Timer(timeout + 0.05, inner_future.set_exception, (gloo_error,)).start()
+    # the future carries it as torch's futures do (a RuntimeError with the error's text), wait() as it is
+    with pytest.raises(RuntimeError, match="down from 1 s"):
+        if path == "future":
+            pending.chain().wait()
+        else:
+            pending.wait_inline()
+    assert isinstance(pending.error, dist.DistBackendError) and pending.error.__cause__ is gloo_error
+    assert event.error is not None and "down from 1 s" in event.error
+
+
+def test_an_inner_failure_before_the_timeout_is_the_callers_error_even_when_the_network_is_slower():
+    """A peer that died fails the op at once with gloo's own error, not later as a timeout of the network."""
+    import torch.distributed as dist
+    from torch.futures import Future
+
+    from gradwire.backend.accounting import Event
+    from gradwire.backend.completer import CLOCK
+    from gradwire.backend.work import Pending
+
+    now = CLOCK.now()
+    event = Event("all_reduce", "0", 8, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
+    inner_future: Future = Future()
+    pending = Pending(event, 1100, _InnerWork(inner_future), None, False, "gloo", 2.0, "")
+    inner_future.set_exception(RuntimeError("Connection closed by peer"))
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        pending.chain().wait()

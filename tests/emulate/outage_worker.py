@@ -2,7 +2,8 @@
 
 Usage: outage_worker.py OUT_DIR NBYTES UNTIL. Calls all_reduce until UNTIL
 seconds after the run's t = 0 (GRADWIRE_EMULATE_T0) and writes, per call, its
-start and end on that clock and whether its result was right, to
+start and end on that clock (the end after the small all_reduce that agrees on
+stopping: an outage may begin in either) and whether its result was right, to
 OUT_DIR/rank<R>.json; leaves without tearing the group down (see worker.py).
 """
 import json
@@ -26,8 +27,8 @@ while True:
     x.fill_(rank + 1)
     begin = time.monotonic() - t0
     dist.all_reduce(x)
-    end = time.monotonic() - t0
     dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # every rank stops after the same call
+    end = time.monotonic() - t0
     calls.append([begin, end, bool(torch.all(x == sum(range(1, world + 1))))])
     if stop.item():
         break

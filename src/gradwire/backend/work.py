@@ -236,9 +236,21 @@ class Pending:
         LEDGER.record(e, self.sent_bytes, e.inner_done - e.issued)
 
     def _fail(self, exc: BaseException) -> BaseException:
-        """Record the failed op; return the error the caller should see (unsupported ops translated)."""
+        """Record the failed op; return the error the caller should see (unsupported ops translated).
+
+        An op that the simulated network would finish only past its timeout
+        fails with that timeout's error (chained from the inner one) when the
+        inner op fails at its own timeout: the inner group has the same
+        timeout, and a peer held by the simulated network (an outage) leaves
+        this rank's real collective waiting just as long. Which of the two
+        fires first is a race; the cause the caller needs is the network's.
+        """
         exc = translate(exc, self.event.op, self.backend)
         e = self.event
+        if self._late() and not isinstance(exc, NotImplementedError) and CLOCK.now() >= e.issued + self.timeout - 0.05:
+            timed_out = self.timeout_error()
+            timed_out.__cause__ = exc
+            exc = timed_out
         e.error = f"{type(exc).__name__}: {exc}"
         if not e.inner_done:
             e.inner_done = CLOCK.now()
