@@ -50,9 +50,11 @@ Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
 :class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
 (never from a completion callback, where they could race the collectives
-DDP itself issues on that group during forward), and nobody waits for them
-at once: a probe runs at step ``t``, the agreement on it at ``t + 1``, the
-decision applies from ``t + 2``; a trial from ``t + 2`` is agreed on at
+DDP itself issues on that group during forward). The run's first probe
+runs at the first step after DDP rebuilt its buckets, and is agreed on and
+decided at once: that step's exchanges already use the choice. Later ones
+are waited for by nobody at once: a probe runs at step ``t``, the
+agreement on it at ``t + 1``, the decision applies from ``t + 2``; a trial from ``t + 2`` is agreed on at
 ``t + 2 + TRIAL_STEPS + 1`` and judged at the step after; no probe runs
 during a trial.
 
@@ -283,6 +285,27 @@ class AutoChooser:
         if probe:
             self._last_probe = self._step
             self._probe(self._keys, sequencer, group)
+            if self.link is None:
+                self._decide_now(sequencer, group)
+
+    def _decide_now(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
+        """The run's first probe, agreed on and decided at once: its step's exchanges already use the choice.
+
+        Waiting here costs the probe and one small all_reduce, which the
+        step's exchanges would wait behind anyway (they take their turns
+        after them); deciding two steps later, as every later probe is,
+        would cost two more uncompressed steps where compressing pays.
+        The first probe runs at the first step after DDP's rebuild of its
+        buckets (the layouts priced are the ones the step sends).
+        """
+        assert self._probe_future is not None
+        self._probe_future.wait()
+        self._agree(self._keys, sequencer, group)
+        assert self._agreement is not None
+        fut, keys, step, world = self._agreement
+        self._agreement = None
+        self._decide(fut.wait(), keys, step, world)
+        self._probed_at = None  # agreed already: the next step has nothing to agree on
 
     def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None,
                  futures: list[Future] | None = None) -> None:
