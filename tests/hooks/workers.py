@@ -317,6 +317,9 @@ def local_correction_steps(rank: int, world: int, name: str, steps: int, correct
     _init(rank, world)
     state = CompressionState(name, warmup_iters=0, min_compress_numel=0, local_correction=correct)
     param = torch.zeros(4099)  # one identity for the bucket's parameters: the residuals persist
+    if plan is not None:  # the plan chooses, not the chooser's probes (the first would decide at once)
+        assert state.auto is not None
+        state.auto._next_probe = steps + 1
     outs = []
     for step in range(steps):
         if plan is not None:

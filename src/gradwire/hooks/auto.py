@@ -26,7 +26,8 @@ of lowest :func:`gradwire.compress.auto.price`; a current choice is kept
 unless another is at least :data:`SWITCH_GAIN` cheaper (noise near a
 crossover must not flip it every few steps), and ``none`` unless a
 compressor is :data:`LEAVE_NONE_GAIN` cheaper (what the price leaves out
-counts against compressing). Until the first agreement,
+counts against compressing; :data:`FIRST_LEAVE_NONE_GAIN` at the run's
+first decision, which no step can judge). Until the first agreement,
 every exchange is uncompressed (``none``): what sync does.
 
 4. Trial: a price is a model, and the step is what counts. A changed
@@ -90,7 +91,7 @@ from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKe
 
 from .futures import Sequencer, then
 
-__all__ = ["LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers", "trace_events"]
+__all__ = ["FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers", "trace_events"]
 
 #: a new candidate must be this much cheaper than the current one to replace it
 SWITCH_GAIN = 0.05
@@ -98,6 +99,10 @@ SWITCH_GAIN = 0.05
 #: the uncompressed all_reduces of the first buckets with backward; coding runs on the training thread)
 #: counts against compressing
 LEAVE_NONE_GAIN = 0.2
+#: ... and this much at the run's first decision, which no step can judge (it is taken as priced, and its
+#: exposure of the uncompressed exchanges rests on one step): a near call stays uncompressed until a later
+#: decision can put it on trial
+FIRST_LEAVE_NONE_GAIN = 0.4
 #: the probe's larger all_reduce starts at the largest exchange, at most this many elements (512 KiB of fp32),
 PROBE_NUMEL = 1 << 17
 #: then takes the size whose bytes cost PROBE_BYTES_SHARE x alpha on the agreed link (fewer would be lost in
@@ -518,7 +523,8 @@ class AutoChooser:
             best = min(range(per), key=prices.__getitem__)
             current = self.choice.get(key, self.none)
             now = prices[self.candidates.index(current)] if current in self.candidates else float("inf")
-            gain = LEAVE_NONE_GAIN if current is self.none else SWITCH_GAIN
+            gain = SWITCH_GAIN if current is not self.none else (
+                LEAVE_NONE_GAIN if self.decisions else FIRST_LEAVE_NONE_GAIN)
             if self.candidates[best] is not current and prices[best] < now * (1 - gain):
                 proposal[key] = self.candidates[best]
             others = [j for j in range(per) if self.candidates[j] is not current]
