@@ -227,14 +227,14 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert chooser.choice[key].name == "onebit" and chooser._trial is not None
     assert chooser._trial.before == 0.050  # the old choice's clean periods since the probe (step 7)
     assert chooser.decisions[-1].event == "trial"
-    chooser._judge(torch.tensor([0.050, 0.060], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
+    chooser._judge(torch.tensor([0.050, 0.060, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
     assert key not in chooser.choice or chooser.choice[key].name == "none"
     assert chooser.decisions[-1].event == "reverted" and chooser.decisions[-1].steps_ms == (50.0, 60.0)
     chooser._decide(slow, [key], 20, 2)  # the same link: the loser is not tried again
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
     chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower (averaged with the last: 5.5x)
     assert chooser._trial is not None and chooser.choice[key].name == "onebit"
-    chooser._judge(torch.tensor([0.500, 0.060], dtype=torch.float64), 40)
+    chooser._judge(torch.tensor([0.500, 0.060, 0.0], dtype=torch.float64), 40)
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
     assert "1 trial(s) reverted" in chooser.describe()
 
@@ -255,7 +255,7 @@ def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_ne
     chooser._periods += [(s, ("onebit",), 0.030, s != 11) for s in range(3, 13)]
     chooser._decide(numbers, [key], 12, 2)
     assert chooser._trial is not None and chooser.choice[key].name == "fp16"  # the check: the next-cheapest
-    chooser._judge(torch.tensor([0.030, 0.035], dtype=torch.float64), 18)
+    chooser._judge(torch.tensor([0.030, 0.035, 0.0], dtype=torch.float64), 18)
     assert chooser.choice[key].name == "onebit" and chooser._verified
     chooser._decide(numbers, [key], 22, 2)
     assert chooser._trial is None  # checked once
@@ -287,3 +287,25 @@ def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_lin
     for _ in range(4):
         chooser._decide(slow, [key], 0, 2)
     assert chooser._interval == 10
+
+
+def test_auto_trial_won_by_less_than_the_old_choices_own_noise_is_reverted() -> None:
+    # the old choice's steps swing by 10% (median absolute deviation 4 ms of 40): a trial 5% faster is within
+    # that noise and reverted; one 25% faster stays. The spread is measured from the old choice's steps.
+    from gradwire.hooks.auto import TRIAL_NOISE, AutoChooser
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 12, 5)
+    assert isinstance(chooser, AutoChooser)
+    periods = [0.040, 0.036, 0.044, 0.040, 0.036, 0.044]
+    chooser._periods = [(6 + i, ("none",), t, True) for i, t in enumerate(periods)]
+    busbytes = 4e6
+    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.04, 0.0, 1e-3], dtype=torch.float64)
+    chooser._decide(slow, [key], 12, 2)
+    assert chooser._trial is not None and chooser._trial.spread == pytest.approx(0.1)
+    assert TRIAL_NOISE * chooser._trial.spread > 0.05
+    chooser._judge(torch.tensor([0.040, 0.038, chooser._trial.spread], dtype=torch.float64), 16)
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "reverted"
+    chooser._decide(slow * torch.tensor([1, 4, 1, 1, 1, 1, 1], dtype=torch.float64), [key], 20, 2)  # the link moved
+    assert chooser._trial is not None
+    chooser._judge(torch.tensor([0.040, 0.030, chooser._trial.spread], dtype=torch.float64), 24)
+    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"

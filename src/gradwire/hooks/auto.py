@@ -35,7 +35,9 @@ every exchange is uncompressed (``none``): what sync does.
    under it (the time from one step's last exchange to the next's, steps
    with a probe left out) and under the choice it replaced are averaged by
    one all_reduce, and the proposal stays only if its steps were
-   :data:`TRIAL_MARGIN` faster.
+   :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
+   choice's own step-to-step spread where that is more (on a busy host a
+   median of three steps wins by several percent from noise alone).
    A reverted proposal is not proposed again until the agreed link moves
    by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
@@ -116,8 +118,12 @@ CPU_SIZES = (1 << 12, 1 << 16)
 #: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
 TRIAL_STEPS = 3
 #: a trial's steps must be this much faster than the old choice's for it to stay (per-step noise on a busy host
-#: is several percent: a near tie keeps what runs)
+#: is several percent: a near tie keeps what runs) ...
 TRIAL_MARGIN = 0.03
+#: ... or this many times the old choice's own spread (the median absolute deviation of its steps, a share of
+#: their median), where that is larger: a median of TRIAL_STEPS steps moves by about one such spread from
+#: noise alone, and a trial that won by noise would keep a slower choice for the rest of the run
+TRIAL_NOISE = 1.5
 #: a choice that lost its trial is not proposed again until the agreed link moves by this share (beta; twice
 #: that in alpha)
 LINK_MOVED = 0.3
@@ -179,6 +185,8 @@ class _Trial:
     """the step whose exchanges first used the proposal (its own period is not judged: it switched)"""
     before: float
     """this rank's median period of the incumbent's clean steps before it (nan: none seen)"""
+    spread: float
+    """their median absolute deviation as a share of ``before`` (0: fewer than three steps)"""
 
 
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
@@ -349,9 +357,20 @@ class AutoChooser:
 
     def _median_period(self, names: tuple[str, ...], first: int, last: int) -> float:
         """This rank's median period of steps ``first..last`` under ``names``: the clean ones, else all (nan: none)."""
-        mine = [(t, clean) for step, n, t, clean in self._periods if n == names and first <= step <= last]
-        times = [t for t, clean in mine if clean] or [t for t, _ in mine]
+        times = self._step_periods(names, first, last)
         return statistics.median(times) if times else math.nan
+
+    def _spread(self, names: tuple[str, ...], first: int, last: int) -> float:
+        """The median absolute deviation of those periods, as a share of their median (0: fewer than three)."""
+        times = self._step_periods(names, first, last)
+        if len(times) < 3:
+            return 0.0
+        mid = statistics.median(times)
+        return statistics.median(abs(t - mid) for t in times) / mid if mid > 0 else 0.0
+
+    def _step_periods(self, names: tuple[str, ...], first: int, last: int) -> list[float]:
+        mine = [(t, clean) for step, n, t, clean in self._periods if n == names and first <= step <= last]
+        return [t for t, clean in mine if clean] or [t for t, _ in mine]
 
     # -- measuring -----------------------------------------------------------------
     def _time_exposure(self, keys: list[StateKey], futures: list[Future]) -> None:
@@ -548,9 +567,11 @@ class AutoChooser:
         if changed:
             # the old choice's steps since the probe (on the link the proposal was priced on), past the warm-up
             first = max(self._last_probe + 1, (self._first or 0) + WARM_STEPS)
-            before = self._median_period(self._names(self.choice, keys), first, self._step - 1)
+            incumbent = self._names(self.choice, keys)
+            before = self._median_period(incumbent, first, self._step - 1)
             if not math.isnan(before):
-                self._trial = _Trial(dict(self.choice), names, self._step, before)
+                self._trial = _Trial(dict(self.choice), names, self._step, before,
+                                     self._spread(incumbent, first, self._step - 1))
             else:
                 self._verified = False  # taken as priced: checked at a later decision
             self.choice = proposal
@@ -559,28 +580,29 @@ class AutoChooser:
             self._record(step, keys, "decided")
 
     def _agree_trial(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
-        """All_reduce (mean) of the trial's median step and the incumbent's, judged at the next step."""
+        """All_reduce (mean) of the trial's median step, the incumbent's and its spread, judged at the next step."""
         trial = self._trial
         assert trial is not None
         world = dist.get_world_size(group)
         after = self._median_period(trial.proposal, trial.start + 1, trial.start + TRIAL_STEPS)
-        numbers = torch.tensor([trial.before, after], dtype=torch.float64) / world
+        numbers = torch.tensor([trial.before, after, trial.spread], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
         self._trial_agreement = (then(fut, lambda _: numbers), self._step)
 
     def _judge(self, numbers: Tensor, step: int) -> None:
-        """Keep the trial's choice if its steps were :data:`TRIAL_MARGIN` faster than the incumbent's (every rank's
-        mean), else revert.
+        """Keep the trial's choice if its steps were faster than the incumbent's (every rank's mean) by
+        :data:`TRIAL_MARGIN`, or :data:`TRIAL_NOISE` times the incumbent's spread where that is more; else revert.
 
         A rank that saw no step of one of them makes the mean nan: the trial is kept (as priced).
         """
         trial, self._trial = self._trial, None
         assert trial is not None
         self._verified = True
-        before, after = numbers.tolist()
+        before, after, spread = numbers.tolist()
         keys = list(self._keys)
-        faster = math.isnan(before) or math.isnan(after) or after < before * (1 - TRIAL_MARGIN)
+        margin = max(TRIAL_MARGIN, TRIAL_NOISE * spread)
+        faster = math.isnan(before) or math.isnan(after) or after < before * (1 - margin)
         if not faster:
             self.choice = trial.incumbent
             if self.link is not None:
