@@ -55,7 +55,8 @@ group, so they are issued in turns of its
 (never from a completion callback, where they could race the collectives
 DDP itself issues on that group during forward). The run's first probe
 runs at the first step after DDP rebuilt its buckets, and is agreed on and
-decided at once: that step's exchanges already use the choice. Later ones
+decided at once (probed twice where its large all_reduce was too small to
+tell the bandwidth): that step's exchanges already use the choice. Later ones
 are waited for by nobody at once: a probe runs at step ``t``, the
 agreement on it at ``t + 1``, the decision applies from ``t + 2``; a trial from ``t + 2`` is agreed on at
 ``t + 2 + TRIAL_STEPS + 1`` and judged at the step after; no probe runs
@@ -113,6 +114,9 @@ PROBE_NUMEL = 1 << 17
 PROBE_MIN_NUMEL = 1 << 14
 PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
+#: the run's first probe is sized without a link; where its large all_reduce took less than this many times the
+#: small one's seconds beyond them, its bytes were lost in alpha's noise and it runs again, sized (auto's doc)
+FIRST_PROBE_CLEAR = 1.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
 #: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
@@ -207,6 +211,12 @@ def trace_events(pid: int) -> list[dict[str, Any]]:
                         "args": {"step": d.step, "choices": d.choices, "alpha_us": round(d.alpha_s * 1e6, 1),
                                  "bus_gbit_s": round(d.bus_gbit_s, 4)}})
     return out
+
+
+def _fitted(numbers: Tensor) -> Link:
+    """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
+    small, large, busbytes = numbers[:3].tolist()
+    return Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
 
 
 def _moved(old: Link, new: Link) -> bool:
@@ -310,14 +320,30 @@ class AutoChooser:
         would cost two more uncompressed steps where compressing pays.
         The first probe runs at the first step after DDP's rebuild of its
         buckets (the layouts priced are the ones the step sends).
+
+        Its large all_reduce has no link to be sized by: where it took less
+        than :data:`FIRST_PROBE_CLEAR` times the small one's time beyond it
+        (a fast link, where its bytes are lost in alpha's noise), the probe
+        runs again at once, sized on that first estimate as later probes
+        are, and the decision takes the second (on a 10 Gbit/s link the
+        first alone put the bandwidth at a third of the line rate).
         """
-        assert self._probe_future is not None
-        self._probe_future.wait()
-        self._agree(self._keys, sequencer, group)
-        assert self._agreement is not None
-        fut, keys, step, world = self._agreement
-        self._agreement = None
-        self._decide(fut.wait(), keys, step, world)
+        for again in (True, False):
+            assert self._probe_future is not None
+            self._probe_future.wait()
+            self._agree(self._keys, sequencer, group)
+            assert self._agreement is not None
+            fut, keys, step, world = self._agreement
+            self._agreement = None
+            numbers = fut.wait()
+            small, large = numbers[0].item(), numbers[1].item()
+            if again and small > 0 and large > small and large - small < FIRST_PROBE_CLEAR * small:
+                self.link = _fitted(numbers)  # sizes the second probe; the decision takes the second alone
+                self._probe(keys, sequencer, group)
+                self.link = None
+                continue
+            self._decide(numbers, keys, step, world)
+            break
         self._probed_at = None  # agreed already: the next step has nothing to agree on
 
     def end_step(self, step: int, keys: list[StateKey], group: dist.ProcessGroup | None,
@@ -516,16 +542,16 @@ class AutoChooser:
 
         A change with no warm step of the current choice to compare with
         (the first decision of a run) is taken as priced, and checked at a
-        later decision against the next-cheapest candidate if that one's
-        price is within :data:`UNSURE` of it. Every other change runs
+        later decision against ``none`` if its price is within
+        :data:`UNSURE` of it, else against the next-cheapest candidate if
+        that one's is. Every other change runs
         :data:`TRIAL_STEPS` steps and is judged by them (:meth:`_judge`):
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
         backward for the cores, what DDP overlaps).
         """
         values = numbers.tolist()
-        small, large, busbytes = values[:3]
-        measured = Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+        measured = _fitted(numbers)
         previous = self.link
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
         self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
@@ -546,8 +572,12 @@ class AutoChooser:
                 LEAVE_NONE_GAIN if self.decisions else FIRST_LEAVE_NONE_GAIN)
             if self.candidates[best] is not current and prices[best] < now * (1 - gain):
                 proposal[key] = self.candidates[best]
+            # the check of a choice taken as priced: against none first (whether compressing pays at all),
+            # else the next-cheapest; either only when priced within UNSURE of it
             others = [j for j in range(per) if self.candidates[j] is not current]
             runner = min(others, key=prices.__getitem__, default=None)
+            if current is not self.none and prices[0] < UNSURE * now:
+                runner = 0
             if runner is not None and prices[runner] < UNSURE * now:
                 unsure[key] = self.candidates[runner]
         since = (self._step - self._first) if self._first is not None else 0
