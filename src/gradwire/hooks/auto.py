@@ -54,7 +54,8 @@ group, so they are issued in turns of its
 :class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
 (never from a completion callback, where they could race the collectives
 DDP itself issues on that group during forward). The run's first probe
-runs at the first step after DDP rebuilt its buckets, and is agreed on and
+runs at the second step in DDP's rebuilt buckets (the first showed their
+layouts: the run's third step), and is agreed on and
 decided at once (probed twice where its large all_reduce was too small to
 tell the bandwidth): that step's exchanges already use the choice. Later ones
 are waited for by nobody at once: a probe runs at step ``t``, the
@@ -318,8 +319,8 @@ class AutoChooser:
         step's exchanges would wait behind anyway (they take their turns
         after them); deciding two steps later, as every later probe is,
         would cost two more uncompressed steps where compressing pays.
-        The first probe runs at the first step after DDP's rebuild of its
-        buckets (the layouts priced are the ones the step sends).
+        The first probe runs at the second step in DDP's rebuilt buckets
+        (the layouts priced, seen in the first, are the ones the step sends).
 
         Its large all_reduce has no link to be sized by: where it took less
         than :data:`FIRST_PROBE_CLEAR` times the small one's time beyond it
