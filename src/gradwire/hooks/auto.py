@@ -55,13 +55,13 @@ group, so they are issued in turns of its
 (never from a completion callback, where they could race the collectives
 DDP itself issues on that group during forward). The run's first probe
 runs at the second step in DDP's rebuilt buckets (the first showed their
-layouts: the run's third step), and is agreed on and
-decided at once (probed twice where its large all_reduce was too small to
-tell the bandwidth): that step's exchanges already use the choice. Later ones
-are waited for by nobody at once: a probe runs at step ``t``, the
-agreement on it at ``t + 1``, the decision applies from ``t + 2``; a trial from ``t + 2`` is agreed on at
-``t + 2 + TRIAL_STEPS + 1`` and judged at the step after; no probe runs
-during a trial.
+layouts: the run's third step), and is agreed on and decided at once
+(probed twice where its large all_reduce was too small to tell the
+bandwidth): that step's exchanges already use the choice. Later ones are
+waited for by nobody at once: a probe runs at step ``t``, the agreement on
+it at ``t + 1``, the decision applies from ``t + 2``; a trial from
+``t + 2`` is agreed on at ``t + 2 + TRIAL_STEPS + 1`` and judged at the
+step after; no probe runs during a trial.
 
 Switching keeps the arithmetic consistent (:class:`CompressionState` does
 it): error feedback's residuals are per parameter and carry over; a move to
@@ -95,7 +95,8 @@ from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKe
 
 from .futures import Sequencer, then
 
-__all__ = ["FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers", "trace_events"]
+__all__ = ["FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers",
+           "trace_events"]
 
 #: a new candidate must be this much cheaper than the current one to replace it
 SWITCH_GAIN = 0.05
@@ -545,8 +546,8 @@ class AutoChooser:
         (the first decision of a run) is taken as priced, and checked at a
         later decision against ``none`` if its price is within
         :data:`UNSURE` of it, else against the next-cheapest candidate if
-        that one's is. Every other change runs
-        :data:`TRIAL_STEPS` steps and is judged by them (:meth:`_judge`):
+        that one's is. Every other change runs :data:`TRIAL_STEPS` steps
+        and is judged by them (:meth:`_judge`):
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
         backward for the cores, what DDP overlaps).
