@@ -247,6 +247,8 @@ class Pending:
         """
         exc = translate(exc, self.event.op, self.backend)
         e = self.event
+        # "at its own timeout": the inner op was issued just after this one, so its timeout ends a little later;
+        # 50 ms of slack takes a clock read a little early, and an earlier failure (a dead peer) stays its own
         if self._late() and not isinstance(exc, NotImplementedError) and CLOCK.now() >= e.issued + self.timeout - 0.05:
             timed_out = self.timeout_error()
             timed_out.__cause__ = exc
