@@ -65,6 +65,30 @@ def test_a_real_collective_holds_the_core_for_the_cpu_it_uses_not_its_wall_time(
     assert (phase.floor, phase.held) == (0.004, 0.001)
 
 
+def test_a_replay_over_a_long_horizon_drops_the_background_no_later_work_can_meet(monkeypatch):
+    # a changing price, overlapped exchanges on busy cores, 1500 steps and more: the same steps as a replay that keeps
+    # every interval ever held (the old quadratic one), and the list of held intervals stays short
+    import gradwire.predict.simulate as sim
+
+    def changing(op, nbytes, start):
+        return (0.001 if int(start / 0.5) % 2 == 0 else 0.008), 0
+
+    plan = Plan(Kind.NEXT_STEP, (Exchange(0.0005, (Phase("all_reduce", 1000, floor=0.002, held=0.001),), 0.0005),
+                                 Exchange(0.0, (Phase("all_reduce", 1000, floor=0.002),), 0.0002)))
+    seen = []
+    kept = sim.advance
+    monkeypatch.setattr(sim, "advance", lambda t, s, held: seen.append(len(held)) or kept(t, s, held))
+    pruned = simulate(0.002, 0.004, 0.0005, [0.002, 0.004], plan, changing, horizon=20.0, busy_cores=True)
+    assert len(pruned.durations) > 1500 and max(seen) < 20
+
+    def every_interval(self, t, seconds):
+        return t + max(0.0, seconds) if seconds <= 0 else kept(t, seconds, self.background)
+
+    monkeypatch.setattr(sim._State, "compute", every_interval)
+    assert simulate(0.002, 0.004, 0.0005, [0.002, 0.004], plan, changing, horizon=20.0,
+                    busy_cores=True).durations == pruned.durations
+
+
 def test_on_busy_cores_a_blocking_exchange_after_backward_costs_only_its_own_time():
     plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000, floor=0.004),)),))
     for busy in (False, True):

@@ -226,9 +226,17 @@ class _State:
             self.background.append((start, end))
 
     def compute(self, t: float, seconds: float) -> float:
-        """When ``seconds`` of training-thread work started at ``t`` end (module doc, busy cores)."""
+        """When ``seconds`` of training-thread work started at ``t`` end (module doc, busy cores).
+
+        The training thread's work is asked for in time order (each step's
+        start is past the last compute of the step before), so an interval
+        that ended before ``t`` can meet no later work: it is dropped, and a
+        replay over a horizon of thousands of steps stays linear in them.
+        """
         if self.background is None or seconds <= 0:
             return t + max(0.0, seconds)
+        if self.background and self.background[0][1] <= t:
+            self.background = [iv for iv in self.background if iv[1] > t]
         return advance(t, seconds, self.background)
 
 
