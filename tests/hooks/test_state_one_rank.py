@@ -209,33 +209,41 @@ def _chooser(spec: str, numel: int, step: int, last_probe: int) -> tuple[object,
 
 def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_the_link_moves() -> None:
     # the chooser's decisions from agreed numbers alone (no process group): a priced proposal goes on trial,
-    # its steps judge it, a loser is not proposed again on the same link, a moved link proposes it again
-    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser
+    # its steps judge it against the old choice's steps on this link, a loser is not proposed again on the same
+    # link; a moved link's proposal is taken as priced (no steps of the old choice on it yet) and checked later
+    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser, _fitted
 
     chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
     assert isinstance(chooser, AutoChooser)
-    # a warm-up step, one before the probe, the probe's own, one after it
-    chooser._periods = [(2, ("none",), 0.300, True), (6, ("none",), 0.070, True), (7, ("none",), 0.100, False),
-                        (8, ("none",), 0.050, True)]
+    # a warm-up step, three clean ones before the probe, the probe's own, one after it
+    chooser._periods = [(2, ("none",), 0.300, True), (5, ("none",), 0.060, True), (6, ("none",), 0.070, True),
+                        (7, ("none",), 0.100, False), (8, ("none",), 0.050, True)]
 
     def agreed(alpha: float, beta: float) -> torch.Tensor:  # small, large, bus bytes, exposed share, cpu per candidate
         busbytes = 4e6
         return torch.tensor([alpha, alpha + beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-3], dtype=torch.float64)
 
     slow = agreed(1e-3, 1e-7)  # 1 Gbit/s of bus bandwidth: 1 MiB elements take ~0.4 s uncompressed
+    chooser.link = _fitted(slow)  # the link of the probes before: it has not moved
     chooser._decide(slow, [key], 2, 2)
     assert chooser.choice[key].name == "onebit" and chooser._trial is not None
-    assert chooser._trial.before == 0.050  # the old choice's clean periods since the probe (step 7)
+    assert chooser._trial.before == 0.060  # the old choice's clean periods past the warm-up (the probe's left out)
     assert chooser.decisions[-1].event == "trial"
-    chooser._judge(torch.tensor([0.050, 0.060, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
+    chooser._judge(torch.tensor([0.060, 0.070, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
     assert key not in chooser.choice or chooser.choice[key].name == "none"
-    assert chooser.decisions[-1].event == "reverted" and chooser.decisions[-1].steps_ms == (50.0, 60.0)
+    assert chooser.decisions[-1].event == "reverted" and chooser.decisions[-1].steps_ms == (60.0, 70.0)
     chooser._decide(slow, [key], 20, 2)  # the same link: the loser is not tried again
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
+    chooser._step, chooser._last_probe = 31, 29
+    chooser._periods += [(s, ("none",), 0.500, s != 29) for s in range(21, 31)]
     chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower (averaged with the last: 5.5x)
-    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
-    chooser._judge(torch.tensor([0.500, 0.060, 0.0], dtype=torch.float64), 40)
-    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
+    # one step of none on the new link (30): onebit is taken as priced, to be checked against none later
+    assert chooser._trial is None and chooser.choice[key].name == "onebit" and not chooser._verified
+    assert chooser.decisions[-1].event == "decided"
+    chooser._step, chooser._last_probe = 41, 39
+    chooser._periods += [(s, ("onebit",), 0.060, s != 39) for s in range(32, 41)]
+    chooser._decide(agreed(1e-3, 1e-6), [key], 40, 2)
+    assert chooser._trial is None and chooser.choice[key].name == "onebit"  # none is priced 30x: nothing to check
     assert "1 trial(s) reverted" in chooser.describe()
 
 
@@ -309,3 +317,32 @@ def test_auto_trial_won_by_less_than_the_old_choices_own_noise_is_reverted() -> 
     assert chooser._trial is not None
     chooser._judge(torch.tensor([0.040, 0.030, chooser._trial.spread], dtype=torch.float64), 24)
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
+
+
+def test_auto_compressor_kept_against_another_compressor_is_then_checked_against_none() -> None:
+    # a changing network: onebit ran through a slow stretch; on the fast link again fp16 is priced cheaper and
+    # beats onebit's steps, but none's steps are faster still. The kept fp16 met only onebit: the next decision
+    # puts none on trial (priced within UNSURE of fp16), and none stays.
+    from gradwire.hooks.auto import AutoChooser, _fitted
+
+    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 12, 10)
+    assert isinstance(chooser, AutoChooser)
+    chooser.choice = {key: next(c for c in chooser.candidates if c.name == "onebit")}
+    chooser._verified = True
+    chooser._periods = [(s, ("onebit",), 0.030, s != 10) for s in range(3, 12)]
+    busbytes = 4e6
+    # 8 Gbit/s of bus bandwidth: fp16 priced 3.6 ms, none 5.2 ms (within 2x), onebit 10 ms of coding
+    fast = torch.tensor([1e-3, 1e-3 + 1e-9 * busbytes, busbytes, 1.0, 0.03, 0.0, 5e-4, 1e-2], dtype=torch.float64)
+    chooser.link = _fitted(fast)
+    chooser._decide(fast, [key], 11, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "fp16"
+    chooser._judge(torch.tensor([0.030, 0.020, 0.0], dtype=torch.float64), 16)
+    assert chooser.choice[key].name == "fp16" and not chooser._verified
+    chooser._step, chooser._last_probe = 22, 20
+    chooser._periods += [(s, ("fp16",), 0.020, s != 20) for s in range(13, 22)]
+    chooser._decide(fast, [key], 21, 2)
+    assert chooser._trial is not None and chooser.choice.get(key, chooser.none).name == "none"
+    chooser._judge(torch.tensor([0.020, 0.015, 0.0], dtype=torch.float64), 26)
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser._verified
+    chooser._decide(fast, [key], 31, 2)
+    assert chooser._trial is None  # checked: none stays

@@ -33,7 +33,10 @@ every exchange is uncompressed (``none``): what sync does.
 4. Trial: a price is a model, and the step is what counts. A changed
    choice runs :data:`TRIAL_STEPS` steps; each rank's median step period
    under it (the time from one step's last exchange to the next's, steps
-   with a probe left out) and under the choice it replaced are averaged by
+   with a probe left out) and under the choice it replaced (its steps
+   since the link was last seen to move: at least :data:`MIN_BEFORE` of
+   them, else the change is taken as priced and checked at a later
+   decision) are averaged by
    one all_reduce, and the proposal stays only if its steps were
    :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
    choice's own step-to-step spread where that is more (on a busy host a
@@ -42,6 +45,9 @@ every exchange is uncompressed (``none``): what sync does.
    by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
    takes the cores backward needs, an overlap the price does not see.
+   A compressor kept against another compressor is checked against
+   ``none`` at the next decision where ``none`` is priced near it (a trial
+   only tells which of the two it compared is faster).
 5. Backoff: while the choices and the link stay put, the probes move apart
    (``every``, twice that, ... up to :data:`MAX_BACKOFF` times ``every``
    steps, and no more than :data:`BACKOFF_SECONDS` of steps at the agreed
@@ -145,6 +151,9 @@ WARM_STEPS = 5
 #: a choice taken without a trial is checked once against the next-cheapest candidate, when that one's price is
 #: within this factor of its own
 UNSURE = 2.0
+#: a trial's baseline is the current choice's median over at least this many clean steps on the agreed link
+#: (one step may be an epoch's last, of a partial batch); fewer: a change is taken as priced and checked later
+MIN_BEFORE = 3
 #: all-uncompressed steps whose exposure is kept (the fastest counts)
 _EXPOSURE_STEPS = 8
 #: repeats of each CPU timing (the fastest counts: the rest is other work on the core)
@@ -268,6 +277,8 @@ class AutoChooser:
         self._last_end: float | None = None
         #: the step the last probe ran in (probes are steps apart: the only one a period can contain)
         self._last_probe = -1
+        #: the first step on the agreed link: the one after the probe that saw it move (trials' baseline)
+        self._link_since = 0
         self._trial: _Trial | None = None
         self._trial_agreement: tuple[Future, int] | None = None
         #: whether the current choice was judged by a trial (else one checks it at a later decision)
@@ -542,19 +553,26 @@ class AutoChooser:
     def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
         """Price every candidate per exchange on the agreed link; a different choice goes on trial.
 
-        A change with no warm step of the current choice to compare with
-        (the first decision of a run) is taken as priced, and checked at a
-        later decision against ``none`` if its price is within
-        :data:`UNSURE` of it, else against the next-cheapest candidate if
-        that one's is. Every other change runs :data:`TRIAL_STEPS` steps
-        and is judged by them (:meth:`_judge`):
+        A change runs :data:`TRIAL_STEPS` steps and is judged by them
+        against the current choice's clean steps on this link (:meth:`_judge`):
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
-        backward for the cores, what DDP overlaps).
+        backward for the cores, what DDP overlaps). "On this link": the
+        steps since the probe that first saw the agreed link where it is
+        now (it moved by :data:`LINK_MOVED`), past the warm-up. Where fewer
+        than :data:`MIN_BEFORE` such steps ran (the run's first decision, or
+        a link that has just moved: a step of a partial batch at an epoch's
+        end would judge alone), the change is taken as priced, and checked
+        at a later decision against ``none`` if its price is within
+        :data:`UNSURE` of it, else against the next-cheapest candidate if
+        that one's is, by a trial whose baseline is then the choice's own
+        steps on the new link.
         """
         values = numbers.tolist()
         measured = _fitted(numbers)
         previous = self.link
+        if previous is None or _moved(previous, measured):
+            self._link_since = self._last_probe + 1  # the steps before this probe ran on another link
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
         self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
                                                            (previous.beta + measured.beta) / 2)
@@ -597,12 +615,12 @@ class AutoChooser:
         self._interval = min(self._interval * 2, longest) if steady else self.auto.every
         self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
         if changed:
-            # the old choice's steps since the probe (on the link the proposal was priced on), past the warm-up
-            first = max(self._last_probe + 1, (self._first or 0) + WARM_STEPS)
+            # the old choice's steps on the link the proposal was priced on, past the warm-up
+            first = max(self._link_since, (self._first or 0) + WARM_STEPS)
             incumbent = self._names(self.choice, keys)
-            before = self._median_period(incumbent, first, self._step - 1)
-            if not math.isnan(before):
-                self._trial = _Trial(dict(self.choice), names, self._step, before,
+            if len(self._step_periods(incumbent, first, self._step - 1)) >= MIN_BEFORE:
+                self._trial = _Trial(dict(self.choice), names, self._step,
+                                     self._median_period(incumbent, first, self._step - 1),
                                      self._spread(incumbent, first, self._step - 1))
             else:
                 self._verified = False  # taken as priced: checked at a later decision
@@ -630,11 +648,15 @@ class AutoChooser:
         """
         trial, self._trial = self._trial, None
         assert trial is not None
-        self._verified = True
         before, after, spread = numbers.tolist()
         keys = list(self._keys)
         margin = max(TRIAL_MARGIN, TRIAL_NOISE * spread)
         faster = math.isnan(before) or math.isnan(after) or after < before * (1 - margin)
+        # a compressor that beat another compressor has not met ``none``'s steps (after a slow stretch of a
+        # changing network, fp16 beats onebit on the fast link where none beats both): the next decision
+        # checks it against none, as a choice taken as priced is checked (UNSURE)
+        incumbent = self._names(trial.incumbent, keys)
+        self._verified = not faster or all("none" in pair for pair in zip(incumbent, trial.proposal))
         if not faster:
             self.choice = trial.incumbent
             if self.link is not None:
@@ -673,7 +695,7 @@ class AutoChooser:
         self.decisions = [Decision.from_plain(d) for d in state.get("decisions", [])]
         self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
         self._trial, self._trial_agreement, self._probed_at = None, None, None
-        self._periods, self._last_end, self._last_probe = [], None, -1
+        self._periods, self._last_end, self._last_probe, self._link_since = [], None, -1, 0
 
     def describe(self) -> str:
         """A few words: what the exchanges use now, and what was chosen before."""
