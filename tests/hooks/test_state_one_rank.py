@@ -236,7 +236,7 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
     chooser._step, chooser._last_probe = 31, 29
     chooser._periods += [(s, ("none",), 0.500, s != 29) for s in range(21, 31)]
-    chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower (averaged with the last: 5.5x)
+    chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower: moved, taken as measured
     # one step of none on the new link (30): onebit is taken as priced, to be checked against none later
     assert chooser._trial is None and chooser.choice[key].name == "onebit" and not chooser._verified
     assert chooser.decisions[-1].event == "decided"

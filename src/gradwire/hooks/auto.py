@@ -118,7 +118,8 @@ FIRST_LEAVE_NONE_GAIN = 0.4
 PROBE_NUMEL = 1 << 17
 #: then takes the size whose bytes cost PROBE_BYTES_SHARE x alpha on the agreed link (fewer would be lost in
 #: the noise of alpha, more would cost the step for nothing), between these bounds (64 KiB and 4 MiB of fp32)
-#: and at most twice the largest exchange
+#: and at most twice the largest exchange (the first probe after a drop is sized on the fast link it left: its
+#: two large all_reduces cost the step that much at the slow one)
 PROBE_MIN_NUMEL = 1 << 14
 PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
@@ -452,7 +453,7 @@ class AutoChooser:
         elif self.link is not None and self.link.beta > 0:  # bytes worth PROBE_BYTES_SHARE alphas, no more
             per_element = self.link.beta * 2 * (world - 1) / world * 4
             wanted = int(PROBE_BYTES_SHARE * self.link.alpha / per_element)
-            self._probe_numel = max(PROBE_MIN_NUMEL, min(wanted, max(2 * largest, PROBE_NUMEL), PROBE_MAX_NUMEL))
+            self._probe_numel = max(PROBE_MIN_NUMEL, min(wanted, 2 * largest, PROBE_MAX_NUMEL))
         large = self._probe_numel
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
@@ -571,11 +572,14 @@ class AutoChooser:
         values = numbers.tolist()
         measured = _fitted(numbers)
         previous = self.link
-        if previous is None or _moved(previous, measured):
+        moved = previous is None or _moved(previous, measured)
+        if moved:
             self._link_since = self._last_probe + 1  # the steps before this probe ran on another link
-        # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
-        self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
-                                                           (previous.beta + measured.beta) / 2)
+        # within LINK_MOVED, half the last estimate and half the new (one noisy probe moves the choice less); a
+        # link that moved is taken as measured (a drop followed in one probe, not two decisions as priced; a
+        # noisy one is corrected by the next probe, which a moved link brings back to ``every`` steps)
+        self.link = measured if moved or previous is None else Link((previous.alpha + measured.alpha) / 2,
+                                                                    (previous.beta + measured.beta) / 2)
         self._exposed_share, period = values[3], values[4]
         cpu = values[5:]
         proposal, unsure = dict(self.choice), dict(self.choice)
