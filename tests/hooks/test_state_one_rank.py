@@ -210,7 +210,7 @@ def _chooser(spec: str, numel: int, step: int, last_probe: int) -> tuple[object,
 def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_the_link_moves() -> None:
     # the chooser's decisions from agreed numbers alone (no process group): a priced proposal goes on trial,
     # its steps judge it against the old choice's steps on this link, a loser is not proposed again on the same
-    # link; a moved link's proposal is taken as priced (no steps of the old choice on it yet) and checked later
+    # link; a moved link's proposal waits for the next probe to see the link there again
     from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser, _fitted
 
     chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
@@ -236,14 +236,18 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
     chooser._step, chooser._last_probe = 31, 29
     chooser._periods += [(s, ("none",), 0.500, s != 29) for s in range(21, 31)]
-    chooser._decide(agreed(1e-3, 1e-6), [key], 30, 2)  # ten times slower: moved, taken as measured
-    # one step of none on the new link (30): onebit is taken as priced, to be checked against none later
-    assert chooser._trial is None and chooser.choice[key].name == "onebit" and not chooser._verified
-    assert chooser.decisions[-1].event == "decided"
-    chooser._step, chooser._last_probe = 41, 39
-    chooser._periods += [(s, ("onebit",), 0.060, s != 39) for s in range(32, 41)]
-    chooser._decide(agreed(1e-3, 1e-6), [key], 40, 2)
-    assert chooser._trial is None and chooser.choice[key].name == "onebit"  # none is priced 30x: nothing to check
+    moved = agreed(1e-3, 1e-6)  # ten times slower: taken as measured
+    chooser._decide(moved, [key], 30, 2)
+    # one step of none on the new link (30): nothing changes yet, the next probe is ``every`` steps on
+    assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
+    assert chooser._interval == chooser.auto.every and chooser.link == _fitted(moved)
+    chooser._step, chooser._last_probe = 36, 34
+    chooser._periods += [(s, ("none",), 0.500, s != 34) for s in range(31, 36)]
+    chooser._decide(moved, [key], 35, 2)  # the link is still there: none's steps on it judge onebit
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    assert chooser._trial.before == 0.500
+    chooser._judge(torch.tensor([0.500, 0.060, 0.0], dtype=torch.float64), 40)
+    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
     assert "1 trial(s) reverted" in chooser.describe()
 
 

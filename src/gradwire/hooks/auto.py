@@ -35,8 +35,10 @@ every exchange is uncompressed (``none``): what sync does.
    under it (the time from one step's last exchange to the next's, steps
    with a probe left out) and under the choice it replaced (its steps
    since the link was last seen to move: at least :data:`MIN_BEFORE` of
-   them, else the change is taken as priced and checked at a later
-   decision) are averaged by
+   them; a change priced on a link that has just moved waits for the
+   next probe, ``every`` steps on, to see the link there again: one noisy
+   probe on a busy host switches nothing, a drop costs ``every`` steps) are
+   averaged by
    one all_reduce, and the proposal stays only if its steps were
    :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
    choice's own step-to-step spread where that is more (on a busy host a
@@ -560,14 +562,16 @@ class AutoChooser:
         backend runs slower in half precision, coding that competes with
         backward for the cores, what DDP overlaps). "On this link": the
         steps since the probe that first saw the agreed link where it is
-        now (it moved by :data:`LINK_MOVED`), past the warm-up. Where fewer
-        than :data:`MIN_BEFORE` such steps ran (the run's first decision, or
-        a link that has just moved: a step of a partial batch at an epoch's
-        end would judge alone), the change is taken as priced, and checked
-        at a later decision against ``none`` if its price is within
-        :data:`UNSURE` of it, else against the next-cheapest candidate if
-        that one's is, by a trial whose baseline is then the choice's own
-        steps on the new link.
+        now (it moved by :data:`LINK_MOVED`), past the warm-up: at least
+        :data:`MIN_BEFORE` of them (a step of a partial batch at an epoch's
+        end must not judge alone). Where a link has just moved, there are
+        none: the change waits for the next probe, which a moved link brings
+        ``every`` steps on; if the link is still there, the old choice's
+        steps on it judge the trial (a single noisy probe, which a busy host
+        makes now and then, switches nothing). The run's first decision has
+        no step to wait for: it is taken as priced, and checked at a later
+        decision against ``none`` if its price is within :data:`UNSURE` of
+        it, else against the next-cheapest candidate if that one's is.
         """
         values = numbers.tolist()
         measured = _fitted(numbers)
@@ -626,8 +630,10 @@ class AutoChooser:
                 self._trial = _Trial(dict(self.choice), names, self._step,
                                      self._median_period(incumbent, first, self._step - 1),
                                      self._spread(incumbent, first, self._step - 1))
+            elif self.decisions:
+                return  # a link that just moved: the next probe, ``every`` steps on, confirms it (module doc)
             else:
-                self._verified = False  # taken as priced: checked at a later decision
+                self._verified = False  # the run's first: taken as priced, checked at a later decision
             self.choice = proposal
             self._record(step, keys, "trial" if self._trial is not None else "decided")
         elif not self.decisions:
