@@ -75,7 +75,8 @@ def main() -> None:
                              "step_ms": r["step_ms"], "speedup": r["speedup"], "metric": r["metric"],
                              "metric_mean": r["metric_mean"], "metric_min": r["metric_min"],
                              "metric_max": r["metric_max"], "reduction": r["reduction"], "error": r.get("error", ""),
-                             "auto": [a["describe"] for a in r.get("auto") or []]})
+                             "auto": [a["describe"] for a in r.get("auto") or []],
+                             "auto_decisions": [a["decisions"] for a in r.get("auto") or []]})
             for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
                 fam = family(auto)
                 fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto

@@ -350,3 +350,27 @@ def test_auto_compressor_kept_against_another_compressor_is_then_checked_against
     assert chooser.choice.get(key, chooser.none).name == "none" and chooser._verified
     chooser._decide(fast, [key], 31, 2)
     assert chooser._trial is None  # checked: none stays
+
+
+def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_margin() -> None:
+    # a first choice of onebit on a link measured too slow: its steps swing by 12% (the noise margin would be
+    # 18%), none's are 15% faster. The check is a fair contest: none stays. A trial from none keeps its margin.
+    from gradwire.hooks.auto import AutoChooser, _fitted
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 2, 1)
+    assert isinstance(chooser, AutoChooser)
+    busbytes = 4e6
+    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.1, 0.0, 1e-3], dtype=torch.float64)
+    chooser._decide(slow, [key], 2, 2)
+    assert chooser.choice[key].name == "onebit" and chooser._trial is None and not chooser._verified
+    noisy = [0.100, 0.088, 0.112, 0.100, 0.088, 0.112, 0.100, 0.088, 0.112]
+    chooser._periods = [(3 + i, ("onebit",), t, True) for i, t in enumerate(noisy)]
+    chooser._step, chooser._last_probe = 13, 11
+    # the same link, and none priced within UNSURE of onebit: the check puts none on trial
+    near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, 6e-3], dtype=torch.float64)
+    chooser.link = _fitted(near)
+    chooser._decide(near, [key], 12, 2)
+    assert chooser._trial is not None and chooser._trial.check
+    assert chooser._trial.spread == pytest.approx(0.12)
+    chooser._judge(torch.tensor([0.100, 0.085, chooser._trial.spread], dtype=torch.float64), 17)
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "kept"
