@@ -350,6 +350,7 @@ def test_auto_compressor_kept_against_another_compressor_is_then_checked_against
     assert chooser.choice.get(key, chooser.none).name == "none" and chooser._verified
     chooser._decide(fast, [key], 31, 2)
     assert chooser._trial is None  # checked: none stays
+    assert set(chooser._rejected) == {("onebit",), ("fp16",)}  # each lost a trial on this link: not tried again
 
 
 def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_margin() -> None:

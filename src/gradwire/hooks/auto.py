@@ -43,8 +43,8 @@ every exchange is uncompressed (``none``): what sync does.
    :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
    choice's own step-to-step spread where that is more (on a busy host a
    median of three steps wins by several percent from noise alone).
-   A reverted proposal is not proposed again until the agreed link moves
-   by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
+   A reverted proposal, or a choice a kept one replaced, is not proposed
+   again until the agreed link moves by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
    takes the cores backward needs, an overlap the price does not see.
    A compressor kept against another compressor is checked against
@@ -680,6 +680,8 @@ class AutoChooser:
             if self.link is not None:
                 self._rejected[trial.proposal] = self.link
             self._interval = self.auto.every
+        elif self.link is not None:
+            self._rejected[incumbent] = self.link  # the loser of a kept trial too: no retrial on this link
         self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3))
 
     def _names(self, choice: dict[StateKey, Compressor], keys: list[StateKey]) -> tuple[str, ...]:
