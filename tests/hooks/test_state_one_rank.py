@@ -236,17 +236,21 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
     chooser._step, chooser._last_probe = 31, 29
     chooser._periods += [(s, ("none",), 0.500, s != 29) for s in range(21, 31)]
-    moved = agreed(1e-3, 1e-6)  # ten times slower: taken as measured
+    moved = agreed(1e-3, 1e-6)  # ten times slower
     chooser._decide(moved, [key], 30, 2)
     # one step of none on the new link (30): nothing changes yet, the next probe is ``every`` steps on
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"
-    assert chooser._interval == chooser.auto.every and chooser.link == _fitted(moved)
+    assert chooser._interval == chooser.auto.every and chooser.link.beta == pytest.approx(5.5e-7)  # averaged
     chooser._step, chooser._last_probe = 36, 34
     chooser._periods += [(s, ("none",), 0.500, s != 34) for s in range(31, 36)]
-    chooser._decide(moved, [key], 35, 2)  # the link is still there: none's steps on it judge onebit
+    chooser._decide(moved, [key], 35, 2)  # 1e-6 against the averaged 5.5e-7: moved again, waits again
+    assert chooser._trial is None and chooser.link.beta == pytest.approx(7.75e-7)
+    chooser._step, chooser._last_probe = 42, 40
+    chooser._periods += [(s, ("none",), 0.500, s != 40) for s in range(36, 42)]
+    chooser._decide(moved, [key], 41, 2)  # within LINK_MOVED of the estimate: none's steps since 35 judge onebit
     assert chooser._trial is not None and chooser.choice[key].name == "onebit"
     assert chooser._trial.before == 0.500
-    chooser._judge(torch.tensor([0.500, 0.060, 0.0], dtype=torch.float64), 40)
+    chooser._judge(torch.tensor([0.500, 0.060, 0.0], dtype=torch.float64), 46)
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
     assert "1 trial(s) reverted" in chooser.describe()
 
