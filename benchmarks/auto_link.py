@@ -12,6 +12,7 @@ the bus bandwidth within 10% of the shaped rate, and the same choice as the simu
 Needs root (namespaces). Results: ``results/auto_link.json``.
 
     sudo python benchmarks/auto_link.py
+    sudo python benchmarks/auto_link.py --burst 4KiB --out /tmp/auto_link_burst.json
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rates", default="100mbit,1gbit")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/auto_link.json"))
+    p.add_argument("--burst", help="the shapers' token bucket, passed to gradwire emulate (default: its own)")
     args = p.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     rows = []
@@ -47,7 +49,8 @@ def main() -> None:
             net = f"bandwidth={rate}"
             emulated = Path(work) / f"emulated_{rate}.json"
             simulated = Path(work) / f"simulated_{rate}.json"
-            e = _run([sys.executable, "-m", "gradwire", "emulate", "--net", net, "--nodes", "2",
+            burst = ["--burst", args.burst] if args.burst else []
+            e = _run([sys.executable, "-m", "gradwire", "emulate", "--net", net, "--nodes", "2", *burst,
                       "--nproc-per-node", "1", "--timeout", "300", "--", str(JOB), "--out", str(emulated)],
                      emulated, env)
             s = _run([sys.executable, "-m", "gradwire", "profile", "--net", net, "--", "torchrun",
