@@ -156,7 +156,7 @@ WARM_STEPS = 5
 #: within this factor of its own
 UNSURE = 2.0
 #: a trial's baseline is the current choice's median over at least this many clean steps on the agreed link
-#: (one step may be an epoch's last, of a partial batch); fewer: a change is taken as priced and checked later
+#: (one step may be an epoch's last, of a partial batch); fewer: a change waits for the next probe (``_decide``)
 MIN_BEFORE = 3
 #: all-uncompressed steps whose exposure is kept (the fastest counts)
 _EXPOSURE_STEPS = 8
@@ -235,6 +235,14 @@ def _fitted(numbers: Tensor) -> Link:
     """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
     small, large, busbytes = numbers[:3].tolist()
     return Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+
+
+def _spread(times: list[float]) -> float:
+    """The median absolute deviation of step periods, as a share of their median (0: fewer than three)."""
+    if len(times) < 3:
+        return 0.0
+    mid = statistics.median(times)
+    return statistics.median(abs(t - mid) for t in times) / mid if mid > 0 else 0.0
 
 
 def _moved(old: Link, new: Link) -> bool:
@@ -405,14 +413,6 @@ class AutoChooser:
         """This rank's median period of steps ``first..last`` under ``names``: the clean ones, else all (nan: none)."""
         times = self._step_periods(names, first, last)
         return statistics.median(times) if times else math.nan
-
-    def _spread(self, names: tuple[str, ...], first: int, last: int) -> float:
-        """The median absolute deviation of those periods, as a share of their median (0: fewer than three)."""
-        times = self._step_periods(names, first, last)
-        if len(times) < 3:
-            return 0.0
-        mid = statistics.median(times)
-        return statistics.median(abs(t - mid) for t in times) / mid if mid > 0 else 0.0
 
     def _step_periods(self, names: tuple[str, ...], first: int, last: int) -> list[float]:
         mine = [(t, clean) for step, n, t, clean in self._periods if n == names and first <= step <= last]
@@ -620,7 +620,7 @@ class AutoChooser:
         if rejected is not None and not _moved(rejected, self.link):
             proposal = dict(self.choice)  # it lost its trial on this link
         changed = self._names(proposal, keys) != self._names(self.choice, keys)
-        steady = not changed and previous is not None and not _moved(previous, measured)
+        steady = not changed and not moved
         longest = MAX_BACKOFF * self.auto.every
         if period > 0:
             longest = min(longest, max(self.auto.every, int(BACKOFF_SECONDS / period)))
@@ -630,10 +630,9 @@ class AutoChooser:
             # the old choice's steps on the link the proposal was priced on, past the warm-up
             first = max(self._link_since, (self._first or 0) + WARM_STEPS)
             incumbent = self._names(self.choice, keys)
-            if len(self._step_periods(incumbent, first, self._step - 1)) >= MIN_BEFORE:
-                self._trial = _Trial(dict(self.choice), names, self._step,
-                                     self._median_period(incumbent, first, self._step - 1),
-                                     self._spread(incumbent, first, self._step - 1),
+            times = self._step_periods(incumbent, first, self._step - 1)
+            if len(times) >= MIN_BEFORE:
+                self._trial = _Trial(dict(self.choice), names, self._step, statistics.median(times), _spread(times),
                                      check=not self._verified and any(n != "none" for n in incumbent))
             elif self.decisions:
                 return  # a link that just moved: the next probe, ``every`` steps on, confirms it (module doc)
