@@ -115,3 +115,18 @@ def ops_on_a_shared_link(rank: int, world: int, net: str, nbytes: int, count: in
         dist.all_reduce(buf)
         out.append(time.perf_counter() - t0)
     return out
+
+
+def network_now_across_a_drop(rank: int, world: int, net: str, at: list[float]) -> list[tuple[float, ...]]:
+    """The group's ``network_now()`` at each of ``at`` (seconds on the schedule), with the time it was read."""
+    import torch.distributed as dist
+
+    import gradwire.backend as backend
+
+    _init(rank, world, net, 60)
+    out = []
+    for t in at:
+        time.sleep(max(0.0, t - (time.perf_counter() - backend._origin)))
+        out.append((time.perf_counter() - backend._origin, *dist.group.WORLD.network_now()))
+    dist.barrier()
+    return out

@@ -113,3 +113,18 @@ def test_two_jobs_on_one_named_link_share_it_and_one_alone_has_all_of_it() -> No
     assert len(both) == 2
     for ops in both:  # while both send, each op gets half the link (the first may start alone)
         assert statistics.median(ops[2:-2]) == pytest.approx(2 * alone, rel=0.1), ops
+
+
+def test_the_group_says_what_link_its_model_has_now_and_when_it_next_changes() -> None:
+    # what ``auto`` reads on the simulated backend: alpha and beta of the condition now, seconds to its next change
+    got = spawn(w.network_now_across_a_drop, 2, (DROP, [0.2, 1.5, 2.8]), timeout=60)[0]
+    model = NetworkModel(DROP, 2)
+    nbytes = 1 << 22
+    for t, alpha, beta, change in got:
+        now = model.at(model.condition(t)[0])  # the condition held (an op of 4 MiB may outlast it)
+        assert alpha == pytest.approx(now.cost("all_reduce", 4).seconds)
+        assert alpha + beta * nbytes == pytest.approx(now.cost("all_reduce", nbytes).seconds)  # 2 ranks: the bus bytes
+        edge = 1.0 if t < 1.0 else 2.5 if t < 2.5 else None
+        assert (change == pytest.approx(edge - t, abs=0.05)) if edge is not None else change > 1.0
+    (_, _, fast, _), (_, _, slow, _), (_, _, again, _) = got
+    assert slow == pytest.approx(10 * fast, rel=0.05) and again == pytest.approx(fast)

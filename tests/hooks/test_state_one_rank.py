@@ -379,3 +379,53 @@ def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_m
     assert chooser._trial.spread == pytest.approx(0.12)
     chooser._judge(torch.tensor([0.100, 0.085, chooser._trial.spread], dtype=torch.float64), 17)
     assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "kept"
+
+
+def test_auto_on_the_simulated_backend_follows_the_models_condition_and_recalls_a_condition_met_before() -> None:
+    # the agreed numbers end with the simulated backend's (alpha, beta, seconds to the next change): a probe that
+    # reads the link differently on the same condition moves nothing; a new condition starts a fresh estimate and
+    # a probe comes right after the next change; back on a condition met before, its standing choice returns
+    # at once, without a trial
+    from gradwire.hooks.auto import AutoChooser, _fitted
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
+    assert isinstance(chooser, AutoChooser)
+    chooser._periods = [(s, ("none",), 0.060, s != 7) for s in range(2, 9)]
+    busbytes = 4e6
+
+    def agreed(beta: float, model_beta: float, change: float) -> torch.Tensor:
+        return torch.tensor([1e-3, 1e-3 + beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-2, 1e-3, model_beta, change],
+                            dtype=torch.float64)
+
+    fast = agreed(1e-9, 1e-9, 0.5)  # 8 Gbit/s: none (5 ms) stays, onebit codes for 10 ms; a change in 0.5 s
+    chooser.link = _fitted(fast)
+    chooser._condition = (1e-3, 1e-9)
+    chooser._decide(fast, [key], 8, 2)
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser._conditions[(1e-3, 1e-9)][0] == {}
+    assert chooser._next_probe == 9 + 10 + 1  # 0.5 s of 0.05 s steps from step 9, the first step after it
+    noisy = agreed(1e-7, 1e-9, 3.0)  # the probe reads 100x slower, the model's condition is the same
+    chooser._decide(noisy, [key], 18, 2)
+    assert chooser._link_since == 0  # not moved: the estimate averages it in (and prices onebit: its trial)
+    assert chooser.link.beta == pytest.approx((1e-9 + 1e-7) / 2) and chooser._trial is not None
+    chooser._judge(torch.tensor([0.060, 0.070, 0.0], dtype=torch.float64), 22)
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "reverted"
+    chooser._step, chooser._last_probe = 91, 90
+    chooser._periods += [(s, ("none",), 0.060, s != 90) for s in range(80, 91)]
+    drop = agreed(1e-7, 1e-7, 4.0)  # the model dropped to 1/100
+    chooser._decide(drop, [key], 91, 2)
+    assert chooser.link.beta == pytest.approx(1e-7) and chooser._link_since == 91  # afresh, not averaged
+    assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"  # waits for steps on it
+    chooser._step, chooser._last_probe = 96, 95
+    chooser._periods += [(s, ("none",), 0.400, s != 95) for s in range(91, 96)]
+    chooser._decide(drop, [key], 96, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    chooser._judge(torch.tensor([0.400, 0.060, 0.0], dtype=torch.float64), 100)
+    assert chooser.choice[key].name == "onebit" and chooser._conditions[(1e-3, 1e-7)][0][key].name == "onebit"
+    chooser._step, chooser._last_probe = 181, 180
+    chooser._decide(fast, [key], 181, 2)  # back on the fast condition: none at once
+    assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "recalled"
+    assert chooser._trial is None and chooser.link.beta == pytest.approx((1e-9 + 1e-7) / 2 / 2 + 1e-9 / 2)
+    chooser._step, chooser._last_probe = 261, 260
+    chooser._decide(drop, [key], 261, 2)
+    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "recalled"
+    assert "switch(es)" in chooser.describe()

@@ -78,7 +78,7 @@ from gradwire.backend.completer import CLOCK
 from gradwire.backend.link import link_for
 from gradwire.backend.shared import SharedLink
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
-from gradwire.net import NetSpec, NetworkModel, OpCost
+from gradwire.net import NetSpec, NetworkModel, OpCost, busbw_factor
 
 __all__ = ["GradwireProcessGroup", "GradwireWork", "cuda_inner_for"]
 
@@ -197,6 +197,29 @@ class GradwireProcessGroup(dist.ProcessGroup):
     @property
     def network(self) -> NetworkModel:
         return self._model
+
+    def network_now(self) -> tuple[float, float, float]:
+        """The modelled link of this group at this moment, for code that adapts to the network (``auto``).
+
+        ``(alpha, beta, next_change)``: the seconds of a one-element
+        all_reduce, the seconds per bus byte of a large one beyond it (the
+        nccl-tests convention: ``2 (n - 1) / n`` of the tensor's bytes), both on
+        the condition the schedule is in now, warm connections and no
+        background flows; and the seconds until that condition may next change
+        (``inf`` on a network that never does). During an outage alpha and
+        beta are ``inf``. What an op takes on this backend is at least this:
+        it also waits for the inner backend (``max`` of the two, completer.py).
+        """
+        now = CLOCK.now() - self._origin
+        cond, change = self._model.condition(now)
+        if cond.down:
+            return math.inf, math.inf, change - now
+        model = self._model.at(cond) if self._model.schedule is not None else self._model
+        large = 1 << 22
+        small_s = model.cost("all_reduce", 4, ranks=self._ranks).seconds
+        large_s = model.cost("all_reduce", large, ranks=self._ranks).seconds
+        busbytes = large * busbw_factor("all_reduce", len(self._ranks))
+        return small_s, max(0.0, large_s - small_s) / busbytes if busbytes else 0.0, change - now
 
     @property
     def global_ranks(self) -> tuple[int, ...]:

@@ -65,6 +65,18 @@ every exchange is uncompressed (``none``): what sync does.
    step period); a moved link or a change brings them back to ``every``.
    The schedule comes from agreed numbers only, so every rank probes at
    the same step.
+6. The simulated backend's network: its group also says what its model's
+   link is now and when that may next change (``network_now``); every
+   rank adds it to the agreed numbers. There a link moved when the model's
+   condition did, not when a probe read differently (the probe still
+   prices: an op there also waits for the inner backend); a condition met
+   for the first time starts its estimate afresh from this probe; the
+   next probe comes no later than the first step after the next change;
+   and a condition met before gets back, at once and without a trial, the
+   choice that last stood there (on a link that drops for seconds every
+   few seconds, the right choice for each state is found once). Other
+   backends, and an outage, have none of this: their link moved when the
+   probe says so.
 
 Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
@@ -186,7 +198,8 @@ class Decision:
     #: Unix seconds when it was taken (for the Chrome trace)
     unix: float = 0.0
     #: "decided" (no trial: the first, or one without a step to judge by), "trial" (a proposal runs
-    #: :data:`TRIAL_STEPS` steps), "kept" (its steps were faster), "reverted" (they were not)
+    #: :data:`TRIAL_STEPS` steps), "kept" (its steps were faster), "reverted" (they were not), "recalled" (the
+    #: simulated network is back on a condition met before: the choice that stood there)
     event: str = "decided"
     #: a judged trial: the agreed median step (ms) of the choice before it and of the trial
     steps_ms: tuple[float, float] | None = None
@@ -256,6 +269,15 @@ def _spread(times: list[float]) -> float:
     return statistics.median(abs(t - mid) for t in times) / mid if mid > 0 else 0.0
 
 
+def _condition(modelled: list[float]) -> tuple[float, float] | None:
+    """The simulated backend's agreed condition (alpha, beta, seconds to its next change) as a key: the link to
+    four digits (ranks that straddled a change average two links: a key of its own, seen once). None where
+    there is none (another backend) or nothing moves (an outage)."""
+    if len(modelled) != 3 or not all(math.isfinite(v) for v in modelled[:2]):
+        return None
+    return float(f"{modelled[0]:.4g}"), float(f"{modelled[1]:.4g}")
+
+
 def _moved(old: Link, new: Link) -> bool:
     """Whether ``new`` differs from ``old`` by :data:`LINK_MOVED` or more (of the larger) in beta, or twice that
     in alpha (one small collective on a busy host is the noisier figure)."""
@@ -311,6 +333,11 @@ class AutoChooser:
         self._verified = False
         #: proposals whose trial lost, with the agreed link then (tried again once it moved)
         self._rejected: dict[tuple[str, ...], Link] = {}
+        #: the simulated backend's condition at the last decision (the modelled link, rounded; None elsewhere),
+        #: the step at which it next changes, and per condition met: its last standing choice and link estimate
+        self._condition: tuple[float, float] | None = None
+        self._next_change = math.inf
+        self._conditions: dict[tuple[float, float], tuple[dict[StateKey, Compressor], Link]] = {}
 
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
@@ -564,7 +591,10 @@ class AutoChooser:
         share = self._exposure(world)
         recent = [t for _, _, t, clean in self._periods[-8:] if clean]
         period = statistics.median(recent) if recent else 0.0
-        numbers = torch.tensor([small, large, busbytes, share, period, *cpu], dtype=torch.float64) / world
+        # the simulated backend says what its network model's link is now (the module doc's 6.), any other none
+        now = getattr(group if group is not None else dist.group.WORLD, "network_now", None)
+        modelled = list(now()) if callable(now) else []
+        numbers = torch.tensor([small, large, busbytes, share, period, *cpu, *modelled], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
         self._agreement = (then(fut, lambda _: numbers), list(keys), self._step, world)
@@ -593,18 +623,30 @@ class AutoChooser:
         values = numbers.tolist()
         measured = _fitted(numbers)
         previous = self.link
-        moved = previous is None or _moved(previous, measured)
+        per = len(self.candidates)
+        cpu = values[5:5 + len(keys) * per]
+        condition = _condition(values[5 + len(keys) * per:])
+        if condition is None:  # a measured link: it moved if the probe says so
+            moved = previous is None or _moved(previous, measured)
+        else:  # the model's: it moved if the model's condition did, whatever a noisy probe says
+            moved = previous is None or condition != self._condition
+            self._next_change = self._step + values[-1] / values[4] if values[4] > 0 else math.inf
+        recalled = self._conditions.get(condition) if moved and condition is not None else None
+        self._condition = condition
         if moved:
             self._link_since = self._last_probe + 1  # the steps before this probe ran on another link
         # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
         # or three (taking a moved probe as measured put the estimate of a 100 Mbit/s tbf-shaped link on real
-        # packets at 182-206 Mbit/s, against 101 Mbit/s averaged: a probe's bytes can ride the shaper's burst)
-        self.link = measured if previous is None else Link((previous.alpha + measured.alpha) / 2,
-                                                           (previous.beta + measured.beta) / 2)
+        # packets at 182-206 Mbit/s, against 101 Mbit/s averaged: a probe's bytes can ride the shaper's burst).
+        # Where the model says the condition changed, the estimate of the old one has nothing to add: this
+        # probe, averaged with the estimate kept the last time the condition was this one, if it was
+        base = recalled[1] if recalled is not None else (None if condition is not None and moved else previous)
+        self.link = measured if base is None else Link((base.alpha + measured.alpha) / 2, (base.beta + measured.beta) / 2)
         self._exposed_share, period = values[3], values[4]
-        cpu = values[5:]
+        if recalled is not None and self.decisions:
+            self._recall(recalled[0], keys, step)
+            return
         proposal, unsure = dict(self.choice), dict(self.choice)
-        per = len(self.candidates)
         for i, key in enumerate(keys):
             size = torch.empty(0, dtype=self._dtypes.get(key, torch.float32)).element_size()
             prices = [price(c, key.total, world, self.link, cpu[i * per + j], size)
@@ -639,6 +681,7 @@ class AutoChooser:
             longest = min(longest, max(self.auto.every, int(BACKOFF_SECONDS / period)))
         self._interval = min(self._interval * 2, longest) if steady else self.auto.every
         self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
+        self._probe_at_change(since)
         if changed:
             # the old choice's steps on the link the proposal was priced on, past the warm-up
             first = max(self._link_since, (self._first or 0) + WARM_STEPS)
@@ -655,6 +698,8 @@ class AutoChooser:
             self._record(step, keys, "trial" if self._trial is not None else "decided")
         elif not self.decisions:
             self._record(step, keys, "decided")
+        if not changed:
+            self._remember()
 
     def _agree_trial(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """All_reduce (mean) of the trial's median step, the incumbent's and its spread, judged at the next step."""
@@ -696,6 +741,30 @@ class AutoChooser:
         elif self.link is not None:
             self._rejected[incumbent] = self.link  # the loser of a kept trial too: no retrial on this link
         self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3))
+        self._remember()
+
+    # -- the simulated backend's conditions ---------------------------------------------
+    def _remember(self) -> None:
+        """The current choice and link estimate, as what the model's current condition is met with next time."""
+        if self._condition is not None and self.link is not None:
+            self._conditions[self._condition] = (dict(self.choice), self.link)
+
+    def _recall(self, choice: dict[StateKey, Compressor], keys: list[StateKey], step: int) -> None:
+        """Back on a condition met before: its last standing choice, at once (it stood its trials there)."""
+        since = self._step - (self._first or 0)
+        self._interval = self.auto.every
+        self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
+        self._probe_at_change(since)
+        self._verified = True
+        if self._names(choice, keys) != self._names(self.choice, keys):
+            self.choice = {k: c for k, c in choice.items() if k in keys}
+            self._record(step, keys, "recalled")
+
+    def _probe_at_change(self, since: int) -> None:
+        """Where the model says when its condition next changes: no later than the first step after it."""
+        if math.isfinite(self._next_change):
+            at = int(math.ceil(self._next_change)) + 1 - (self._first or 0)
+            self._next_probe = max(since + 1, min(self._next_probe, at))
 
     def _names(self, choice: dict[StateKey, Compressor], keys: list[StateKey]) -> tuple[str, ...]:
         return tuple(choice.get(k, self.none).name for k in keys)
@@ -739,7 +808,7 @@ class AutoChooser:
         link = "" if self.link is None else (f" on a measured link of {self.link.alpha * 1e6:.0f} us + "
                                              f"{self.link.bus_bandwidth * 8 / 1e9:.3g} Gbit/s")
         events = Counter(d.event for d in self.decisions)
-        switches = events["decided"] + events["kept"] - 1  # the first choice that stuck is not a switch
+        switches = events["decided"] + events["kept"] + events["recalled"] - 1  # the first that stuck is not one
         tail = [f"{switches} switch(es)"] if switches > 0 else []
         if events["reverted"]:
             tail.append(f"{events['reverted']} trial(s) reverted: their steps were slower")
