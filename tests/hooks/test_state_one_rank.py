@@ -429,3 +429,31 @@ def test_auto_on_the_simulated_backend_follows_the_models_condition_and_recalls_
     chooser._decide(drop, [key], 261, 2)
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "recalled"
     assert "switch(es)" in chooser.describe()
+
+
+def test_auto_proposes_the_next_cheapest_once_the_cheapest_lost_and_a_loser_waits_for_another_condition() -> None:
+    # onebit priced cheapest, fp16 next: onebit loses its trial, the next decision tries fp16 (not none for ever);
+    # on the simulated backend a loser is not retried while the model's condition stays, however a noisy probe
+    # moves the estimate
+    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser, Decision, _fitted
+
+    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 9, 7)
+    assert isinstance(chooser, AutoChooser)
+    chooser._periods = [(s, ("none",), 0.400, s != 7) for s in range(2, 9)]
+    busbytes = 4e6
+
+    def agreed(beta: float) -> torch.Tensor:  # cpu: none 0, fp16 1 ms, onebit 0.1 ms; the model: 1 Gbit/s, steady
+        return torch.tensor([1e-3, 1e-3 + beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-3, 1e-4, 1e-3, 1e-7, 4.0],
+                            dtype=torch.float64)
+
+    slow = agreed(1e-7)
+    chooser.link, chooser._condition, chooser._verified = _fitted(slow), (1e-3, 1e-7), True
+    chooser.decisions.append(Decision(2, {str(key): "none"}, 1e-3, 1.0, 0.0))  # past the run's first decision
+    chooser._decide(slow, [key], 8, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    chooser._judge(torch.tensor([0.400, 0.420, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
+    assert chooser.choice.get(key, chooser.none).name == "none"
+    chooser._step, chooser._last_probe = 21, 20
+    chooser._periods += [(s, ("none",), 0.400, s != 20) for s in range(14, 21)]
+    chooser._decide(agreed(2e-7), [key], 21, 2)  # the estimate moves 50%, the model's condition does not
+    assert chooser._trial is not None and chooser.choice[key].name == "fp16"  # the next-cheapest, not onebit again
