@@ -53,7 +53,9 @@ every exchange is uncompressed (``none``): what sync does.
    choice's own step-to-step spread where that is more (on a busy host a
    median of three steps wins by several percent from noise alone).
    A reverted proposal, or a choice a kept one replaced, is not proposed
-   again until the agreed link moves by :data:`LINK_MOVED`. What this catches: a reduction the backend runs
+   again until the agreed link moves by :data:`LINK_MOVED` (on the
+   simulated backend: until its model's condition changes); the
+   next-cheapest candidate is proposed in its place. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
    takes the cores backward needs, an overlap the price does not see.
    A compressor kept against another compressor is checked against
