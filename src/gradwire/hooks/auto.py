@@ -74,6 +74,9 @@ every exchange is uncompressed (``none``): what sync does.
    prices: an op there also waits for the inner backend); a condition met
    for the first time starts its estimate afresh from this probe; the
    next probe comes no later than the first step after the next change;
+   after each trial the next candidate priced within :data:`UNSURE` of
+   the winner meets it (a condition is a fixed link: every near
+   candidate gets one trial there, and a loser is not retried on it);
    and a condition met before gets back, at once and without a trial, the
    choice that last stood there (on a link that drops for seconds every
    few seconds, the right choice for each state is found once). Other
@@ -205,19 +208,24 @@ class Decision:
     event: str = "decided"
     #: a judged trial: the agreed median step (ms) of the choice before it and of the trial
     steps_ms: tuple[float, float] | None = None
+    #: a judged trial: how much faster its steps had to be to stay (a share of the old choice's)
+    margin: float | None = None
 
     def as_plain(self) -> dict[str, Any]:
         out = {"step": self.step, "choices": dict(self.choices), "alpha_us": round(self.alpha_s * 1e6, 1),
                "bus_gbit_s": round(self.bus_gbit_s, 4), "unix": self.unix, "event": self.event}
         if self.steps_ms is not None:
             out["steps_ms"] = [round(t, 3) for t in self.steps_ms]
+        if self.margin is not None:
+            out["margin"] = round(self.margin, 4)
         return out
 
     @classmethod
     def from_plain(cls, d: dict[str, Any]) -> "Decision":
         steps = d.get("steps_ms")
         return cls(d["step"], dict(d["choices"]), d["alpha_us"] / 1e6, d["bus_gbit_s"], d.get("unix", 0.0),
-                   d.get("event", "decided"), None if steps is None else (float(steps[0]), float(steps[1])))
+                   d.get("event", "decided"), None if steps is None else (float(steps[0]), float(steps[1])),
+                   d.get("margin"))
 
 
 @dataclass
@@ -765,6 +773,8 @@ class AutoChooser:
         # checks it against none, as a choice taken as priced is checked (UNSURE)
         incumbent = self._names(trial.incumbent, keys)
         self._verified = not faster or all("none" in pair for pair in zip(incumbent, trial.proposal))
+        if self._condition is not None:  # the model's condition holds still: every candidate priced near meets
+            self._verified = False       # the winner in turn (each loser is priced out on it: _decide, _lost)
         if not faster:
             self.choice = trial.incumbent
             if self.link is not None:
@@ -772,7 +782,7 @@ class AutoChooser:
             self._interval = self.auto.every
         elif self.link is not None:
             self._rejected[incumbent] = (self.link, self._condition)  # the loser of a kept trial: not on this link
-        self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3))
+        self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3), margin)
         self._remember()
 
     # -- the simulated backend's conditions ---------------------------------------------
@@ -802,11 +812,11 @@ class AutoChooser:
         return tuple(choice.get(k, self.none).name for k in keys)
 
     def _record(self, step: int, keys: list[StateKey], event: str,
-                steps_ms: tuple[float, float] | None = None) -> None:
+                steps_ms: tuple[float, float] | None = None, margin: float | None = None) -> None:
         assert self.link is not None
         bw = self.link.bus_bandwidth * 8 / 1e9
         self.decisions.append(Decision(step, {str(k): self.choice.get(k, self.none).name for k in keys},
-                                       self.link.alpha, bw, time.time(), event, steps_ms))
+                                       self.link.alpha, bw, time.time(), event, steps_ms, margin))
 
     def state_dict(self) -> dict[str, Any]:
         """The choices and the schedule's position (plain types).
