@@ -398,8 +398,9 @@ class AutoChooser:
         (the layouts priced, seen in the first, are the ones the step sends).
 
         Its large all_reduce has no link to be sized by: where it took less
-        than :data:`FIRST_PROBE_CLEAR` times the small one's time beyond it
-        (a fast link, where its bytes are lost in alpha's noise), the probe
+        than :data:`FIRST_PROBE_CLEAR` times the small one's time beyond it,
+        or no longer than it (a fast link, where its bytes are lost in
+        alpha's noise: such a probe put a 1 Gbit/s link at infinity), the probe
         runs again at once, sized on that first estimate as later probes
         are, and the decision takes the second (on a 10 Gbit/s link the
         first alone put the bandwidth at a third of the line rate).
@@ -413,7 +414,7 @@ class AutoChooser:
             self._agreement = None
             numbers = fut.wait()
             small, large = numbers[0].item(), numbers[1].item()
-            if again and small > 0 and large > small and large - small < FIRST_PROBE_CLEAR * small:
+            if again and small > 0 and large - small < FIRST_PROBE_CLEAR * small:
                 self.link = _fitted(numbers)  # sizes the second probe; the decision takes the second alone
                 self._probe(keys, sequencer, group)
                 self.link = None
