@@ -457,3 +457,36 @@ def test_auto_proposes_the_next_cheapest_once_the_cheapest_lost_and_a_loser_wait
     chooser._periods += [(s, ("none",), 0.400, s != 20) for s in range(14, 21)]
     chooser._decide(agreed(2e-7), [key], 21, 2)  # the estimate moves 50%, the model's condition does not
     assert chooser._trial is not None and chooser.choice[key].name == "fp16"  # the next-cheapest, not onebit again
+
+
+def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_back() -> None:
+    # a trial's verdict holds for one stretch of the model's condition: the same drop, seen again later, tries
+    # the candidate that lost (its loss may have been the host's noise); within the stretch it is not retried
+    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser, Decision, _fitted
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
+    assert isinstance(chooser, AutoChooser)
+    chooser._periods = [(s, ("none",), 0.400, s != 7) for s in range(2, 9)]
+    busbytes = 4e6
+
+    def agreed(model_beta: float) -> torch.Tensor:
+        return torch.tensor([1e-3, 1e-3 + model_beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-4, 1e-3, model_beta,
+                             4.0], dtype=torch.float64)
+
+    slow, fast = agreed(1e-7), agreed(1e-10)
+    chooser.link, chooser._condition, chooser._verified = _fitted(slow), (1e-3, 1e-7), True
+    chooser.decisions.append(Decision(2, {str(key): "none"}, 1e-3, 1.0, 0.0))
+    chooser._decide(slow, [key], 8, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    chooser._judge(torch.tensor([0.400, 0.420, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
+    chooser._step, chooser._last_probe = 21, 20
+    chooser._decide(slow, [key], 21, 2)
+    assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"  # not in this stretch
+    chooser._step, chooser._last_probe = 101, 100
+    chooser._decide(fast, [key], 101, 2)  # the link back: none stands there
+    chooser._step, chooser._last_probe = 181, 180
+    chooser._periods += [(s, ("none",), 0.400, s != 180) for s in range(170, 185)]
+    chooser._decide(slow, [key], 181, 2)  # the drop again: none is recalled (it stood), then onebit is retried
+    chooser._step, chooser._last_probe = 191, 190
+    chooser._decide(slow, [key], 191, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "onebit"

@@ -54,7 +54,7 @@ every exchange is uncompressed (``none``): what sync does.
    median of three steps wins by several percent from noise alone).
    A reverted proposal, or a choice a kept one replaced, is not proposed
    again until the agreed link moves by :data:`LINK_MOVED` (on the
-   simulated backend: until its model's condition changes); the
+   simulated backend: until the next stretch of its model's condition); the
    next-cheapest candidate is proposed in its place. What this catches: a reduction the backend runs
    slower in half precision than the bytes say (gloo on CPU), coding that
    takes the cores backward needs, an overlap the price does not see.
@@ -76,7 +76,8 @@ every exchange is uncompressed (``none``): what sync does.
    next probe comes no later than the first step after the next change;
    after each trial the next candidate priced within :data:`UNSURE` of
    the winner meets it (a condition is a fixed link: every near
-   candidate gets one trial there, and a loser is not retried on it);
+   candidate gets one trial there, and a loser is not retried until the
+   condition comes back: one verdict in noise must not stand all run);
    and a condition met before gets back, at once and without a trial, the
    choice that last stood there (on a link that drops for seconds every
    few seconds, the right choice for each state is found once). Other
@@ -342,11 +343,12 @@ class AutoChooser:
         #: whether the current choice was judged by a trial (else one checks it at a later decision)
         self._verified = False
         #: proposals whose trial lost, with the agreed link and the model's condition then (tried again once it moved)
-        self._rejected: dict[tuple[str, ...], tuple[Link, tuple[float, float] | None]] = {}
+        self._rejected: dict[tuple[str, ...], tuple[Link, tuple[float, float] | None, int]] = {}
         #: the simulated backend's condition at the last decision (the modelled link, rounded; None elsewhere),
         #: the step at which it next changes, and per condition met: its last standing choice and link estimate
         self._condition: tuple[float, float] | None = None
         self._next_change = math.inf
+        self._visit = 0
         self._conditions: dict[tuple[float, float], tuple[dict[StateKey, Compressor], Link]] = {}
 
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
@@ -643,6 +645,8 @@ class AutoChooser:
             moved = previous is None or condition != self._condition
             self._next_change = self._step + values[-1] / values[4] if values[4] > 0 else math.inf
         recalled = self._conditions.get(condition) if moved and condition is not None else None
+        if condition is not None and moved:
+            self._visit += 1  # a stretch of the model's condition (a drop, the link back): verdicts hold within one
         self._condition = condition
         if moved:
             self._link_since = self._last_probe + 1  # the steps before this probe ran on another link
@@ -734,13 +738,17 @@ class AutoChooser:
         return proposal, unsure
 
     def _lost(self, names: tuple[str, ...]) -> bool:
-        """Whether the choice ``names`` lost (or was beaten in) a trial on this link: on the simulated backend the
-        same condition of its model; elsewhere an estimate within :data:`LINK_MOVED` of the one then."""
+        """Whether the choice ``names`` lost (or was beaten in) a trial on this link: on the simulated backend in
+        this stretch of its model's condition (the next stretch of the same condition tries it again: one trial's
+        verdict on a host whose steps swing by 15% must not stand for the whole run); elsewhere on an estimate
+        within :data:`LINK_MOVED` of the one then."""
         lost = self._rejected.get(names)
         if lost is None or self.link is None:
             return False
-        link, condition = lost
-        return condition == self._condition if condition is not None else not _moved(link, self.link)
+        link, condition, visit = lost
+        if condition is not None:
+            return condition == self._condition and visit == self._visit
+        return not _moved(link, self.link)
 
     def _agree_trial(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """All_reduce (mean) of the trial's median step, the incumbent's and its spread, judged at the next step."""
@@ -779,10 +787,10 @@ class AutoChooser:
         if not faster:
             self.choice = trial.incumbent
             if self.link is not None:
-                self._rejected[trial.proposal] = (self.link, self._condition)
+                self._rejected[trial.proposal] = (self.link, self._condition, self._visit)
             self._interval = self.auto.every
         elif self.link is not None:
-            self._rejected[incumbent] = (self.link, self._condition)  # the loser of a kept trial: not on this link
+            self._rejected[incumbent] = (self.link, self._condition, self._visit)  # a kept trial's loser: not here
         self._record(step, keys, "kept" if faster else "reverted", (before * 1e3, after * 1e3), margin)
         self._remember()
 
