@@ -658,42 +658,40 @@ class AutoChooser:
         base = recalled[1] if recalled is not None else (None if condition is not None and moved else previous)
         self.link = measured if base is None else Link((base.alpha + measured.alpha) / 2, (base.beta + measured.beta) / 2)
         self._exposed_share, period = values[3], values[4]
-        if recalled is not None and self.decisions:
-            self._recall(recalled[0], keys, step)
-            return
         since = (self._step - self._first) if self._first is not None else 0
+        if recalled is not None and self.decisions:
+            self._recall(recalled[0], keys, step, since)
+            return
         # the cheapest proposal that has not lost its trial on this link: a loser's candidate is priced out and
         # the next-cheapest is proposed (the price is a model: on 100 Mbit/s it put onebit ahead of fp16, whose
         # steps were faster, and stopping at the loser kept the exchange uncompressed there)
+        current = self._names(self.choice, keys)
         excluded: dict[StateKey, set[str]] = {}
         for _ in range(per):
             proposal, unsure = self._propose(keys, cpu, world, excluded)
-            if self._names(proposal, keys) == self._names(self.choice, keys) and not self._verified and since > WARM_STEPS:
+            if self._names(proposal, keys) == current and not self._verified and since > WARM_STEPS:
                 proposal = unsure  # a choice taken as priced, checked once against the next-cheapest
-            if self._names(proposal, keys) == self._names(self.choice, keys) or not self._lost(self._names(proposal, keys)):
+            names = self._names(proposal, keys)
+            if names == current or not self._lost(names):
                 break
             for key in keys:
                 if proposal.get(key, self.none) is not self.choice.get(key, self.none):
                     excluded.setdefault(key, set()).add(proposal[key].name)
-        names = self._names(proposal, keys)
         if self._lost(names):
-            proposal, names = dict(self.choice), self._names(self.choice, keys)
-        changed = names != self._names(self.choice, keys)
+            proposal, names = dict(self.choice), current
+        changed = names != current
         steady = not changed and not moved
         longest = MAX_BACKOFF * self.auto.every
         if period > 0:
             longest = min(longest, max(self.auto.every, int(BACKOFF_SECONDS / period)))
-        self._interval = min(self._interval * 2, longest) if steady else self.auto.every
-        self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
-        self._probe_at_change(since)
+        self._schedule(since, min(self._interval * 2, longest) if steady else self.auto.every)
         if changed:
             # the old choice's steps on the link the proposal was priced on, past the warm-up
             first = max(self._link_since, (self._first or 0) + WARM_STEPS)
-            incumbent = self._names(self.choice, keys)
-            times = self._step_periods(incumbent, first, self._step - 1)
+            times = self._step_periods(current, first, self._step - 1)
             if len(times) >= MIN_BEFORE:
                 self._trial = _Trial(dict(self.choice), names, self._step, statistics.median(times), _spread(times),
-                                     check=not self._verified and any(n != "none" for n in incumbent))
+                                     check=not self._verified and any(n != "none" for n in current))
             elif self.decisions:
                 return  # a link that just moved: the next probe, ``every`` steps on, confirms it (module doc)
             else:
@@ -800,19 +798,19 @@ class AutoChooser:
         if self._condition is not None and self.link is not None:
             self._conditions[self._condition] = (dict(self.choice), self.link)
 
-    def _recall(self, choice: dict[StateKey, Compressor], keys: list[StateKey], step: int) -> None:
+    def _recall(self, choice: dict[StateKey, Compressor], keys: list[StateKey], step: int, since: int) -> None:
         """Back on a condition met before: its last standing choice, at once (it stood its trials there)."""
-        since = self._step - (self._first or 0)
-        self._interval = self.auto.every
-        self._next_probe = (self._probed_at if self._probed_at is not None else since) + self._interval
-        self._probe_at_change(since)
+        self._schedule(since, self.auto.every)
         self._verified = True
         if self._names(choice, keys) != self._names(self.choice, keys):
             self.choice = {k: c for k, c in choice.items() if k in keys}
             self._record(step, keys, "recalled")
 
-    def _probe_at_change(self, since: int) -> None:
-        """Where the model says when its condition next changes: no later than the first step after it."""
+    def _schedule(self, since: int, interval: int) -> None:
+        """The next probe ``interval`` steps after this one; where the model says when its condition next
+        changes, no later than the first step after that."""
+        self._interval = interval
+        self._next_probe = (self._probed_at if self._probed_at is not None else since) + interval
         if math.isfinite(self._next_change):
             at = int(math.ceil(self._next_change)) + 1 - (self._first or 0)
             self._next_probe = max(since + 1, min(self._next_probe, at))
