@@ -117,16 +117,19 @@ def ops_on_a_shared_link(rank: int, world: int, net: str, nbytes: int, count: in
     return out
 
 
-def network_now_across_a_drop(rank: int, world: int, net: str, at: list[float]) -> list[tuple[float, ...]]:
-    """The group's ``network_now()`` at each of ``at`` (seconds on the schedule), with the time it was read."""
+def network_now_across_a_drop(rank: int, world: int, net: str, period: float, phases: list[float]) -> list[tuple[float, ...]]:
+    """The group's ``network_now()`` at the next moment of each phase (seconds into a ``period`` of the
+    schedule, counted from wherever the group's start left the clock), with the time it was read."""
     import torch.distributed as dist
 
     import gradwire.backend as backend
 
     _init(rank, world, net, 60)
     out = []
-    for t in at:
-        time.sleep(max(0.0, t - (time.perf_counter() - backend._origin)))
+    for phase in phases:
+        now = time.perf_counter() - backend._origin
+        t = now - now % period + phase
+        time.sleep(max(0.0, (t if t > now else t + period) - now))
         out.append((time.perf_counter() - backend._origin, *dist.group.WORLD.network_now()))
     dist.barrier()
     return out

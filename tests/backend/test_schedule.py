@@ -116,15 +116,19 @@ def test_two_jobs_on_one_named_link_share_it_and_one_alone_has_all_of_it() -> No
 
 
 def test_the_group_says_what_link_its_model_has_now_and_when_it_next_changes() -> None:
-    # what ``auto`` reads on the simulated backend: alpha and beta of the condition now, seconds to its next change
-    got = spawn(w.network_now_across_a_drop, 2, (DROP, [0.2, 1.5, 2.8]), timeout=60)[0]
-    model = NetworkModel(DROP, 2)
+    # what ``auto`` reads on the simulated backend: alpha and beta of the condition now, seconds to its next change;
+    # read in the middle of a drop's window and of the link's own, whenever the group's start left the clock
+    net = "bandwidth=200mbit,latency=1ms,drop=20mbit:for=1s:every=2s"
+    got = spawn(w.network_now_across_a_drop, 2, (net, 2.0, [0.5, 1.5, 0.5, 1.5]), timeout=60)[0]
+    model = NetworkModel(net, 2)
     nbytes = 1 << 22
+    betas: dict[bool, list[float]] = {True: [], False: []}
     for t, alpha, beta, change in got:
-        now = model.at(model.condition(t)[0])  # the condition held (an op of 4 MiB may outlast it)
+        cond, edge = model.condition(t)
+        now = model.at(cond)  # the condition held (an op of 4 MiB may outlast it)
         assert alpha == pytest.approx(now.cost("all_reduce", 4).seconds)
         assert alpha + beta * nbytes == pytest.approx(now.cost("all_reduce", nbytes).seconds)  # 2 ranks: the bus bytes
-        edge = 1.0 if t < 1.0 else 2.5 if t < 2.5 else None
-        assert (change == pytest.approx(edge - t, abs=0.05)) if edge is not None else change > 1.0
-    (_, _, fast, _), (_, _, slow, _), (_, _, again, _) = got
-    assert slow == pytest.approx(10 * fast, rel=0.05) and again == pytest.approx(fast)
+        assert change == pytest.approx(edge - t, abs=0.05)
+        betas[cond.bandwidth is not None].append(beta)
+    (fast, *_), (slow, *_) = betas[False], betas[True]  # each phase read at least once
+    assert slow == pytest.approx(10 * fast, rel=0.05) and all(b == pytest.approx(fast) for b in betas[False])

@@ -643,6 +643,9 @@ class AutoChooser:
             moved = previous is None or _moved(previous, measured)
         else:  # the model's: it moved if the model's condition did, whatever a noisy probe says
             moved = previous is None or condition != self._condition
+            # an op there ends at max(model, inner backend): no probe can find the link faster than the model's
+            # (on a loaded host a probe's small all_reduce read slow put a 100 Mbit/s link at 133 Mbit/s)
+            measured = Link(max(measured.alpha, values[-3]), max(measured.beta, values[-2]))
             self._next_change = self._step + values[-1] / values[4] if values[4] > 0 else math.inf
         recalled = self._conditions.get(condition) if moved and condition is not None else None
         if condition is not None and moved:
