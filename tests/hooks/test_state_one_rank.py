@@ -490,3 +490,31 @@ def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_
     chooser._step, chooser._last_probe = 191, 190
     chooser._decide(slow, [key], 191, 2)
     assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+
+
+def test_auto_on_the_simulated_backend_sends_no_probe_the_model_is_the_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    # where the group states its modelled link (network_now), the probe takes it and issues nothing (a sequencer
+    # that is asked for a turn fails); its step stays clean for the trials. In an outage (inf) the probe is sent.
+    from gradwire.hooks import auto as auto_module
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
+    assert isinstance(chooser, auto_module.AutoChooser)
+
+    class NoTurns:
+        def turn(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("the modelled link needs no collective")
+
+    monkeypatch.setattr(auto_module, "_network_now", lambda group: (2e-4, 1e-8, 5.0))
+    monkeypatch.setattr(auto_module.dist, "get_world_size", lambda group=None: 2)  # priced as two ranks
+    chooser._last_probe = 9
+    chooser._probe([key], NoTurns(), None)  # type: ignore[arg-type]
+    assert chooser._probe_future is not None and chooser._probe_future.done()
+    small, large, busbytes = chooser._probed
+    assert small == 2e-4 and large == pytest.approx(2e-4 + 1e-8 * busbytes) and busbytes > 0
+    assert auto_module._fitted(torch.tensor(chooser._probed)).beta == pytest.approx(1e-8)
+    chooser._last_end = 0.0
+    chooser._record_period(9, [key])
+    assert chooser._periods[-1][3]  # the step the model was read in is a clean one
+    monkeypatch.setattr(auto_module, "_network_now", lambda group: (float("inf"), float("inf"), 2.0))
+    with pytest.raises(AssertionError, match="needs no collective"):
+        chooser._probe([key], NoTurns(), None)  # type: ignore[arg-type]

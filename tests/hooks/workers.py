@@ -383,15 +383,18 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
 
 
 def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = "") -> dict[str, Any]:
-    """DDP on the gradwire backend under ``auto`` (one 131 k-element bucket): its decisions and parameters."""
+    """DDP under ``auto`` (one 131 k-element bucket): its decisions and parameters. On the gradwire backend
+    with network ``net``; ``net="gloo"``: on plain gloo, where the link is measured by probes."""
     import gradwire
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gradwire.hooks import CompressionState, compression_hook
 
     torch.set_num_threads(1)
-    gradwire.configure(net)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    if net != "gloo":
+        gradwire.configure(net)
+    dist.init_process_group("gloo" if net == "gloo" else "gradwire", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
     model = nn.Linear(256, 512)
     ddp = DDP(model)

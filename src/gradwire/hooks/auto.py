@@ -69,9 +69,13 @@ every exchange is uncompressed (``none``): what sync does.
    the same step.
 6. The simulated backend's network: its group also says what its model's
    link is now and when that may next change (``network_now``); every
-   rank adds it to the agreed numbers. There a link moved when the model's
-   condition did, not when a probe read differently (the probe still
-   prices: an op there also waits for the inner backend); a condition met
+   rank adds it to the agreed numbers, and it is the probe: nothing is
+   sent to measure a link the model states (on the default model at
+   500 Mbit/s the probes' seven all_reduces, every 10 to 80 steps, and
+   their bytes were a few percent of a short run's time; the inner
+   backend's own cost, which an op there also waits for, is in the step
+   periods that the trials judge). There a link moved when the model's
+   condition did, not when a probe read differently; a condition met
    for the first time starts its estimate afresh from this probe; the
    next probe comes no later than the first step after the next change;
    after each trial the next candidate priced within :data:`UNSURE` of
@@ -81,8 +85,8 @@ every exchange is uncompressed (``none``): what sync does.
    and a condition met before gets back, at once and without a trial, the
    choice that last stood there (on a link that drops for seconds every
    few seconds, the right choice for each state is found once). Other
-   backends, and an outage, have none of this: their link moved when the
-   probe says so.
+   backends, and an outage, have none of this: their probe is sent, and
+   their link moved when it says so.
 
 Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
@@ -266,6 +270,12 @@ def trace_events(pid: int) -> list[dict[str, Any]]:
     return out
 
 
+def _network_now(group: dist.ProcessGroup | None) -> tuple[float, float, float] | None:
+    """The simulated backend's ``network_now()`` of ``group`` (its model's link now); None on any other backend."""
+    now = getattr(group if group is not None else dist.group.WORLD, "network_now", None)
+    return tuple(now()) if callable(now) else None  # type: ignore[return-value]
+
+
 def _fitted(numbers: Tensor) -> Link:
     """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
     small, large, busbytes = numbers[:3].tolist()
@@ -334,8 +344,10 @@ class AutoChooser:
         #: (step, choice names, seconds since the previous step's end, clean: no probe in it), the last few
         self._periods: list[tuple[int, tuple[str, ...], float, bool]] = []
         self._last_end: float | None = None
-        #: the step the last probe ran in (probes are steps apart: the only one a period can contain)
+        #: the step the last probe ran in (probes are steps apart: the only one a period can contain), and
+        #: whether it sent anything (on the simulated backend the model is the probe: its step stays clean)
         self._last_probe = -1
+        self._probe_sent = True
         #: the first step on the agreed link: the one after the probe that saw it move (trials' baseline)
         self._link_since = 0
         self._trial: _Trial | None = None
@@ -456,7 +468,7 @@ class AutoChooser:
         now = time.perf_counter()
         if self._last_end is not None:
             self._periods.append((step, self._names(self.choice, keys), now - self._last_end,
-                                  step != self._last_probe))
+                                  step != self._last_probe or not self._probe_sent))
             del self._periods[:-_PERIODS]
         self._last_end = now
 
@@ -514,6 +526,15 @@ class AutoChooser:
         large = self._probe_numel
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
+        modelled = _network_now(group)
+        self._probe_sent = modelled is None or not math.isfinite(modelled[0])
+        if not self._probe_sent:  # the simulated backend's model is the link: nothing to send (module doc, 6.)
+            assert modelled is not None
+            alpha, beta = modelled[0], modelled[1]
+            self._probed = [alpha, alpha + beta * busbytes, busbytes]
+            self._probe_future = Future()
+            self._probe_future.set_result(None)
+            return
         times: list[float] = []
         turn = sequencer.turn()
 
@@ -605,8 +626,7 @@ class AutoChooser:
         recent = [t for _, _, t, clean in self._periods[-8:] if clean]
         period = statistics.median(recent) if recent else 0.0
         # the simulated backend says what its network model's link is now (the module doc's 6.), any other none
-        now = getattr(group if group is not None else dist.group.WORLD, "network_now", None)
-        modelled = list(now()) if callable(now) else []
+        modelled = list(_network_now(group) or ())
         numbers = torch.tensor([small, large, busbytes, share, period, *cpu, *modelled], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
@@ -857,7 +877,8 @@ class AutoChooser:
             return "auto: no decision yet (every exchange uncompressed)"
         now = Counter(self.decisions[-1].choices.values())
         parts = ", ".join(f"{name} for {n} of {sum(now.values())}" for name, n in now.most_common())
-        link = "" if self.link is None else (f" on a measured link of {self.link.alpha * 1e6:.0f} us + "
+        source = "the network model's" if self._condition is not None else "a measured"
+        link = "" if self.link is None else (f" on {source} link of {self.link.alpha * 1e6:.0f} us + "
                                              f"{self.link.bus_bandwidth * 8 / 1e9:.3g} Gbit/s")
         events = Counter(d.event for d in self.decisions)
         switches = events["decided"] + events["kept"] + events["recalled"] - 1  # the first that stuck is not one
