@@ -273,7 +273,7 @@ def trace_events(pid: int) -> list[dict[str, Any]]:
 def _network_now(group: dist.ProcessGroup | None) -> tuple[float, float, float] | None:
     """The simulated backend's ``network_now()`` of ``group`` (its model's link now); None on any other backend."""
     now = getattr(group if group is not None else dist.group.WORLD, "network_now", None)
-    return tuple(now()) if callable(now) else None  # type: ignore[return-value]
+    return tuple(now()) if callable(now) else None
 
 
 def _fitted(numbers: Tensor) -> Link:
