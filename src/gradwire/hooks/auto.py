@@ -21,9 +21,11 @@ one, whose collectives take the time its network model says):
    bandwidth at 1 Gbit/s and 512 KiB: the first op +66%, the faster of
    the first two +66%, this median +4%; at 100 Mbit/s and 64 KiB: +122%,
    +122%, +2%.
-2. The CPU: each candidate's compress and decompress on a tensor of each
-   exchange's size, timed on this rank once (the two-phase pattern codes
-   twice: worker and server).
+2. The CPU: each candidate's whole exchange (momentum, error feedback,
+   the local correction's copies, the coding) on a group of this rank
+   alone, less ``none``'s, timed once at two sizes and fitted as a line
+   (:meth:`AutoChooser.cpu_seconds`; the coding alone missed four fifths
+   of onebit's cost on the default CNN).
 3. Agreement: every rank's numbers are averaged by one all_reduce, so every
    rank prices with the same floats and takes the same decision at the same
    step (gloo pairs collectives by order: ranks that chose differently would
@@ -123,7 +125,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -164,6 +166,11 @@ PROBE_LARGE = 4
 FIRST_PROBE_CLEAR = 1.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
+#: the largest size a dry exchange is timed at (the line's slope carries it further): a bucket of millions of
+#: elements would stall the step the first decision runs in
+DRY_MAX_NUMEL = 1 << 16
+#: timed dry exchanges per compressor and size (after an untimed one)
+_DRY_REPEATS = 2
 #: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
 TRIAL_STEPS = 3
 #: a trial's steps must be this much faster than the old choice's for it to stay (per-step noise on a busy host
@@ -311,8 +318,15 @@ def _moved(old: Link, new: Link) -> bool:
 class AutoChooser:
     """Which candidate each exchange of a :class:`CompressionState` uses (module doc)."""
 
-    def __init__(self, auto: AutoCompressor) -> None:
+    def __init__(self, auto: AutoCompressor,
+                 dry: Callable[[Compressor, int, int, torch.device], float] | None = None) -> None:
+        """``dry(compressor, numel, repeats, device)``: the seconds of one whole exchange on this rank alone
+        (:meth:`CompressionState.dry_seconds`), what :meth:`cpu_seconds` prices by; None: the coding alone."""
         _LIVE.add(self)
+        self._dry = dry
+        self._dry_cache: dict[tuple[str, int], float] = {}
+        self._device = torch.device("cpu")
+        self._largest = 0
         self.created = time.perf_counter()
         self.auto = auto
         self.none = get_compressor("none")
@@ -366,6 +380,8 @@ class AutoChooser:
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
         self._dtypes[key] = flat.dtype
+        self._device = flat.device
+        self._largest = max(self._largest, flat.numel())
         return self.choice.get(key, self.none)
 
     # -- the state's step --------------------------------------------------------
@@ -560,60 +576,82 @@ class AutoChooser:
         self._probe_future = fut.then(lambda done: record(done.value()))
 
     def cpu_seconds(self, compressor: Compressor, numel: int, world: int) -> float:
-        """This rank's coding time for one exchange of ``numel`` elements with ``compressor`` (cached).
+        """This rank's CPU seconds for one exchange of ``numel`` elements with ``compressor``, beyond ``none``'s.
 
-        Timed once per compressor (the fastest of a few runs at two sizes,
-        fitted as a line: :meth:`_cpu_line`), on a twin of the compressor: its
-        compress ``c`` and decompress ``d`` of random values, and one pass over
-        them ``p`` (an add). What an exchange runs, per pattern
-        (:mod:`gradwire.hooks.exchange`): every one compensates, updates the
-        residual and corrects locally (4 passes); two-phase compresses the
-        bucket and then the served chunk (``c (1 + 1/w)``) and decodes the
-        worker's approximation, the chunk's ``w`` rows and the gathered rows
-        (``3 d``); all_gather decodes every rank's payload (``w d``); an
-        all_reduce pattern ``d`` per round (PowerSGD's second round is in ``c``).
+        Fitted as a line on two sizes, once per compressor (:meth:`_cpu_line`):
+        :data:`CPU_SIZES`'s first and the run's largest exchange (at most
+        :data:`DRY_MAX_NUMEL`). Where the state offers dry runs (a
+        :class:`~gradwire.hooks.CompressionState` does), the whole exchange is
+        timed on a group of this rank alone, less ``none``'s: momentum, error
+        feedback, the local correction's copies of the residuals, the coding
+        (:meth:`CompressionState.dry_seconds`). On the default CNN's 601 k
+        elements those cost onebit 3.4 ms more than ``none`` here, where its
+        compress and decompress alone take 0.7 ms: a price of the coding alone
+        put onebit ahead of ``none`` on a 10 Gbit/s link, where its steps were
+        4 ms slower. What one rank leaves out is added from the coding's
+        parts, timed on a twin of the compressor (compress ``c``, decompress
+        ``d``): all_gather decodes ``w`` payloads, not one (``(w - 1) d``), and
+        a two-phase server compresses a chunk of ``1/w`` of the bucket, not the
+        whole (``c (1/w - 1)``). Without dry runs the price is the coding
+        alone: two-phase ``c (1 + 1/w) + 3 d``, all_gather ``c + w d``, an
+        all_reduce pattern ``c + d``, and 4 passes over the bucket.
         """
         if compressor is self.none or numel == 0:
             return 0.0
-        fixed, per_element = self._cpu_line(compressor, world)
+        fixed, per_element = self._cpu_line(compressor, world, numel)
         return fixed + per_element * numel
 
-    def _cpu_line(self, compressor: Compressor, world: int) -> tuple[float, float]:
-        """``(fixed, per element)`` seconds of :meth:`cpu_seconds`, fitted on two sizes (cached per compressor).
-
-        Timed at :data:`CPU_SIZES` (a bucket of millions of elements would
-        stall the step the first decision runs in; coding is linear in the size).
-        """
+    def _cpu_line(self, compressor: Compressor, world: int, largest: int) -> tuple[float, float]:
+        """``(fixed, per element)`` seconds of :meth:`cpu_seconds` (cached per compressor and world)."""
         key = (compressor.name, world)
         if key not in self._lines:
-            twin = copy.deepcopy(compressor)  # the real one's random streams and warm starts stay untouched
+            small = CPU_SIZES[0]
+            large = max(CPU_SIZES[1], min(max(largest, self._largest), DRY_MAX_NUMEL))
             costs = []
-            for n in CPU_SIZES:
-                x = torch.randn(n, generator=torch.Generator().manual_seed(n))
-                y = torch.empty_like(x)
-                c = d = p = float("inf")
-                for _ in range(_CPU_REPEATS):
-                    t0 = time.perf_counter()
-                    payload, ctx = twin.compress(x)
-                    for _round in range(twin.rounds - 1):
-                        payload = twin.next_round(payload, ctx)
-                    t1 = time.perf_counter()
-                    twin.decompress(payload, ctx)
-                    t2 = time.perf_counter()
-                    torch.add(x, x, out=y)
-                    t3 = time.perf_counter()
-                    c, d, p = min(c, t1 - t0), min(d, t2 - t1), min(p, t3 - t2)
+            for n in (small, large):
+                c, d, p = self._coding(compressor, n)
                 if compressor.pattern is Pattern.TWO_PHASE:
-                    coding = c * (1 + 1 / world) + 3 * d
+                    coding, alone = c * (1 + 1 / world) + 3 * d, 2 * c + 3 * d
                 elif compressor.pattern is Pattern.ALLGATHER:
-                    coding = c + world * d
+                    coding, alone = c + world * d, c + d
                 else:
-                    coding = c + d
-                costs.append(coding + 4 * p)
-            (n1, n2), (t1_, t2_) = CPU_SIZES, costs
-            slope = max(0.0, (t2_ - t1_) / (n2 - n1))
-            self._lines[key] = (max(0.0, t1_ - slope * n1), slope)
+                    coding = alone = c + d
+                if self._dry is None:
+                    costs.append(coding + 4 * p)
+                else:
+                    extra = self._dry_seconds(compressor, n) - self._dry_seconds(self.none, n)
+                    costs.append(max(0.0, extra + coding - alone))
+            slope = max(0.0, (costs[1] - costs[0]) / (large - small))
+            self._lines[key] = (max(0.0, costs[0] - slope * small), slope)
         return self._lines[key]
+
+    def _coding(self, compressor: Compressor, numel: int) -> tuple[float, float, float]:
+        """The fastest of a few compress ``c`` and decompress ``d`` of ``numel`` random values on a twin of
+        ``compressor`` (its random streams and warm starts stay untouched), and of one pass over them ``p``."""
+        twin = copy.deepcopy(compressor)
+        x = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
+        y = torch.empty_like(x)
+        c = d = p = float("inf")
+        for _ in range(_CPU_REPEATS):
+            t0 = time.perf_counter()
+            payload, ctx = twin.compress(x)
+            for _round in range(twin.rounds - 1):
+                payload = twin.next_round(payload, ctx)
+            t1 = time.perf_counter()
+            twin.decompress(payload, ctx)
+            t2 = time.perf_counter()
+            torch.add(x, x, out=y)
+            t3 = time.perf_counter()
+            c, d, p = min(c, t1 - t0), min(d, t2 - t1), min(p, t3 - t2)
+        return c, d, p
+
+    def _dry_seconds(self, compressor: Compressor, numel: int) -> float:
+        """One exchange on this rank alone (the state's dry run), cached per compressor and size."""
+        assert self._dry is not None
+        key = (compressor.name, numel)
+        if key not in self._dry_cache:
+            self._dry_cache[key] = self._dry(compressor, numel, _DRY_REPEATS, self._device)
+        return self._dry_cache[key]
 
     def _agree(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """All_reduce (mean) of the probe, the exposure, the recent step period and every candidate's CPU cost

@@ -126,7 +126,9 @@ sums in an order that depends on the layout). The compressor's own state
 """
 from __future__ import annotations
 
+import copy
 import logging
+import time
 import warnings
 import weakref
 import zlib
@@ -277,7 +279,8 @@ class CompressionState:
             raise ValueError(f"fuse_numel must be >= 0 (0: never fuse buckets), got {fuse_numel}")
         self.compressor = get_compressor(compressor)
         #: ``auto``: which candidate each exchange uses (None for one fixed compressor)
-        self.auto = AutoChooser(self.compressor) if isinstance(self.compressor, AutoCompressor) else None
+        self.auto = (AutoChooser(self.compressor, self.dry_seconds) if isinstance(self.compressor, AutoCompressor)
+                     else None)
         if fuse_numel is None:
             fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
         if warmup_iters is None:
@@ -403,6 +406,33 @@ class CompressionState:
             run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
             fut = run(turn, flat, key, compressor, group, update)
         return self._keep(fut if correct is None else then(fut, correct))
+
+    def dry_seconds(self, compressor: Compressor, numel: int, repeats: int, device: torch.device) -> float:
+        """This rank's seconds for one exchange of ``numel`` elements with ``compressor``, on a group of itself.
+
+        What ``auto`` prices an exchange's CPU by: the whole exchange as this
+        state runs it (momentum, error feedback, the local correction's copies,
+        the coding, the two-phase server's share), on a twin state over a
+        one-rank group, so nothing of the network is in it. The fastest of
+        ``repeats``, after :data:`_DRY_WARM` untimed runs (the first ones allocate
+        the state's buffers, which a running exchange has).
+        """
+        twin = CompressionState(copy.deepcopy(compressor), _alone(), momentum=self.momentum, warmup_iters=0,
+                                min_compress_numel=0, fuse_numel=0)
+        key = StateKey.of("dry", numel)
+        source = torch.randn(numel, generator=torch.Generator().manual_seed(numel)).to(device)
+        best = float("inf")
+        flat = torch.empty_like(source)
+        for i in range(repeats + _DRY_WARM):
+            flat.copy_(source)
+            start = time.perf_counter()
+            twin.reduce(flat, key).wait()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i >= _DRY_WARM:
+                best = min(best, time.perf_counter() - start)
+            twin.end_step()
+        return best
 
     def _keep(self, fut: Future) -> Future:
         """``auto`` times a step's exchanges from its end (:meth:`AutoChooser.end_step`): keep them; return ``fut``."""
@@ -775,6 +805,27 @@ def _checksum(t: Tensor) -> int:
     """CRC-32 of a tensor's bytes (a copy on the CPU)."""
     flat = t.detach().reshape(-1).contiguous().cpu()
     return zlib.crc32(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else 0
+
+
+#: untimed dry exchanges first: a state's first ones allocate its residuals and momentum
+_DRY_WARM = 2
+
+#: per default group: this rank alone (``auto``'s dry exchanges run on it)
+_ALONE: "weakref.WeakKeyDictionary[dist.ProcessGroup, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
+
+
+def _alone() -> dist.ProcessGroup:
+    """A group of this rank alone, made once per default group.
+
+    ``use_local_synchronization``: only this rank takes part in making it,
+    and its name is a hash of its ranks, so no other rank's group count
+    moves (a group made on some ranks only would otherwise shift the names
+    of every later ``new_group``, and ranks would pair different groups).
+    """
+    default = dist.distributed_c10d._get_default_group()
+    if default not in _ALONE:
+        _ALONE[default] = dist.new_group([dist.get_rank()], use_local_synchronization=True)
+    return _ALONE[default]
 
 
 def _copy(residual: Tensor | None) -> Tensor | None:
