@@ -208,3 +208,26 @@ def cases(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[str, 
     """Each (strategy, case) in turn in one process group."""
     _init(rank, world)
     return [_run(strategy, CASES[case](rank)) for strategy, case in runs]
+
+
+def torchft_rounds(rank: int, world: int, strategy: str, steps: int) -> dict[str, Any]:
+    """AdamW under ``strategy`` (torchft's DiLoCo) for ``steps``: the injection's record, whether the ranks end
+    on one model, and the bytes that went over the gradwire groups torchft made."""
+    import gradwire
+
+    _init(rank, world)
+
+    def train() -> nn.Module:
+        ddp = DDP(_model())
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+        for x in _data(rank, steps):
+            opt.zero_grad()
+            _loss(ddp, x).backward()
+            opt.step()
+        return ddp
+
+    out = _run(strategy, train)
+    out["torchft_bytes"] = sum(e.payload_bytes for e in gradwire.events() if e.group.startswith("torchft_"))
+    out["torchft_ops"] = sum(1 for e in gradwire.events() if e.group.startswith("torchft_") and e.op == "all_reduce")
+    dist.destroy_process_group()
+    return out

@@ -27,7 +27,8 @@ from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
-    "clock", "configure", "current_spec", "events", "export_trace", "groups", "is_gradwire", "network", "register",
+    "clock", "configure", "current_spec", "events", "export_trace", "group_over", "groups", "is_gradwire", "network",
+    "register",
     "report_as", "reset_stats", "stats",
 ]
 
@@ -61,6 +62,27 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(minutes=30)
     group = GradwireProcessGroup(opts.store, opts.group_rank, opts.group_size, timeout,
                                  global_ranks, str(opts.group_id), _model, _origin, _job)
+    _groups[group.group_id] = group
+    return group
+
+
+def group_over(store: dist.Store, rank: int, size: int, timeout: timedelta, name: str) -> GradwireProcessGroup:
+    """A gradwire group of ``size`` ranks that meet through ``store``, on this process's network.
+
+    For libraries that build their process groups themselves, outside
+    ``init_process_group`` and ``new_group`` (torchft's replica groups, which
+    it rebuilds whenever the quorum changes): the group's ops are priced on
+    the network model of this process's default ``gradwire`` group (the
+    group's ranks as nodes ``0 .. size - 1`` of it), so their bytes and waits
+    are counted and simulated as every other op's.
+
+    Raises:
+        RuntimeError: no default ``gradwire`` group in this process (there is no network to price on).
+    """
+    if _model is None:
+        raise RuntimeError("gradwire.backend.group_over needs this process's default group to be a gradwire one "
+                           "(init_process_group(\"gradwire\") first): its network prices the new group's ops")
+    group = GradwireProcessGroup(store, rank, size, timeout, (), name, _model, _origin, _job)
     _groups[group.group_id] = group
     return group
 

@@ -176,6 +176,31 @@ def average_parameters(params: Sequence[Tensor], group: dist.ProcessGroup | None
     return x
 
 
+#: how many :func:`strategy_optimizers` blocks are open (optimizers made in one are a strategy's own)
+_OWN_OPTIMIZERS = 0
+
+
+@contextmanager
+def strategy_optimizers() -> Iterator[None]:
+    """Optimizers made in this block are a strategy's own (an outer optimizer), not the script's.
+
+    A script's injection (:mod:`gradwire.overlap.inject`) looks for the one
+    optimizer that steps the DDP's parameters and refuses a second; a
+    strategy's outer optimizer holds the same parameters and must not count.
+    """
+    global _OWN_OPTIMIZERS
+    _OWN_OPTIMIZERS += 1
+    try:
+        yield
+    finally:
+        _OWN_OPTIMIZERS -= 1
+
+
+def making_strategy_optimizer() -> bool:
+    """Whether an optimizer made now is a strategy's own (:func:`strategy_optimizers`)."""
+    return _OWN_OPTIMIZERS > 0
+
+
 def broadcast_module(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
     """Give every rank the parameters and buffers of the group's first rank."""
     src = dist.get_global_rank(group, 0) if group is not None else 0
@@ -315,6 +340,13 @@ class Strategy:
 
     def accumulates(self) -> None:
         """Called when the script enters ``DDP.no_sync()``; raise :class:`CannotApply` if accumulation is wrong here."""
+
+    def close(self) -> None:
+        """Release what the strategy started besides collectives (servers, threads), after its last step.
+
+        A script's own loop (``gradwire compare -- CMD``) has no place for
+        :meth:`finish`; the injection calls this before the process group goes.
+        """
 
     def in_flight(self) -> list[Future]:
         """Futures of collectives this strategy still has in flight (waited for before the group goes)."""

@@ -92,7 +92,7 @@ from torch.utils.hooks import RemovableHandle
 from gradwire.hooks.auto import live_choosers
 from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
 
-from .base import CannotApply, Strategy
+from .base import CannotApply, Strategy, making_strategy_optimizer
 from .registry import StrategyChoice, parse_strategy
 
 __all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
@@ -410,12 +410,15 @@ class Injection:
             raise StrategyNotApplied(f"gradwire: strategy {self.choice} not applied: {self.reason}")
 
     def close(self) -> None:
-        """Wait for the averages still in flight (ignoring their failures): the process group is about to go."""
+        """Wait for the averages still in flight (ignoring their failures), then let the strategy release what it
+        started (:meth:`Strategy.close`): the process group is about to go."""
         for fut in self.strategy.in_flight() if self.strategy is not None else []:
             try:
                 fut.wait()
             except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened
                 pass
+        if self.strategy is not None:
+            self.strategy.close()
 
 
 def _no_step(*args: Any, **kwargs: Any) -> Any:
@@ -487,6 +490,8 @@ def install(choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARM
 
     def optimizer_init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         real_opt_init(self, *args, **kwargs)
+        if making_strategy_optimizer():  # a strategy's outer optimizer: not the script's
+            return
         _registry.add(self)
         injection.optimizer_made(self)
 

@@ -38,6 +38,7 @@ from .diloco import DiLoCoStrategy, StreamingDiLoCoStrategy
 from .handler import HandlerStrategy
 from .sync import SyncStrategy
 from .torch_hooks import TorchFP16Strategy, TorchPostLocalSGDStrategy, TorchPowerSGDStrategy
+from .torchft_diloco import TorchFTDiLoCoStrategy
 
 __all__ = ["STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
 
@@ -126,6 +127,10 @@ STRATEGIES: dict[str, StrategyEntry] = {
                                       _DILOCO_REFUSES, floats=("lr", "mu")),
     "torch-postlocalsgd": StrategyEntry(TorchPostLocalSGDStrategy, ("H",), ("warmup",),
                                         "PyTorch's PostLocalSGDOptimizer + PeriodicModelAverager", _ANY_COMPRESSOR),
+    "torchft-diloco": StrategyEntry(TorchFTDiLoCoStrategy, ("H",), ("lr", "mu"),
+                                    "torchft's DiLoCo (lighthouse, Manager) over gradwire groups; needs torchft",
+                                    _Everything("torchft's DiLoCo sends its outer gradient through its own Manager, "
+                                                "uncompressed"), flags=("bucket",), floats=("lr", "mu")),
     # PyTorch's own hooks, as peers; they are the compression, so they take no compressor
     "torch-fp16": StrategyEntry(TorchFP16Strategy, (), (), "DDP + PyTorch's fp16_compress_hook", _ANY_COMPRESSOR),
     "torch-powersgd": StrategyEntry(TorchPowerSGDStrategy, ("R",), ("start",), "DDP + PyTorch's powerSGD_hook, rank R",
