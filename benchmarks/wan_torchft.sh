@@ -2,8 +2,9 @@
 # torchft's own DiLoCo as a row beside gradwire's, on the WAN of benchmarks/wan_diloco.sh (issue 27's peers):
 # examples/gpt_adamw.py, 4 ranks under torchrun, 100 Mbit/s with 50 ms, the target sync's final val loss + 2%.
 # Rows: sync (600 steps, the script as written); with 1200 steps each: gradwire's diloco:100 with the outer
-# optimizer of wan_diloco.sh (lr=1, mu=0.5), torchft-diloco:100 with the same outer optimizer and with the
-# paper's (lr=0.7, mu=0.9), int8+diloco:100, and PyTorch's torch-postlocalsgd:100.
+# optimizer of wan_diloco.sh (lr=1, mu=0.5), torchft-diloco:100 with the same outer optimizer, as torchft sends
+# by default (one all_reduce per parameter tensor) and bucketized (:bucket), int8+diloco:100, and PyTorch's
+# torch-postlocalsgd:100.
 # torchft-diloco runs torchft's lighthouse, Managers and DiLoCo (pip install torchft; 0.2.0 here); its
 # per-tensor all_reduces go over gradwire groups, so its bytes and waits are on the same simulated WAN.
 # The comparison runs from a copy of src/ and examples/; the machine's load before and after goes to load.txt.
@@ -18,7 +19,7 @@ cp -r "$repo/src" "$repo/examples" "$snap/"
 cd "$snap"
 export PYTHONPATH=$snap/src
 O=lr=1:mu=0.5
-strategies=(sync diloco:100:$O torchft-diloco:100:$O torchft-diloco:100 int8+diloco:100:$O torch-postlocalsgd:100)
+strategies=(sync diloco:100:$O torchft-diloco:100:$O torchft-diloco:100:$O:bucket int8+diloco:100:$O torch-postlocalsgd:100)
 longer=()
 for s in "${strategies[@]:1}"; do longer+=(--strategy-args "$s=--steps 1200"); done
 mkdir -p "$out"
