@@ -106,3 +106,12 @@ def test_the_crossover_line_names_each_strategy_once():
                            {"fp16": 5e9, "delayed": None, "powersgd:4": None})
     assert curves.verdict() == ("predicted on the measured step, 2 ranks: pays fp16 below 5 Gbit/s, "
                                 "delayed everywhere in 100 Mbit/s-10 Gbit/s, powersgd:4 nowhere in 100 Mbit/s-10 Gbit/s")
+
+
+def test_the_table_prints_a_strategy_name_as_written(capsys):
+    # rich turns ":100:" into an emoji unless told not to: "diloco:100:lr=1" printed as "diloco💯lr=1"
+    from gradwire.compare.report import print_table
+
+    print_table([_row("sync", 1.0, 0.9), _row("diloco:100:lr=1:mu=0.5", 3.0, 0.1)], None)
+    out = capsys.readouterr().out
+    assert "\U0001f4af" not in out and ":100:" in out.replace("\n", "").replace("│", "").replace(" ", "")

@@ -19,7 +19,7 @@ def progress_bar(total: int, *, enabled: bool, label: str = "bench") -> Iterator
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     if not console.is_terminal:
         yield lambda _desc: None
         return

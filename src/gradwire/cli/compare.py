@@ -294,7 +294,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     trained = [0]
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(),

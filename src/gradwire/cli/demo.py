@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = parse_spec(args.net)
     check_net_fits(args.net, args.world_size)
-    console = Console()
+    console = Console(emoji=False)
     console.print(f"[bold]gradwire demo[/]: {args.world_size} ranks on [cyan]{spec.to_string()}[/]")
     res = spawn(_worker, args.world_size, (args.net, args.steps), timeout=300)[0]
     table = Table(title="all_reduce (fp32, blocking, median of 3)")

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_doctor(args.world_size, args.timeout, args.probe_bytes)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0 if report.ok else 1
-    console = Console()
+    console = Console(emoji=False)
     ranks = Table(title="ranks", title_justify="left")
     for col in ("rank", "host", "python", "torch", "gradwire", "backends", "CUDA/NCCL", "gloo interface"):
         ranks.add_column(col)

@@ -135,7 +135,7 @@ def run_describe(args: argparse.Namespace) -> int:
     spec = parse_spec(args.spec)
     for world in args.world_size or ():  # a topology holds one world size: say so rather than price another
         check_net_fits(args.spec, world)
-    console = Console()
+    console = Console(emoji=False)
     console.print(spec_table(spec))
     if spec.events:
         console.print(timeline_table(spec))
@@ -168,5 +168,5 @@ def run_presets(args: argparse.Namespace) -> int:
         spec = parse_spec(text)
         table.add_row(name, human_bandwidth(spec.bandwidth), human_time(spec.latency), spec.protocol,
                       "changes: " + ", ".join(e.to_string() for e in spec.events))
-    Console().print(table)
+    Console(emoji=False).print(table)
     return 0

@@ -68,7 +68,7 @@ def report(results: list[dict], net: str) -> None:
 
     from gradwire.net.units import human_size
 
-    console = Console(width=max(Console().width, 120))  # a pipe's 80 columns cut op names short
+    console = Console(width=max(Console().width, 120), emoji=False)  # a pipe's 80 columns cut op names short
     r0 = min(results, key=lambda r: r["rank"])
     table = Table(title=f"communication of rank {r0['rank']} on {net}")
     for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)", "exposed (s)"):

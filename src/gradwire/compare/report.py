@@ -572,7 +572,7 @@ def print_table(rows: list[Row], target: float | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 150), emoji=False)
     shown = _net_target(rows, next((r.net for r in rows if r.target is not None), ""), target)
     columns = _columns(rows, shown)
     spread, peaks, predicted = _changing(rows), _peaks(rows), _predicts(rows)

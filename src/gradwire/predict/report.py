@@ -31,7 +31,7 @@ def report(preds: dict, ratios: dict, strategies: list[str], nets: list[str], wo
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 120))
+    console = Console(width=max(Console().width, 120), emoji=False)
     unit = "samples/s" if base.batch_size else "steps/s x ranks"
     console.print(f"{base.name}: {base.compute_seconds * 1e3:.2f} ms of compute per step (forward "
                   f"{base.forward * 1e3:.2f}, backward {base.backward * 1e3:.2f}, optimizer "
