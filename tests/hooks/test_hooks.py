@@ -302,8 +302,8 @@ def test_auto_on_plain_gloo_measures_the_link_with_probes_and_every_rank_agrees(
 
 def test_auto_compresses_on_a_slow_link_reads_it_from_the_model_and_every_rank_agrees():
     # one 131 k-element bucket on a simulated 100 Mbit/s link (payload rate 0.0956 Gbit/s after TCP/IP headers):
-    # the estimate is the network model's (no probe is sent there), the exchange is compressed, and both ranks
-    # decided alike
+    # the bandwidth is the network model's (the probe sends only its small all_reduces there), the exchange is
+    # compressed, and both ranks decided alike
     res = spawn(workers.auto_train, 2, args=("bandwidth=100mbit", 16), timeout=200)
     summary = res[0]["summary"]
     def decided(r):  # what was decided, without when (each rank's own clock)

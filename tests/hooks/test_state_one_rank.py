@@ -492,32 +492,42 @@ def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_
     assert chooser._trial is not None and chooser.choice[key].name == "onebit"
 
 
-def test_auto_on_the_simulated_backend_sends_no_probe_the_model_is_the_link(monkeypatch: pytest.MonkeyPatch) -> None:
-    # where the group states its modelled link (network_now), the probe takes it and issues nothing (a sequencer
-    # that is asked for a turn fails); its step stays clean for the trials. In an outage (inf) the probe is sent.
+def test_auto_on_the_simulated_backend_probes_only_alpha_the_model_states_the_bandwidth(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # where the group states its modelled link (network_now), the probe sends its three one-element all_reduces
+    # only: alpha is the larger of theirs and the model's (an op there also waits for the inner backend), the
+    # bandwidth is the model's. In an outage (inf) the whole probe is sent.
     from gradwire.hooks import auto as auto_module
+    from gradwire.hooks.futures import Sequencer
 
     chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
     assert isinstance(chooser, auto_module.AutoChooser)
+    sent: list[int] = []
+    real_all_reduce = dist.all_reduce
 
-    class NoTurns:
-        def turn(self):  # type: ignore[no-untyped-def]
-            raise AssertionError("the modelled link needs no collective")
+    def counted(tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(tensor.numel())
+        return real_all_reduce(tensor, *args, **kwargs)
 
-    monkeypatch.setattr(auto_module, "_network_now", lambda group: (2e-4, 1e-8, 5.0))
+    monkeypatch.setattr(auto_module.dist, "all_reduce", counted)
     monkeypatch.setattr(auto_module.dist, "get_world_size", lambda group=None: 2)  # priced as two ranks
-    chooser._last_probe = 9
-    chooser._probe([key], NoTurns(), None)  # type: ignore[arg-type]
-    assert chooser._probe_future is not None and chooser._probe_future.done()
-    small, large, busbytes = chooser._probed
-    assert small == 2e-4 and large == pytest.approx(2e-4 + 1e-8 * busbytes) and busbytes > 0
-    assert auto_module._fitted(torch.tensor(chooser._probed)).beta == pytest.approx(1e-8)
-    chooser._last_end = 0.0
-    chooser._record_period(9, [key])
-    assert chooser._periods[-1][3]  # the step the model was read in is a clean one
+    for model_alpha in (1e-9, 10.0):  # below what the small all_reduces take here, and far above it
+        sent.clear()
+        monkeypatch.setattr(auto_module, "_network_now", lambda group, a=model_alpha: (a, 1e-8, 5.0))
+        chooser._probe([key], Sequencer(), None)
+        assert chooser._probe_future is not None
+        chooser._probe_future.wait()
+        assert sent == [1, 1, 1]
+        small, large, busbytes = chooser._probed
+        assert (small > 1e-9) if model_alpha < 1 else (small == 10.0)
+        assert busbytes > 0 and large == pytest.approx(small + 1e-8 * busbytes)
+        assert auto_module._fitted(torch.tensor(chooser._probed)).beta == pytest.approx(1e-8)
+    sent.clear()
     monkeypatch.setattr(auto_module, "_network_now", lambda group: (float("inf"), float("inf"), 2.0))
-    with pytest.raises(AssertionError, match="needs no collective"):
-        chooser._probe([key], NoTurns(), None)  # type: ignore[arg-type]
+    chooser._probe([key], Sequencer(), None)
+    assert chooser._probe_future is not None
+    chooser._probe_future.wait()
+    assert sent.count(1) == 3 and len(sent) > 3 and max(sent) > 1  # the large ones too
 
 
 def test_auto_prices_the_cpu_by_the_whole_exchange_on_this_rank_alone() -> None:

@@ -71,12 +71,15 @@ every exchange is uncompressed (``none``): what sync does.
    the same step.
 6. The simulated backend's network: its group also says what its model's
    link is now and when that may next change (``network_now``); every
-   rank adds it to the agreed numbers, and it is the probe: nothing is
-   sent to measure a link the model states (on the default model at
-   500 Mbit/s the probes' seven all_reduces, every 10 to 80 steps, and
-   their bytes were a few percent of a short run's time; the inner
-   backend's own cost, which an op there also waits for, is in the step
-   periods that the trials judge). There a link moved when the model's
+   rank adds it to the agreed numbers, and its bandwidth is the probe's:
+   only the three small all_reduces are sent, and ``alpha`` is the larger
+   of theirs and the model's (an op there also waits for the inner
+   backend, whose own cost per collective, 0.25-1 ms on a 2-core host, a
+   link modelled without latency does not have; without it the simulated
+   run chose onebit at 1 Gbit/s where real packets, 251 us per
+   collective, chose ``none``). The probe's large all_reduces are not sent
+   (on the default model at 500 Mbit/s they and their bytes were a few
+   percent of a short run's time). There a link moved when the model's
    condition did, not when a probe read differently; a condition met
    for the first time starts its estimate afresh from this probe; the
    next probe comes no later than the first step after the next change;
@@ -87,8 +90,8 @@ every exchange is uncompressed (``none``): what sync does.
    and a condition met before gets back, at once and without a trial, the
    choice that last stood there (on a link that drops for seconds every
    few seconds, the right choice for each state is found once). Other
-   backends, and an outage, have none of this: their probe is sent, and
-   their link moved when it says so.
+   backends, and an outage, have none of this: their whole probe is sent,
+   and their link moved when it says so.
 
 Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
@@ -358,10 +361,8 @@ class AutoChooser:
         #: (step, choice names, seconds since the previous step's end, clean: no probe in it), the last few
         self._periods: list[tuple[int, tuple[str, ...], float, bool]] = []
         self._last_end: float | None = None
-        #: the step the last probe ran in (probes are steps apart: the only one a period can contain), and
-        #: whether it sent anything (on the simulated backend the model is the probe: its step stays clean)
+        #: the step the last probe ran in (probes are steps apart: the only one a period can contain)
         self._last_probe = -1
-        self._probe_sent = True
         #: the first step on the agreed link: the one after the probe that saw it move (trials' baseline)
         self._link_since = 0
         self._trial: _Trial | None = None
@@ -484,7 +485,7 @@ class AutoChooser:
         now = time.perf_counter()
         if self._last_end is not None:
             self._periods.append((step, self._names(self.choice, keys), now - self._last_end,
-                                  step != self._last_probe or not self._probe_sent))
+                                  step != self._last_probe))
             del self._periods[:-_PERIODS]
         self._last_end = now
 
@@ -543,14 +544,8 @@ class AutoChooser:
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
         modelled = _network_now(group)
-        self._probe_sent = modelled is None or not math.isfinite(modelled[0])
-        if not self._probe_sent:  # the simulated backend's model is the link: nothing to send (module doc, 6.)
-            assert modelled is not None
-            alpha, beta = modelled[0], modelled[1]
-            self._probed = [alpha, alpha + beta * busbytes, busbytes]
-            self._probe_future = Future()
-            self._probe_future.set_result(None)
-            return
+        # the simulated backend's model states the bandwidth: only the small all_reduces go (module doc, 6.)
+        model = modelled is not None and math.isfinite(modelled[0])
         times: list[float] = []
         turn = sequencer.turn()
 
@@ -563,15 +558,21 @@ class AutoChooser:
 
         # the first small all_reduce lines the ranks up (it waits for the slowest); the first probe of a run
         # also sends an untimed large one (a backend's first op of a size sets up its buffers); the rest are timed
-        calls = [small_t] + ([large_t] if self.link is None else []) + [small_t, small_t] + [large_t] * PROBE_LARGE
+        larges = [] if model else ([large_t] if self.link is None else []), [] if model else [large_t] * PROBE_LARGE
+        calls = [small_t] + larges[0] + [small_t, small_t] + larges[1]
         fut = turn.issue(timed(calls[0]), last=False)
         for j, tensor in enumerate(calls[1:], start=1):
             fut = turn.issue(timed(tensor), after=fut, last=j == len(calls) - 1)
 
         def record(_: Any) -> None:  # the faster small one is alpha (a delay only adds); the large ones: module doc
-            first = len(times) - PROBE_LARGE
+            first = len(times) - len(larges[1])
             small = min(times[first - 2], times[first - 1])
-            self._probed = [small, statistics.median(times[first + 1:]), busbytes]
+            if model:
+                assert modelled is not None
+                alpha = max(small, modelled[0])  # an op there waits for the model and for the inner backend
+                self._probed = [alpha, alpha + modelled[1] * busbytes, busbytes]
+            else:
+                self._probed = [small, statistics.median(times[first + 1:]), busbytes]
 
         self._probe_future = fut.then(lambda done: record(done.value()))
 
