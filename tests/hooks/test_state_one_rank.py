@@ -544,7 +544,8 @@ def test_auto_prices_the_cpu_by_the_whole_exchange_on_this_rank_alone() -> None:
         seen.append((compressor.name, numel))
         return (5e-8 if compressor.name == "onebit" else 1e-8) * numel + 1e-4
 
-    chooser = AutoChooser(auto, dry)
+    chooser = AutoChooser(auto)
+    chooser._dry = dry  # what the state's dry-run context gives while auto prices
     chooser._largest = 601610
     onebit = chooser.candidates[1]
     estimate = chooser.cpu_seconds(onebit, 601610, 2)
@@ -552,9 +553,13 @@ def test_auto_prices_the_cpu_by_the_whole_exchange_on_this_rank_alone() -> None:
     assert {n for _, n in seen} == {1 << 12, DRY_MAX_NUMEL} and {c for c, _ in seen} == {"none", "onebit"}
     assert chooser.cpu_seconds(chooser.none, 601610, 2) == 0.0
 
-    # the real state's dry run: a group of this rank alone, made without moving the ranks' group count
+    # the real state's dry runs: a group of this rank alone, made without moving the ranks' group count, and gone
+    # when the block ends (one kept past destroy_process_group aborted the process at exit)
     state = CompressionState("auto:onebit", momentum=0.9)
-    assert state.auto is not None and state.auto._dry == state.dry_seconds
-    count = dist.distributed_c10d._world.group_count
-    seconds = state.dry_seconds(get_compressor("onebit"), 4096, 1, torch.device("cpu"))
+    assert state.auto is not None and state.auto._dry_runs == state.dry_runs
+    count, groups = dist.distributed_c10d._world.group_count, len(dist.distributed_c10d._world.pg_map)
+    with state.dry_runs() as timer:
+        assert len(dist.distributed_c10d._world.pg_map) == groups + 1
+        seconds = timer(get_compressor("onebit"), 4096, 1, torch.device("cpu"))
     assert 0 < seconds < 1 and dist.distributed_c10d._world.group_count == count
+    assert len(dist.distributed_c10d._world.pg_map) == groups

@@ -128,7 +128,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 import torch.distributed as dist
@@ -322,11 +322,15 @@ class AutoChooser:
     """Which candidate each exchange of a :class:`CompressionState` uses (module doc)."""
 
     def __init__(self, auto: AutoCompressor,
-                 dry: Callable[[Compressor, int, int, torch.device], float] | None = None) -> None:
-        """``dry(compressor, numel, repeats, device)``: the seconds of one whole exchange on this rank alone
-        (:meth:`CompressionState.dry_seconds`), what :meth:`cpu_seconds` prices by; None: the coding alone."""
+                 dry_runs: Callable[[], ContextManager[Callable[[Compressor, int, int, torch.device], float]]]
+                 | None = None) -> None:
+        """``dry_runs()``: a context whose value times one whole exchange on this rank alone, ``(compressor,
+        numel, repeats, device) -> seconds`` (:meth:`CompressionState.dry_runs`), what :meth:`cpu_seconds`
+        prices by; None: the coding alone."""
         _LIVE.add(self)
-        self._dry = dry
+        self._dry_runs = dry_runs
+        #: the open dry-run context's timer (while :meth:`_agree` prices), else None
+        self._dry: Callable[[Compressor, int, int, torch.device], float] | None = None
         self._dry_cache: dict[tuple[str, int], float] = {}
         self._device = torch.device("cpu")
         self._largest = 0
@@ -582,7 +586,8 @@ class AutoChooser:
         Fitted as a line on two sizes, once per compressor (:meth:`_cpu_line`):
         :data:`CPU_SIZES`'s first and the run's largest exchange (at most
         :data:`DRY_MAX_NUMEL`). Where the state offers dry runs (a
-        :class:`~gradwire.hooks.CompressionState` does), the whole exchange is
+        :class:`~gradwire.hooks.CompressionState` does: :meth:`_agree` opens
+        them while it prices), the whole exchange is
         timed on a group of this rank alone, less ``none``'s: momentum, error
         feedback, the local correction's copies of the residuals, the coding
         (:meth:`CompressionState.dry_seconds`). On the default CNN's 601 k
@@ -660,7 +665,12 @@ class AutoChooser:
         assert self._probed is not None
         small, large, busbytes = self._probed
         world = dist.get_world_size(group)
-        cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
+        if self._dry_runs is not None and any((c.name, world) not in self._lines for c in self.candidates[1:]):
+            with self._dry_runs() as self._dry:  # the whole exchange, timed on a group of this rank alone
+                cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
+            self._dry = None
+        else:
+            cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
         share = self._exposure(world)
         recent = [t for _, _, t, clean in self._periods[-8:] if clean]
         period = statistics.median(recent) if recent else 0.0

@@ -132,7 +132,8 @@ import time
 import warnings
 import weakref
 import zlib
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -279,7 +280,7 @@ class CompressionState:
             raise ValueError(f"fuse_numel must be >= 0 (0: never fuse buckets), got {fuse_numel}")
         self.compressor = get_compressor(compressor)
         #: ``auto``: which candidate each exchange uses (None for one fixed compressor)
-        self.auto = (AutoChooser(self.compressor, self.dry_seconds) if isinstance(self.compressor, AutoCompressor)
+        self.auto = (AutoChooser(self.compressor, self.dry_runs) if isinstance(self.compressor, AutoCompressor)
                      else None)
         if fuse_numel is None:
             fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
@@ -407,17 +408,35 @@ class CompressionState:
             fut = run(turn, flat, key, compressor, group, update)
         return self._keep(fut if correct is None else then(fut, correct))
 
-    def dry_seconds(self, compressor: Compressor, numel: int, repeats: int, device: torch.device) -> float:
-        """This rank's seconds for one exchange of ``numel`` elements with ``compressor``, on a group of itself.
+    @contextmanager
+    def dry_runs(self) -> Iterator[Callable[[Compressor, int, int, torch.device], float]]:
+        """A group of this rank alone for the block; what it yields times one exchange there (:meth:`dry_seconds`).
 
-        What ``auto`` prices an exchange's CPU by: the whole exchange as this
-        state runs it (momentum, error feedback, the local correction's copies,
-        the coding, the two-phase server's share), on a twin state over a
-        one-rank group, so nothing of the network is in it. The fastest of
-        ``repeats``, after :data:`_DRY_WARM` untimed runs (the first ones allocate
-        the state's buffers, which a running exchange has).
+        What ``auto`` prices an exchange's CPU by. The group is made with
+        ``use_local_synchronization`` (only this rank takes part, and its
+        name is a hash of its ranks, so no other rank's group count moves:
+        a group made on some ranks only would otherwise shift the names of
+        every later ``new_group``) and destroyed when the block ends (a group
+        kept past ``destroy_process_group`` and freed at the interpreter's
+        exit aborted the process: "terminate called without an active
+        exception").
         """
-        twin = CompressionState(copy.deepcopy(compressor), _alone(), momentum=self.momentum, warmup_iters=0,
+        group = dist.new_group([dist.get_rank()], use_local_synchronization=True)
+        try:
+            yield lambda compressor, numel, repeats, device: self.dry_seconds(group, compressor, numel, repeats,
+                                                                             device)
+        finally:
+            dist.destroy_process_group(group)
+
+    def dry_seconds(self, group: dist.ProcessGroup, compressor: Compressor, numel: int, repeats: int,
+                    device: torch.device) -> float:
+        """This rank's seconds for one exchange of ``numel`` elements with ``compressor`` on ``group``, a group of
+        this rank alone (:meth:`dry_runs`): the whole exchange as this state runs it (momentum, error
+        feedback, the local correction's copies, the coding, the two-phase server's share) on a twin state,
+        so nothing of the network is in it. The fastest of ``repeats``, after :data:`_DRY_WARM` untimed runs
+        (the first ones allocate the state's buffers, which a running exchange has).
+        """
+        twin = CompressionState(copy.deepcopy(compressor), group, momentum=self.momentum, warmup_iters=0,
                                 min_compress_numel=0, fuse_numel=0)
         key = StateKey.of("dry", numel)
         source = torch.randn(numel, generator=torch.Generator().manual_seed(numel)).to(device)
@@ -809,24 +828,6 @@ def _checksum(t: Tensor) -> int:
 
 #: untimed dry exchanges first: a state's first ones allocate its residuals and momentum
 _DRY_WARM = 2
-
-#: per default group: this rank alone (``auto``'s dry exchanges run on it)
-_ALONE: "weakref.WeakKeyDictionary[dist.ProcessGroup, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
-
-
-def _alone() -> dist.ProcessGroup:
-    """A group of this rank alone, made once per default group.
-
-    ``use_local_synchronization``: only this rank takes part in making it,
-    and its name is a hash of its ranks, so no other rank's group count
-    moves (a group made on some ranks only would otherwise shift the names
-    of every later ``new_group``, and ranks would pair different groups).
-    """
-    default = dist.distributed_c10d._get_default_group()
-    if default not in _ALONE:
-        _ALONE[default] = dist.new_group([dist.get_rank()], use_local_synchronization=True)
-    return _ALONE[default]
-
 
 def _copy(residual: Tensor | None) -> Tensor | None:
     return None if residual is None else residual.clone()
