@@ -21,11 +21,12 @@ one, whose collectives take the time its network model says):
    bandwidth at 1 Gbit/s and 512 KiB: the first op +66%, the faster of
    the first two +66%, this median +4%; at 100 Mbit/s and 64 KiB: +122%,
    +122%, +2%.
-2. The CPU: each candidate's whole exchange (momentum, error feedback,
-   the local correction's copies, the coding) on a group of this rank
-   alone, less ``none``'s, timed once at two sizes and fitted as a line
-   (:meth:`AutoChooser.cpu_seconds`; the coding alone missed four fifths
-   of onebit's cost on the default CNN).
+2. The CPU: each candidate's compress and decompress on a twin, timed on
+   this rank once at two sizes and fitted as a line, and the memory work
+   a compressed exchange adds to ``none``'s (error feedback's and the
+   local correction's fresh copies and passes), timed at the run's largest
+   exchange (:meth:`AutoChooser.cpu_seconds`; the coding alone missed four
+   fifths of onebit's cost on the default CNN).
 3. Agreement: every rank's numbers are averaged by one all_reduce, so every
    rank prices with the same floats and takes the same decision at the same
    step (gloo pairs collectives by order: ranks that chose differently would
@@ -128,7 +129,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -169,11 +170,11 @@ PROBE_LARGE = 4
 FIRST_PROBE_CLEAR = 1.0
 #: the sizes each candidate's coding is timed at (then fitted as a line)
 CPU_SIZES = (1 << 12, 1 << 16)
-#: the largest size a dry exchange is timed at (the line's slope carries it further): a bucket of millions of
-#: elements would stall the step the first decision runs in
-DRY_MAX_NUMEL = 1 << 16
-#: timed dry exchanges per compressor and size (after an untimed one)
-_DRY_REPEATS = 2
+#: the largest size the exchange's copies are timed at (per element beyond it): 4 MiB of fp32
+COPY_MAX_NUMEL = 1 << 20
+#: elementwise passes over the bucket a compressed exchange makes beyond ``none``'s and its coding (a torch
+#: profile of one onebit exchange of 601 k elements: about 1.2 ms of such ops at 0.054 ms a pass)
+EXCHANGE_PASSES = 20
 #: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
 TRIAL_STEPS = 3
 #: a trial's steps must be this much faster than the old choice's for it to stay (per-step noise on a busy host
@@ -321,19 +322,11 @@ def _moved(old: Link, new: Link) -> bool:
 class AutoChooser:
     """Which candidate each exchange of a :class:`CompressionState` uses (module doc)."""
 
-    def __init__(self, auto: AutoCompressor,
-                 dry_runs: Callable[[], ContextManager[Callable[[Compressor, int, int, torch.device], float]]]
-                 | None = None) -> None:
-        """``dry_runs()``: a context whose value times one whole exchange on this rank alone, ``(compressor,
-        numel, repeats, device) -> seconds`` (:meth:`CompressionState.dry_runs`), what :meth:`cpu_seconds`
-        prices by; None: the coding alone."""
+    def __init__(self, auto: AutoCompressor) -> None:
         _LIVE.add(self)
-        self._dry_runs = dry_runs
-        #: the open dry-run context's timer (while :meth:`_agree` prices), else None
-        self._dry: Callable[[Compressor, int, int, torch.device], float] | None = None
-        self._dry_cache: dict[tuple[str, int], float] = {}
-        self._device = torch.device("cpu")
         self._largest = 0
+        #: seconds per element of a compressed exchange's copies and passes (:meth:`_memory_per_element`)
+        self._memory: float | None = None
         self.created = time.perf_counter()
         self.auto = auto
         self.none = get_compressor("none")
@@ -385,7 +378,6 @@ class AutoChooser:
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
         self._dtypes[key] = flat.dtype
-        self._device = flat.device
         self._largest = max(self._largest, flat.numel())
         return self.choice.get(key, self.none)
 
@@ -583,61 +575,55 @@ class AutoChooser:
     def cpu_seconds(self, compressor: Compressor, numel: int, world: int) -> float:
         """This rank's CPU seconds for one exchange of ``numel`` elements with ``compressor``, beyond ``none``'s.
 
-        Fitted as a line on two sizes, once per compressor (:meth:`_cpu_line`):
-        :data:`CPU_SIZES`'s first and the run's largest exchange (at most
-        :data:`DRY_MAX_NUMEL`). Where the state offers dry runs (a
-        :class:`~gradwire.hooks.CompressionState` does: :meth:`_agree` opens
-        them while it prices), the whole exchange is
-        timed on a group of this rank alone, less ``none``'s: momentum, error
-        feedback, the local correction's copies of the residuals, the coding
-        (:meth:`CompressionState.dry_seconds`). On the default CNN's 601 k
-        elements those cost onebit 3.4 ms more than ``none`` here, where its
-        compress and decompress alone take 0.7 ms: a price of the coding alone
-        put onebit ahead of ``none`` on a 10 Gbit/s link, where its steps were
-        4 ms slower. What one rank leaves out is added from the coding's
-        parts, timed on a twin of the compressor (compress ``c``, decompress
-        ``d``): all_gather decodes ``w`` payloads, not one (``(w - 1) d``), and
-        a two-phase server compresses a chunk of ``1/w`` of the bucket, not the
-        whole (``c (1/w - 1)``). Without dry runs the price is the coding
-        alone: two-phase ``c (1 + 1/w) + 3 d``, all_gather ``c + w d``, an
-        all_reduce pattern ``c + d``, and 4 passes over the bucket.
+        The coding, timed once per compressor on a twin (the fastest of a
+        few runs at :data:`CPU_SIZES`, fitted as a line): compress ``c`` and
+        decompress ``d``; two-phase compresses the bucket and then the served
+        chunk (``c (1 + 1/w)``) and decodes the worker's approximation, the
+        chunk's ``w`` rows and the gathered rows (``3 d``); all_gather decodes
+        every rank's payload (``w d``); an all_reduce pattern ``d`` per round
+        (PowerSGD's second round is in ``c``). And the exchange's own memory
+        work, which ``none`` does not do, timed at the run's largest exchange
+        (at most :data:`COPY_MAX_NUMEL`): the local correction copies the
+        residuals into fresh tensors (2 copies), and error feedback, the
+        correction and the exchange's buffers pass over the bucket about
+        :data:`EXCHANGE_PASSES` times (counted in a profile of one onebit
+        exchange of the default CNN: copies into the exchange's buffers, the
+        residuals' updates, the correction, the scales' sums and norms). On
+        the default CNN's 601 k elements a whole onebit
+        exchange on one rank cost 3.4 ms more than ``none``'s where its coding
+        alone took 0.7 ms (the copies' fresh 2.4 MB allocations 0.5 ms each): a
+        price of the coding alone put onebit ahead of ``none`` on a 10 Gbit/s
+        link, where its steps were 4 ms slower.
         """
         if compressor is self.none or numel == 0:
             return 0.0
-        fixed, per_element = self._cpu_line(compressor, world, numel)
-        return fixed + per_element * numel
+        fixed, per_element = self._cpu_line(compressor, world)
+        return fixed + (per_element + self._memory_per_element()) * numel
 
-    def _cpu_line(self, compressor: Compressor, world: int, largest: int) -> tuple[float, float]:
-        """``(fixed, per element)`` seconds of :meth:`cpu_seconds` (cached per compressor and world)."""
+    def _cpu_line(self, compressor: Compressor, world: int) -> tuple[float, float]:
+        """``(fixed, per element)`` seconds of the coding (:meth:`cpu_seconds`), cached per compressor and world."""
         key = (compressor.name, world)
         if key not in self._lines:
-            small = CPU_SIZES[0]
-            large = max(CPU_SIZES[1], min(max(largest, self._largest), DRY_MAX_NUMEL))
             costs = []
-            for n in (small, large):
-                c, d, p = self._coding(compressor, n)
+            for n in CPU_SIZES:
+                c, d = self._coding(compressor, n)
                 if compressor.pattern is Pattern.TWO_PHASE:
-                    coding, alone = c * (1 + 1 / world) + 3 * d, 2 * c + 3 * d
+                    costs.append(c * (1 + 1 / world) + 3 * d)
                 elif compressor.pattern is Pattern.ALLGATHER:
-                    coding, alone = c + world * d, c + d
+                    costs.append(c + world * d)
                 else:
-                    coding = alone = c + d
-                if self._dry is None:
-                    costs.append(coding + 4 * p)
-                else:
-                    extra = self._dry_seconds(compressor, n) - self._dry_seconds(self.none, n)
-                    costs.append(max(0.0, extra + coding - alone))
-            slope = max(0.0, (costs[1] - costs[0]) / (large - small))
-            self._lines[key] = (max(0.0, costs[0] - slope * small), slope)
+                    costs.append(c + d)
+            (n1, n2), (t1, t2) = CPU_SIZES, costs
+            slope = max(0.0, (t2 - t1) / (n2 - n1))
+            self._lines[key] = (max(0.0, t1 - slope * n1), slope)
         return self._lines[key]
 
-    def _coding(self, compressor: Compressor, numel: int) -> tuple[float, float, float]:
+    def _coding(self, compressor: Compressor, numel: int) -> tuple[float, float]:
         """The fastest of a few compress ``c`` and decompress ``d`` of ``numel`` random values on a twin of
-        ``compressor`` (its random streams and warm starts stay untouched), and of one pass over them ``p``."""
+        ``compressor`` (its random streams and warm starts stay untouched)."""
         twin = copy.deepcopy(compressor)
         x = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
-        y = torch.empty_like(x)
-        c = d = p = float("inf")
+        c = d = float("inf")
         for _ in range(_CPU_REPEATS):
             t0 = time.perf_counter()
             payload, ctx = twin.compress(x)
@@ -646,18 +632,27 @@ class AutoChooser:
             t1 = time.perf_counter()
             twin.decompress(payload, ctx)
             t2 = time.perf_counter()
-            torch.add(x, x, out=y)
-            t3 = time.perf_counter()
-            c, d, p = min(c, t1 - t0), min(d, t2 - t1), min(p, t3 - t2)
-        return c, d, p
+            c, d = min(c, t1 - t0), min(d, t2 - t1)
+        return c, d
 
-    def _dry_seconds(self, compressor: Compressor, numel: int) -> float:
-        """One exchange on this rank alone (the state's dry run), cached per compressor and size."""
-        assert self._dry is not None
-        key = (compressor.name, numel)
-        if key not in self._dry_cache:
-            self._dry_cache[key] = self._dry(compressor, numel, _DRY_REPEATS, self._device)
-        return self._dry_cache[key]
+    def _memory_per_element(self) -> float:
+        """Seconds per element of a compressed exchange's memory work beyond ``none``'s (:meth:`cpu_seconds`):
+        2 fresh copies and :data:`EXCHANGE_PASSES` passes, timed once at the largest exchange seen (at most :data:`COPY_MAX_NUMEL`)."""
+        if self._memory is None:
+            n = max(CPU_SIZES[1], min(self._largest, COPY_MAX_NUMEL))
+            x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+            y = torch.empty_like(x)
+            fresh = each = float("inf")
+            for _ in range(_CPU_REPEATS):
+                t0 = time.perf_counter()
+                copied = x.clone()  # a new tensor: at this size, pages the allocator maps afresh
+                t1 = time.perf_counter()
+                torch.add(x, copied, out=y)
+                t2 = time.perf_counter()
+                del copied
+                fresh, each = min(fresh, t1 - t0), min(each, t2 - t1)
+            self._memory = (2 * fresh + EXCHANGE_PASSES * each) / n
+        return self._memory
 
     def _agree(self, keys: list[StateKey], sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
         """All_reduce (mean) of the probe, the exposure, the recent step period and every candidate's CPU cost
@@ -665,12 +660,7 @@ class AutoChooser:
         assert self._probed is not None
         small, large, busbytes = self._probed
         world = dist.get_world_size(group)
-        if self._dry_runs is not None and any((c.name, world) not in self._lines for c in self.candidates[1:]):
-            with self._dry_runs() as self._dry:  # the whole exchange, timed on a group of this rank alone
-                cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
-            self._dry = None
-        else:
-            cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
+        cpu = [self.cpu_seconds(c, k.total, world) for k in keys for c in self.candidates]
         share = self._exposure(world)
         recent = [t for _, _, t, clean in self._periods[-8:] if clean]
         period = statistics.median(recent) if recent else 0.0

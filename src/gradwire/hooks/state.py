@@ -126,14 +126,11 @@ sums in an order that depends on the layout). The compressor's own state
 """
 from __future__ import annotations
 
-import copy
 import logging
-import time
 import warnings
 import weakref
 import zlib
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -280,8 +277,7 @@ class CompressionState:
             raise ValueError(f"fuse_numel must be >= 0 (0: never fuse buckets), got {fuse_numel}")
         self.compressor = get_compressor(compressor)
         #: ``auto``: which candidate each exchange uses (None for one fixed compressor)
-        self.auto = (AutoChooser(self.compressor, self.dry_runs) if isinstance(self.compressor, AutoCompressor)
-                     else None)
+        self.auto = AutoChooser(self.compressor) if isinstance(self.compressor, AutoCompressor) else None
         if fuse_numel is None:
             fuse_numel = FUSE_NUMEL if self.compressor.fuse is None else self.compressor.fuse
         if warmup_iters is None:
@@ -407,51 +403,6 @@ class CompressionState:
             run = exchange.allgather if compressor.pattern is Pattern.ALLGATHER else exchange.allreduce_rounds
             fut = run(turn, flat, key, compressor, group, update)
         return self._keep(fut if correct is None else then(fut, correct))
-
-    @contextmanager
-    def dry_runs(self) -> Iterator[Callable[[Compressor, int, int, torch.device], float]]:
-        """A group of this rank alone for the block; what it yields times one exchange there (:meth:`dry_seconds`).
-
-        What ``auto`` prices an exchange's CPU by. The group is made with
-        ``use_local_synchronization`` (only this rank takes part, and its
-        name is a hash of its ranks, so no other rank's group count moves:
-        a group made on some ranks only would otherwise shift the names of
-        every later ``new_group``) and destroyed when the block ends (a group
-        kept past ``destroy_process_group`` and freed at the interpreter's
-        exit aborted the process: "terminate called without an active
-        exception").
-        """
-        group = dist.new_group([dist.get_rank()], use_local_synchronization=True)
-        try:
-            yield lambda compressor, numel, repeats, device: self.dry_seconds(group, compressor, numel, repeats,
-                                                                             device)
-        finally:
-            dist.destroy_process_group(group)
-
-    def dry_seconds(self, group: dist.ProcessGroup, compressor: Compressor, numel: int, repeats: int,
-                    device: torch.device) -> float:
-        """This rank's seconds for one exchange of ``numel`` elements with ``compressor`` on ``group``, a group of
-        this rank alone (:meth:`dry_runs`): the whole exchange as this state runs it (momentum, error
-        feedback, the local correction's copies, the coding, the two-phase server's share) on a twin state,
-        so nothing of the network is in it. The fastest of ``repeats``, after :data:`_DRY_WARM` untimed runs
-        (the first ones allocate the state's buffers, which a running exchange has).
-        """
-        twin = CompressionState(copy.deepcopy(compressor), group, momentum=self.momentum, warmup_iters=0,
-                                min_compress_numel=0, fuse_numel=0)
-        key = StateKey.of("dry", numel)
-        source = torch.randn(numel, generator=torch.Generator().manual_seed(numel)).to(device)
-        best = float("inf")
-        flat = torch.empty_like(source)
-        for i in range(repeats + _DRY_WARM):
-            flat.copy_(source)
-            start = time.perf_counter()
-            twin.reduce(flat, key).wait()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if i >= _DRY_WARM:
-                best = min(best, time.perf_counter() - start)
-            twin.end_step()
-        return best
 
     def _keep(self, fut: Future) -> Future:
         """``auto`` times a step's exchanges from its end (:meth:`AutoChooser.end_step`): keep them; return ``fut``."""
@@ -825,9 +776,6 @@ def _checksum(t: Tensor) -> int:
     flat = t.detach().reshape(-1).contiguous().cpu()
     return zlib.crc32(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else 0
 
-
-#: untimed dry exchanges first: a state's first ones allocate its residuals and momentum
-_DRY_WARM = 2
 
 def _copy(residual: Tensor | None) -> Tensor | None:
     return None if residual is None else residual.clone()
