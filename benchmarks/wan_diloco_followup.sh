@@ -13,13 +13,9 @@
 # the machine's load before and after in load.txt. Usage: bash benchmarks/wan_diloco_followup.sh [PART...]
 # (parts: h200 seed1 flaky budget int8; default all).
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/_snapshot.sh"
 out=${OUT:-$repo/benchmarks/results/wan_diloco_followup}
-snap=$(mktemp -d)
-trap 'rm -rf "$snap"' EXIT
-cp -r "$repo/src" "$repo/examples" "$snap/"
 cd "$snap"
-export PYTHONPATH=$snap/src
 O=lr=1:mu=0.5
 W=bandwidth=100mbit,latency=50ms
 

@@ -10,14 +10,10 @@
 # The comparison runs from a copy of src/ and examples/; the machine's load before and after goes to load.txt.
 # Usage: SEED=0 bash benchmarks/wan_torchft.sh
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/_snapshot.sh"
 seed=${SEED:-0}
 out=${OUT:-$repo/benchmarks/results/wan_torchft/seed$seed}
-snap=$(mktemp -d)
-trap 'rm -rf "$snap"' EXIT
-cp -r "$repo/src" "$repo/examples" "$snap/"
 cd "$snap"
-export PYTHONPATH=$snap/src
 O=lr=1:mu=0.5
 strategies=(sync diloco:100:$O torchft-diloco:100:$O torchft-diloco:100:$O:bucket int8+diloco:100:$O torch-postlocalsgd:100)
 longer=()
