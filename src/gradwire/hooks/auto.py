@@ -554,14 +554,15 @@ class AutoChooser:
 
         # the first small all_reduce lines the ranks up (it waits for the slowest); the first probe of a run
         # also sends an untimed large one (a backend's first op of a size sets up its buffers); the rest are timed
-        larges = [] if model else ([large_t] if self.link is None else []), [] if model else [large_t] * PROBE_LARGE
-        calls = [small_t] + larges[0] + [small_t, small_t] + larges[1]
+        untimed = [] if model or self.link is not None else [large_t]
+        larges = [] if model else [large_t] * PROBE_LARGE
+        calls = [small_t] + untimed + [small_t, small_t] + larges
         fut = turn.issue(timed(calls[0]), last=False)
         for j, tensor in enumerate(calls[1:], start=1):
             fut = turn.issue(timed(tensor), after=fut, last=j == len(calls) - 1)
 
         def record(_: Any) -> None:  # the faster small one is alpha (a delay only adds); the large ones: module doc
-            first = len(times) - len(larges[1])
+            first = len(times) - len(larges)
             small = min(times[first - 2], times[first - 1])
             if model:
                 assert modelled is not None
@@ -637,7 +638,8 @@ class AutoChooser:
 
     def _memory_per_element(self) -> float:
         """Seconds per element of a compressed exchange's memory work beyond ``none``'s (:meth:`cpu_seconds`):
-        2 fresh copies and :data:`EXCHANGE_PASSES` passes, timed once at the largest exchange seen (at most :data:`COPY_MAX_NUMEL`)."""
+        2 fresh copies and :data:`EXCHANGE_PASSES` passes, timed once at the largest exchange seen (at most
+        :data:`COPY_MAX_NUMEL`)."""
         if self._memory is None:
             n = max(CPU_SIZES[1], min(self._largest, COPY_MAX_NUMEL))
             x = torch.randn(n, generator=torch.Generator().manual_seed(n))
