@@ -552,3 +552,22 @@ def test_auto_prices_the_cpu_by_the_coding_and_the_exchanges_memory_work(monkeyp
     fresh._largest = 1 << 22
     per_element = fresh._memory_per_element()
     assert 0 < per_element < 1e-6 and fresh._memory == per_element
+
+
+def test_the_interpreters_exit_waits_for_callbacks_still_running_on_a_backend_thread() -> None:
+    # a script that exits right after its last step must not finalize while a backend thread is inside an
+    # exchange's callback (it aborted ~1 run in 30 of auto_link_job.py): atexit waits for the counted ones
+    import threading
+    import time
+
+    from gradwire.hooks import futures
+
+    finished: list[float] = []
+    slow = futures.counted(lambda: (time.sleep(0.3), finished.append(time.monotonic())))
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.05)
+    assert futures._running == 1
+    futures._drain_at_exit()
+    assert finished and futures._running == 0 and time.monotonic() >= finished[0] + futures.EXIT_MARGIN_SECONDS
+    thread.join()

@@ -122,6 +122,7 @@ where it was not needed (never the other way round).
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import math
 import statistics
@@ -264,6 +265,29 @@ class _Trial:
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
 
 
+#: how long the interpreter's exit waits for a chooser's own collectives still in flight
+EXIT_WAIT_SECONDS = 10.0
+
+
+@atexit.register
+def _settle_at_exit() -> None:
+    """Wait (at most :data:`EXIT_WAIT_SECONDS`) for the probes and agreements no step waited for.
+
+    A run that ends right after a probe or an agreement was issued leaves
+    that collective in flight; its completion callbacks need the GIL, and a
+    backend thread that completes it while the interpreter finalizes is
+    stopped inside them: the process aborts ("terminate called without an
+    active exception", about 1 run in 30 of ``benchmarks/auto_link_job.py``
+    under torchrun on gloo). atexit runs before that, while threads may still
+    take the GIL. Failures are not raised here: the training is over.
+    """
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    for chooser in list(_LIVE):
+        for fut in chooser.in_flight():
+            while not fut.done() and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+
 def live_choosers(since: float = 0.0) -> list["AutoChooser"]:
     """The choosers of this process's ``auto`` exchanges made after ``since`` (perf_counter) that decided."""
     return sorted((c for c in list(_LIVE) if c.decisions and c.created >= since), key=lambda c: c.created)
@@ -374,6 +398,11 @@ class AutoChooser:
         self._next_change = math.inf
         self._visit = 0
         self._conditions: dict[tuple[float, float], tuple[dict[StateKey, Compressor], Link]] = {}
+
+    def in_flight(self) -> list[Future]:
+        """The chooser's own collectives that no step has waited for yet (the probe, the agreements)."""
+        pending = [self._probe_future] + [a[0] for a in (self._agreement, self._trial_agreement) if a is not None]
+        return [f for f in pending if f is not None and not f.done()]
 
     def compressor_for(self, key: StateKey, flat: Tensor) -> Compressor:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
@@ -505,7 +534,7 @@ class AutoChooser:
             self._exposed.append((time.perf_counter() - start, keys))
             del self._exposed[:-_EXPOSURE_STEPS]
 
-        done.then(lambda f: record(f.value()))
+        then(done, record)
 
     def _exposure(self, world: int) -> float:
         """The uncompressed exchanges' exposed share of their price (1: nothing overlapped; last measured).
@@ -571,7 +600,7 @@ class AutoChooser:
             else:
                 self._probed = [small, statistics.median(times[first + 1:]), busbytes]
 
-        self._probe_future = fut.then(lambda done: record(done.value()))
+        self._probe_future = then(fut, record)
 
     def cpu_seconds(self, compressor: Compressor, numel: int, world: int) -> float:
         """This rank's CPU seconds for one exchange of ``numel`` elements with ``compressor``, beyond ``none``'s.

@@ -145,7 +145,7 @@ from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from . import exchange
 from .auto import AutoChooser
-from .futures import Sequencer, then
+from .futures import Sequencer, counted, then
 
 __all__ = ["FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "ParamNames", "fuse_layouts", "warmup_steps"]
 
@@ -518,7 +518,7 @@ class CompressionState:
             for h in held:
                 h.future.set_result(h.flat)
 
-        fut.add_done_callback(scatter)
+        fut.add_done_callback(counted(scatter))
 
     def _reduce_layout(self, flat: Tensor, key: StateKey, local: Tensor | None) -> Future:
         """:meth:`reduce`, or the saved layouts ``key`` is made of during the first iteration after a load."""
@@ -768,7 +768,7 @@ def _settle(out: Future, fut: Future) -> None:
         except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
             out.set_exception(exc)
 
-    fut.add_done_callback(done)
+    fut.add_done_callback(counted(done))
 
 
 def _checksum(t: Tensor) -> int:
