@@ -122,7 +122,6 @@ where it was not needed (never the other way round).
 """
 from __future__ import annotations
 
-import atexit
 import copy
 import math
 import statistics
@@ -139,7 +138,7 @@ from torch.futures import Future
 
 from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKey, get_compressor, price
 
-from .futures import Sequencer, then
+from .futures import Sequencer, then, wait_before_exit
 
 __all__ = ["FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers",
            "trace_events"]
@@ -265,27 +264,13 @@ class _Trial:
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
 
 
-#: how long the interpreter's exit waits for a chooser's own collectives still in flight
-EXIT_WAIT_SECONDS = 10.0
+def _in_flight() -> list[Future]:
+    """Every chooser's probes and agreements that no step waited for: a run that ends right after one was
+    issued leaves it in flight, and the interpreter's exit waits for it (:func:`~.futures.wait_before_exit`)."""
+    return [fut for chooser in list(_LIVE) for fut in chooser.in_flight()]
 
 
-@atexit.register
-def _settle_at_exit() -> None:
-    """Wait (at most :data:`EXIT_WAIT_SECONDS`) for the probes and agreements no step waited for.
-
-    A run that ends right after a probe or an agreement was issued leaves
-    that collective in flight; its completion callbacks need the GIL, and a
-    backend thread that completes it while the interpreter finalizes is
-    stopped inside them: the process aborts ("terminate called without an
-    active exception", about 1 run in 30 of ``benchmarks/auto_link_job.py``
-    under torchrun on gloo). atexit runs before that, while threads may still
-    take the GIL. Failures are not raised here: the training is over.
-    """
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
-    for chooser in list(_LIVE):
-        for fut in chooser.in_flight():
-            while not fut.done() and time.monotonic() < deadline:
-                time.sleep(0.001)
+wait_before_exit(_in_flight)
 
 
 def live_choosers(since: float = 0.0) -> list["AutoChooser"]:

@@ -29,7 +29,8 @@ from typing import Any, Callable, TypeVar
 
 from torch.futures import Future
 
-__all__ = ["Sequencer", "Turn", "completed", "counted", "one_bucket_at_a_time", "then", "then_async"]
+__all__ = ["Sequencer", "Turn", "completed", "counted", "one_bucket_at_a_time", "then", "then_async",
+           "wait_before_exit"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,13 @@ _running_lock = threading.Lock()
 #: the longest the interpreter's exit waits for running callbacks, and the margin after the last one returns
 EXIT_WAIT_SECONDS = 10.0
 EXIT_MARGIN_SECONDS = 0.05
+#: what else the exit waits for first: functions returning futures still in flight (``auto``'s probes)
+_pending: list[Callable[[], list[Future]]] = []
+
+
+def wait_before_exit(pending: Callable[[], list[Future]]) -> None:
+    """Have the interpreter's exit also wait for the futures ``pending()`` returns then (:func:`_drain_at_exit`)."""
+    _pending.append(pending)
 
 
 def counted(fn: Callable[..., T]) -> Callable[..., T]:
@@ -78,13 +86,17 @@ def _drain_at_exit() -> None:
     unwound, and the process aborts ("terminate called without an active
     exception": about 1 run in 30 of ``benchmarks/auto_link_job.py`` under
     torchrun on gloo, always on such a callback). atexit runs before that:
-    wait for the counted callbacks (at most :data:`EXIT_WAIT_SECONDS`), then
+    wait for the futures registered with :func:`wait_before_exit` and the
+    counted callbacks (at most :data:`EXIT_WAIT_SECONDS` in all), then
     :data:`EXIT_MARGIN_SECONDS` for what a returning callback still releases
     under the GIL (its function object, its frames).
     """
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    for fut in [f for pending in _pending for f in pending()]:
+        while not fut.done() and time.monotonic() < deadline:
+            time.sleep(0.001)
     if not _ran:
         return
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
     while _running and time.monotonic() < deadline:
         time.sleep(0.001)
     time.sleep(EXIT_MARGIN_SECONDS)
