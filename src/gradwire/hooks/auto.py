@@ -45,12 +45,7 @@ every exchange is uncompressed (``none``): what sync does.
    choice runs :data:`TRIAL_STEPS` steps; each rank's median step period
    under it (the time from one step's last exchange to the next's, steps
    with a probe left out) and under the choice it replaced (its steps
-   since the link was last seen to move: at least :data:`MIN_BEFORE` of
-   them; a change priced on a link that has just moved waits for a probe,
-   ``every`` steps on, that sees the link within :data:`LINK_MOVED` of
-   the estimate: one noisy probe on a busy host switches nothing; a
-   tenfold drop, which the averaged estimate follows in two probes, is
-   acted on at the third) are averaged by
+   since the link moved: at least :data:`MIN_BEFORE` of them) are averaged by
    one all_reduce, and the proposal stays only if its steps were
    :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
    choice's own step-to-step spread where that is more (on a busy host a
@@ -64,6 +59,14 @@ every exchange is uncompressed (``none``): what sync does.
    A compressor kept against another compressor is checked against
    ``none`` at the next decision where ``none`` is priced near it (a trial
    only tells which of the two it compared is faster).
+   The estimate of a measured link is the median of its last
+   :data:`ESTIMATE_PROBES` probes (alpha and beta apart), and the link
+   moved only where two probes in a row read it moved to one place (by
+   :data:`LINK_MOVED` from the estimate): a probe that reads it elsewhere
+   brings the next one ``every`` steps on and changes nothing until then,
+   so one probe a busy host slowed switches nothing, and a tenfold drop
+   is acted on at its second probe, judged by the old choice's steps
+   since the first.
 5. Backoff: while the choices and the link stay put, the probes move apart
    (``every``, twice that, ... up to :data:`MAX_BACKOFF` times ``every``
    steps, and no more than :data:`BACKOFF_SECONDS` of steps at the agreed
@@ -92,7 +95,7 @@ every exchange is uncompressed (``none``): what sync does.
    choice that last stood there (on a link that drops for seconds every
    few seconds, the right choice for each state is found once). Other
    backends, and an outage, have none of this: their whole probe is sent,
-   and their link moved when it says so.
+   and their link moved when two probes in a row say so (4.).
 
 Scheduling: the probe and the agreements are collectives on the exchange's
 group, so they are issued in turns of its
@@ -140,7 +143,7 @@ from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKe
 
 from .futures import Sequencer, then, wait_before_exit
 
-__all__ = ["FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers",
+__all__ = ["ESTIMATE_PROBES", "FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers",
            "trace_events"]
 
 #: a new candidate must be this much cheaper than the current one to replace it
@@ -187,6 +190,10 @@ TRIAL_NOISE = 1.5
 #: a choice that lost its trial is not proposed again until the agreed link moves by this share (beta; twice
 #: that in alpha)
 LINK_MOVED = 0.3
+#: the estimate of the link is the median of this many of the last probes on it (alpha and beta apart): one
+#: probe a busy host slowed or sped moves it not at all (the half-and-half average it replaced put a tc-shaped
+#: 1 Gbit/s link on real packets at 0.41 Gbit/s after one slow reading; single probes there read 0.65-1.5)
+ESTIMATE_PROBES = 5
 #: while the link and the choices stay put, probes move apart, up to this many times ``every`` steps
 MAX_BACKOFF = 8
 #: ... and never further apart than this many seconds of steps (the agreed step period says how many steps)
@@ -345,6 +352,10 @@ class AutoChooser:
         #: every decision that changed something, in order
         self.decisions: list[Decision] = []
         self.link: Link | None = None
+        #: the agreed probes on the link as it is now (their median is ``link``), and a probe that read it moved,
+        #: with its step, until the next probe confirms or contradicts it
+        self._readings: list[Link] = []
+        self._far: tuple[Link, int] | None = None
         self._lines: dict[tuple[str, int], tuple[float, float]] = {}
         self._probe_numel: int | None = None
         #: (exposed seconds, keys) of the last all-uncompressed steps; the agreed exposed share of their price
@@ -696,14 +707,13 @@ class AutoChooser:
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
         backward for the cores, what DDP overlaps). "On this link": the
-        steps since the probe that first saw the agreed link where it is
-        now (it moved by :data:`LINK_MOVED`), past the warm-up: at least
-        :data:`MIN_BEFORE` of them (a step of a partial batch at an epoch's
-        end must not judge alone). Where a link has just moved, there are
-        none: the change waits for the next probe, which a moved link brings
-        ``every`` steps on; once the link stays put, the old choice's
-        steps on it judge the trial (a single noisy probe, which a busy host
-        makes now and then, switches nothing). The run's first decision has
+        steps since the probe that first read the agreed link where it is
+        now (module doc, 4.), past the warm-up: at least :data:`MIN_BEFORE`
+        of them (a step of a partial batch at an epoch's end must not judge
+        alone); where there are fewer, the change waits for the next probe.
+        A single probe that reads the link elsewhere changes nothing (a busy
+        host makes one now and then); the next, ``every`` steps on, confirms
+        or drops it. The run's first decision has
         no step to wait for: it is taken as priced, and checked at a later
         decision against ``none`` if its price is within :data:`UNSURE` of
         it, else against the next-cheapest candidate if that one's is.
@@ -714,8 +724,11 @@ class AutoChooser:
         per = len(self.candidates)
         cpu = values[5:5 + len(keys) * per]
         condition = _condition(values[5 + len(keys) * per:])
-        if condition is None:  # a measured link: it moved if the probe says so
-            moved = previous is None or _moved(previous, measured)
+        pending = False  # this probe read the link moved, and the last one did not read it there
+        if condition is None:  # a measured link: it moved where two probes in a row read it moved to one place
+            far = previous is not None and _moved(previous, measured)
+            moved = previous is None or (far and self._far is not None and not _moved(self._far[0], measured))
+            pending = far and not moved
         else:  # the model's: it moved if the model's condition did, whatever a noisy probe says
             moved = previous is None or condition != self._condition
             # an op there ends at max(model, inner backend): no probe can find the link faster than the model's
@@ -727,14 +740,21 @@ class AutoChooser:
             self._visit += 1  # a stretch of the model's condition (a drop, the link back): verdicts hold within one
         self._condition = condition
         if moved:
-            self._link_since = self._last_probe + 1  # the steps before this probe ran on another link
-        # half the last estimate, half the new: one noisy probe moves the choice less, a changed link within two
-        # or three (taking a moved probe as measured put the estimate of a 100 Mbit/s tbf-shaped link on real
-        # packets at 182-206 Mbit/s, against 101 Mbit/s averaged: a probe's bytes can ride the shaper's burst).
-        # Where the model says the condition changed, the estimate of the old one has nothing to add: this
-        # probe, averaged with the estimate kept the last time the condition was this one, if it was
-        base = recalled[1] if recalled is not None else (None if condition is not None and moved else previous)
-        self.link = measured if base is None else Link((base.alpha + measured.alpha) / 2, (base.beta + measured.beta) / 2)
+            # the estimate of the old link has nothing to add: the new one starts from the probe that first read
+            # it there, or, where the model's condition was met before, from the estimate kept then
+            origin = self._far if condition is None else None
+            self._readings = [recalled[1]] if recalled is not None else [] if origin is None else [origin[0]]
+            # the steps before that probe ran on another link
+            self._link_since = (self._last_probe if origin is None else origin[1]) + 1
+        if not self._readings and previous is not None and not moved:
+            self._readings = [previous]  # a link set from outside (a resumed state, a test)
+        if pending:  # the estimate stays; the next probe, ``every`` steps on, says which link it is
+            self._far = (measured, self._last_probe)
+        else:
+            self._far = None
+            self._readings = [*self._readings, measured][-ESTIMATE_PROBES:]
+            self.link = Link(statistics.median(r.alpha for r in self._readings),
+                             statistics.median(r.beta for r in self._readings))
         self._exposed_share, period = values[3], values[4]
         since = (self._step - self._first) if self._first is not None else 0
         if recalled is not None and self.decisions:
@@ -758,7 +778,7 @@ class AutoChooser:
         if self._lost(names):
             proposal, names = dict(self.choice), current
         changed = names != current
-        steady = not changed and not moved
+        steady = not changed and not moved and not pending  # a pending reading: the next probe soon
         longest = MAX_BACKOFF * self.auto.every
         if period > 0:
             longest = min(longest, max(self.auto.every, int(BACKOFF_SECONDS / period)))
