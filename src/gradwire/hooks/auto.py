@@ -10,7 +10,8 @@ one, whose collectives take the time its network model says):
    per-collective cost, latency and the backend's own work) and then
    :data:`PROBE_LARGE` of the step's largest exchange back to back (at
    most :data:`PROBE_NUMEL` elements at first, then as many as cost
-   :data:`PROBE_BYTES_SHARE` times ``alpha`` on the agreed link). Their
+   :data:`PROBE_BYTES_SHARE` times ``alpha`` on the agreed link, and at
+   least :data:`PROBE_SECONDS`). Their
    time is the median of each one's from issue to completion, all but
    the first, and ``beta`` per bus byte comes from its difference to
    ``alpha``: ``bench --fit``'s two-point fit, online. Not the first: it
@@ -143,8 +144,8 @@ from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKe
 
 from .futures import Sequencer, then, wait_before_exit
 
-__all__ = ["ESTIMATE_PROBES", "FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision", "live_choosers",
-           "trace_events"]
+__all__ = ["ESTIMATE_PROBES", "FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision",
+           "live_choosers", "probe_numel", "trace_events"]
 
 #: a new candidate must be this much cheaper than the current one to replace it
 SWITCH_GAIN = 0.05
@@ -158,13 +159,16 @@ LEAVE_NONE_GAIN = 0.2
 FIRST_LEAVE_NONE_GAIN = 0.4
 #: the probe's larger all_reduce starts at the largest exchange, at most this many elements (512 KiB of fp32),
 PROBE_NUMEL = 1 << 17
-#: then takes the size whose bytes cost PROBE_BYTES_SHARE x alpha on the agreed link (fewer would be lost in
-#: the noise of alpha, more would cost the step for nothing), between these bounds (64 KiB and 4 MiB of fp32)
-#: and at most twice the largest exchange (the first probe after a drop is sized on the fast link it left: its
-#: large all_reduces cost the step that much at the slow one)
+#: then takes the size whose bytes cost PROBE_BYTES_SHARE x alpha on the agreed link, and no less than
+#: PROBE_SECONDS (fewer would be lost in the noise of alpha, and in a busy host's delays of an op by a few
+#: milliseconds: single probes of a tc-shaped 1 Gbit/s link with ops of 3 ms read it at 0.65-1.5 Gbit/s, with
+#: ops of 8 ms at 0.96-1.05; more would cost the step for nothing), between these bounds (64 KiB and 4 MiB of
+#: fp32) and at most twice the largest exchange (the first probe after a drop is sized on the fast link it
+#: left: its large all_reduces cost the step that much at the slow one)
 PROBE_MIN_NUMEL = 1 << 14
 PROBE_MAX_NUMEL = 1 << 20
 PROBE_BYTES_SHARE = 8.0
+PROBE_SECONDS = 8e-3
 #: the probe's large all_reduces, issued back to back: their time is the median of all but the first (module
 #: doc), so it needs at least two
 PROBE_LARGE = 4
@@ -307,6 +311,15 @@ def _fitted(numbers: Tensor) -> Link:
     """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
     small, large, busbytes = numbers[:3].tolist()
     return Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+
+
+def probe_numel(link: Link, world: int, largest: int) -> int:
+    """Elements of the probe's large all_reduce on ``link``: bytes worth :data:`PROBE_BYTES_SHARE` x alpha, at
+    least :data:`PROBE_SECONDS` of them, within :data:`PROBE_MIN_NUMEL` .. :data:`PROBE_MAX_NUMEL` and at most
+    twice the ``largest`` exchange."""
+    per_element = link.beta * 2 * (world - 1) / world * 4
+    wanted = int(max(PROBE_BYTES_SHARE * link.alpha, PROBE_SECONDS) / per_element)
+    return max(PROBE_MIN_NUMEL, min(wanted, 2 * largest, PROBE_MAX_NUMEL))
 
 
 def _spread(times: list[float]) -> float:
@@ -551,16 +564,14 @@ class AutoChooser:
         """Time all_reduces of 1 element and of the largest exchange (module doc), in a turn of their own.
 
         The large one's size comes from the agreed link only (every rank
-        computes the same size): bytes worth :data:`PROBE_BYTES_SHARE` x alpha.
+        computes the same size: :func:`probe_numel`).
         """
         world = dist.get_world_size(group)
         largest = max(k.total for k in keys)
         if self._probe_numel is None:
             self._probe_numel = min(largest, PROBE_NUMEL)
-        elif self.link is not None and self.link.beta > 0:  # bytes worth PROBE_BYTES_SHARE alphas, no more
-            per_element = self.link.beta * 2 * (world - 1) / world * 4
-            wanted = int(PROBE_BYTES_SHARE * self.link.alpha / per_element)
-            self._probe_numel = max(PROBE_MIN_NUMEL, min(wanted, 2 * largest, PROBE_MAX_NUMEL))
+        elif self.link is not None and self.link.beta > 0:
+            self._probe_numel = probe_numel(self.link, world, largest)
         large = self._probe_numel
         small_t, large_t = torch.zeros(1), torch.zeros(max(2, large))
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
