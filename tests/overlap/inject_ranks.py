@@ -10,6 +10,7 @@ on the same ones.
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any, Callable
 
 import torch
@@ -231,3 +232,32 @@ def torchft_rounds(rank: int, world: int, strategy: str, steps: int) -> dict[str
     out["torchft_ops"] = sum(1 for e in gradwire.events() if e.group.startswith("torchft_") and e.op == "all_reduce")
     dist.destroy_process_group()
     return out
+
+
+def torchft_rank_leaves(rank: int, world: int, strategy: str, steps: int, leaver: int, leave_at: int
+                        ) -> dict[str, Any]:
+    """AdamW under ``strategy`` (torchft's DiLoCo, a group timeout of 10 s) where rank ``leaver`` stops after
+    ``leave_at`` steps and ends (its process with it, its Manager unclosed: a script that stopped early); every
+    other rank's error (or none) and the seconds it trained after that."""
+    import gradwire
+    from gradwire.overlap.inject import install
+
+    torch.set_num_threads(1)
+    gradwire.configure("loopback")
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=10))
+    injection = install(strategy, adam_warmup=2)
+    ddp = DDP(_model())
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+    left_at = None
+    try:
+        for step, x in enumerate(_data(rank, steps)):
+            if step == leave_at:
+                left_at = time.monotonic()
+                if rank == leaver:
+                    return {"left": True}
+            opt.zero_grad()
+            _loss(ddp, x).backward()
+            opt.step()
+    except Exception as exc:  # what the survivor met
+        return {"raised": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - (left_at or 0.0)}
+    return {"raised": None, "seconds": time.monotonic() - (left_at or 0.0)}

@@ -42,3 +42,18 @@ def test_torchft_diloco_runs_its_rounds_on_gradwire_groups_and_the_ranks_meet() 
         assert r["torchft_ops"] >= 2 * 4  # two rounds, one all_reduce per parameter tensor (4 of them)
         # fp32 outer gradients of the Net's 4 tensors (32*64 + 64 + 64*32 + 32), once per round
         assert r["torchft_bytes"] >= 2 * 4 * (32 * 64 + 64 + 64 * 32 + 32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leaver", [0, 1], ids=["the lighthouse's rank leaves", "another rank leaves"])
+def test_torchft_diloco_a_rank_that_leaves_fails_the_others_within_the_groups_timeout(leaver: int) -> None:
+    pytest.importorskip("torchft", reason="torchft is in the test extra; without it the strategy is refused")
+    # H=4, 12 steps; one rank ends after step 5 (inside the second round): the other's next quorum waits for it,
+    # then raises (the group's timeout, 10 s here); it never trains on alone or hangs
+    res = spawn(inject_ranks.torchft_rank_leaves, 2, ("torchft-diloco:4", 12, leaver, 5), timeout=100)
+    survivor = res[1 - leaver]
+    assert res[leaver] == {"left": True}
+    assert survivor["raised"] is not None, "the survivor trained to the end without its peer"
+    assert survivor["raised"].startswith("TimeoutError: torchft-diloco: the quorum of round 2 (at step 8)")
+    assert "a rank left the training" in survivor["raised"]
+    assert survivor["seconds"] < 60, survivor

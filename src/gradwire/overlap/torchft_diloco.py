@@ -38,7 +38,8 @@ Traps:
   healing would send the model over torchft's HTTP transport, off the
   simulated network).
 - A rank that fails leaves the others in torchft's quorum until its timeout
-  (the group's timeout here), then torchft raises; the run fails loudly.
+  (the group's timeout here), then they raise a ``TimeoutError`` that says
+  which round waited and why (torchft's own is a bare gRPC status).
 """
 from __future__ import annotations
 
@@ -137,6 +138,7 @@ class TorchFTDiLoCoStrategy(_Averaging):
         self._manager: Any = None
         self._diloco: Any = None
         self._round_started: float | None = None
+        self._timeout = DEFAULT_TIMEOUT
 
     def attach_ddp(self, ddp: DDP) -> DDPAttachment:
         """A no-op DDP hook; the lighthouse (rank 0) and this rank's Manager over a gradwire replica group."""
@@ -164,6 +166,7 @@ class TorchFTDiLoCoStrategy(_Averaging):
 
         group = self.group if self.group is not None else dist.group.WORLD
         assert group is not None
+        self._timeout = timeout
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         address: list[Any] = [None]
         if rank == 0:
@@ -207,7 +210,12 @@ class TorchFTDiLoCoStrategy(_Averaging):
             self._inner = optimizer  # gradwire's own loop hands the optimizer itself
         if self._diloco is None:
             self._enter()
-        optimizer.step()  # torchft's post-hook: the round, every H steps
+        try:
+            optimizer.step()  # torchft's post-hook: the round, every H steps
+        except TimeoutError as exc:  # torchft's own words are a gRPC status ("Cancelled", "Timeout expired")
+            raise TimeoutError(f"{self.name}: the quorum of round {self.averages + 1} (at step {self.steps + 1}) "
+                               f"did not form within {self._timeout.total_seconds():g} s: a rank left the training or stopped "
+                               f"answering (the others wait for every rank; torchft: {exc})") from exc
         if self._round_started is not None:
             self.add_wait(self._round_started, time.perf_counter())
             self._round_started = None
