@@ -214,8 +214,8 @@ class TorchFTDiLoCoStrategy(_Averaging):
             optimizer.step()  # torchft's post-hook: the round, every H steps
         except TimeoutError as exc:  # torchft's own words are a gRPC status ("Cancelled", "Timeout expired")
             raise TimeoutError(f"{self.name}: the quorum of round {self.averages + 1} (at step {self.steps + 1}) "
-                               f"did not form within {self._timeout.total_seconds():g} s: a rank left the training or stopped "
-                               f"answering (the others wait for every rank; torchft: {exc})") from exc
+                               f"did not form within {self._timeout.total_seconds():g} s: a rank left the training "
+                               f"or stopped answering (the others wait for every rank; torchft: {exc})") from exc
         if self._round_started is not None:
             self.add_wait(self._round_started, time.perf_counter())
             self._round_started = None
