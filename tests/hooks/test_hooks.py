@@ -300,6 +300,14 @@ def test_auto_on_plain_gloo_measures_the_link_with_probes_and_every_rank_agrees(
     assert res[0]["losses"][-1] < res[0]["losses"][0]
 
 
+def test_auto_first_probe_on_the_simulated_backend_is_sent_once_even_on_a_fast_link():
+    # on 100 Gbit/s the probe's modelled large all_reduce is within alpha of its small ones (on a measured link
+    # that sends the probe again, sized); the model states the bandwidth: three steps, one probe of three
+    res = spawn(workers.auto_train, 2, args=("bandwidth=100gbit", 3), timeout=200)
+    assert res[0]["summary"]["decisions"][0]["step"] == 2
+    assert [r["one_element_all_reduces"] for r in res] == [3, 3]
+
+
 def test_auto_compresses_on_a_slow_link_reads_it_from_the_model_and_every_rank_agrees():
     # one 131 k-element bucket on a simulated 100 Mbit/s link (payload rate 0.0956 Gbit/s after TCP/IP headers):
     # the bandwidth is the network model's (the probe sends only its small all_reduces there), the exchange is

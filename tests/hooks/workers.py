@@ -415,5 +415,8 @@ def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = ""
            "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
            "residual": sum(float(state.error_feedback.residual(k).abs().sum()) for k in state.error_feedback.keys())
            if state.error_feedback is not None else 0.0}
+    if net != "gloo":  # the probes' all_reduces of one element, in the network's log
+        out["one_element_all_reduces"] = sum(1 for e in gradwire.events()
+                                             if e.op == "all_reduce" and e.payload_bytes == 4)
     dist.destroy_process_group()
     return out
