@@ -207,6 +207,11 @@ def _chooser(spec: str, numel: int, step: int, last_probe: int) -> tuple[object,
     return chooser, key
 
 
+def _probed_before(chooser: object, link: object) -> None:
+    """As if the chooser's probes so far had read ``link`` (its estimate, and the readings it is the median of)."""
+    chooser.link, chooser._readings = link, [link]  # type: ignore[attr-defined]
+
+
 def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_the_link_moves() -> None:
     # the chooser's decisions from agreed numbers alone (no process group): a priced proposal goes on trial,
     # its steps judge it against the old choice's steps on this link, a loser is not proposed again on the same
@@ -224,7 +229,7 @@ def test_auto_trial_keeps_a_faster_choice_reverts_a_slower_one_and_retries_once_
         return torch.tensor([alpha, alpha + beta * busbytes, busbytes, 1.0, 0.05, 0.0, 1e-3], dtype=torch.float64)
 
     slow = agreed(1e-3, 1e-7)  # 1 Gbit/s of bus bandwidth: 1 MiB elements take ~0.4 s uncompressed
-    chooser.link = _fitted(slow)  # the link of the probes before: it has not moved
+    _probed_before(chooser, _fitted(slow))  # the link of the probes before: it has not moved
     chooser._decide(slow, [key], 2, 2)
     assert chooser.choice[key].name == "onebit" and chooser._trial is not None
     assert chooser._trial.before == 0.060  # the old choice's clean periods past the warm-up (the probe's left out)
@@ -384,7 +389,7 @@ def test_auto_compressor_kept_against_another_compressor_is_then_checked_against
     busbytes = 4e6
     # 8 Gbit/s of bus bandwidth: fp16 priced 3.6 ms, none 5.2 ms (within 2x), onebit 10 ms of coding
     fast = torch.tensor([1e-3, 1e-3 + 1e-9 * busbytes, busbytes, 1.0, 0.03, 0.0, 5e-4, 1e-2], dtype=torch.float64)
-    chooser.link = _fitted(fast)
+    _probed_before(chooser, _fitted(fast))
     chooser._decide(fast, [key], 11, 2)
     assert chooser._trial is not None and chooser.choice[key].name == "fp16"
     chooser._judge(torch.tensor([0.030, 0.020, 0.0], dtype=torch.float64), 16)
@@ -416,7 +421,7 @@ def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_m
     chooser._step, chooser._last_probe = 13, 11
     # the same link, and none priced within UNSURE of onebit: the check puts none on trial
     near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, 6e-3], dtype=torch.float64)
-    chooser.link, chooser._readings = _fitted(near), []  # the probes before read it there
+    _probed_before(chooser, _fitted(near))
     chooser._decide(near, [key], 12, 2)
     assert chooser._trial is not None and chooser._trial.check
     assert chooser._trial.spread == pytest.approx(0.12)
@@ -441,7 +446,7 @@ def test_auto_on_the_simulated_backend_follows_the_models_condition_and_recalls_
                             dtype=torch.float64)
 
     fast = agreed(1e-9, 1e-9, 0.5)  # 8 Gbit/s: none (5 ms) stays, onebit codes for 10 ms; a change in 0.5 s
-    chooser.link = _fitted(fast)
+    _probed_before(chooser, _fitted(fast))
     chooser._condition = (1e-3, 1e-9)
     chooser._decide(fast, [key], 8, 2)
     assert chooser.choice.get(key, chooser.none).name == "none" and chooser._conditions[(1e-3, 1e-9)][0] == {}

@@ -760,8 +760,6 @@ class AutoChooser:
             self._readings = [recalled[1]] if recalled is not None else [] if origin is None else [origin[0]]
             # the steps before that probe ran on another link
             self._link_since = (self._last_probe if origin is None else origin[1]) + 1
-        if not self._readings and previous is not None and not moved:
-            self._readings = [previous]  # a link set from outside (a resumed state, a test)
         if pending:  # the estimate stays; the next probe, ``every`` steps on, says which link it is
             self._far = (measured, self._last_probe)
         else:
