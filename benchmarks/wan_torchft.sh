@@ -9,6 +9,8 @@
 # per-tensor all_reduces go over gradwire groups, so its bytes and waits are on the same simulated WAN.
 # The comparison runs from a copy of src/ and examples/; the machine's load before and after goes to load.txt.
 # Usage: SEED=0 bash benchmarks/wan_torchft.sh
+#        NET=shared-wan SEED=0 OUT=benchmarks/results/wan_torchft/shared_wan_seed0 bash benchmarks/wan_torchft.sh
+#        (another network: a spec or preset of `gradwire compare --net`; default 100 Mbit/s with 50 ms)
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
 seed=${SEED:-0}
@@ -21,7 +23,7 @@ for s in "${strategies[@]:1}"; do longer+=(--strategy-args "$s=--steps 1200"); d
 mkdir -p "$out"
 echo "before: $(cat /proc/loadavg) $(date -u +%FT%T)" > "$out/load.txt"
 t=$(date +%s)
-python -m gradwire compare --net bandwidth=100mbit,latency=50ms --metric val_loss --target-within 2% --timeout 900 \
+python -m gradwire compare --net "${NET:-bandwidth=100mbit,latency=50ms}" --metric val_loss --target-within 2% --timeout 900 \
   --out "$out" --strategies "$(IFS=,; echo "${strategies[*]}")" "${longer[@]}" \
   -- torchrun --nproc-per-node 4 examples/gpt_adamw.py --steps 600 --eval-every 100 --seed "$seed" > "$out/log.txt" 2>&1
 echo "rc $?" >> "$out/load.txt"
