@@ -307,6 +307,12 @@ def _network_now(group: dist.ProcessGroup | None) -> tuple[float, float, float] 
     return tuple(now()) if callable(now) else None
 
 
+def _states_link(modelled: tuple[float, ...] | None) -> bool:
+    """Whether the simulated backend's ``network_now()`` states the link (not another backend, not an outage):
+    then the probe's bandwidth is the model's (module doc, 6.)."""
+    return modelled is not None and math.isfinite(modelled[0])
+
+
 def _fitted(numbers: Tensor) -> Link:
     """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
     small, large, busbytes = numbers[:3].tolist()
@@ -480,9 +486,7 @@ class AutoChooser:
             numbers = fut.wait()
             small, large = numbers[0].item(), numbers[1].item()
             # the simulated backend's bandwidth is its model's, whatever the size: nothing to probe again
-            modelled = _network_now(group)
-            measured = modelled is None or not math.isfinite(modelled[0])
-            if again and measured and small > 0 and large - small < FIRST_PROBE_CLEAR * small:
+            if again and not _states_link(_network_now(group)) and small > 0 and large - small < FIRST_PROBE_CLEAR * small:
                 self.link = _fitted(numbers)  # sizes the second probe; the decision takes the second alone
                 self._probe(keys, sequencer, group)
                 self.link = None
@@ -580,7 +584,7 @@ class AutoChooser:
         busbytes = 2 * (world - 1) / world * large_t.numel() * 4
         modelled = _network_now(group)
         # the simulated backend's model states the bandwidth: only the small all_reduces go (module doc, 6.)
-        model = modelled is not None and math.isfinite(modelled[0])
+        model = _states_link(modelled)
         times: list[float] = []
         turn = sequencer.turn()
 
