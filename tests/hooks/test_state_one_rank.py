@@ -298,6 +298,9 @@ def test_auto_probe_is_long_enough_that_a_few_milliseconds_of_delay_do_not_move_
     assert probe_numel(slow, 2, 1 << 20) * 4 * slow.beta == pytest.approx(16e-3, rel=1e-3)
     assert probe_numel(gbit, 2, 1000) == 1 << 14  # twice a small exchange, but no less than the floor
     assert probe_numel(Link(alpha=4e-4, beta=8e-11), 4, 1 << 24) == PROBE_MAX_NUMEL  # 100 Gbit/s: the cap
+    for bad in ((gbit, 1, 1000), (gbit, 2, 0), (Link(alpha=4e-4, beta=0.0), 2, 1000)):
+        with pytest.raises(ValueError, match="a world of 2 or more ranks"):
+            probe_numel(*bad)
 
 
 def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_next_cheapest() -> None:

@@ -323,6 +323,9 @@ def probe_numel(link: Link, world: int, largest: int) -> int:
     """Elements of the probe's large all_reduce on ``link``: bytes worth :data:`PROBE_BYTES_SHARE` x alpha, at
     least :data:`PROBE_SECONDS` of them, within :data:`PROBE_MIN_NUMEL` .. :data:`PROBE_MAX_NUMEL` and at most
     twice the ``largest`` exchange."""
+    if world < 2 or largest < 1 or not link.beta > 0:
+        raise ValueError(f"probe_numel needs a world of 2 or more ranks, an exchange of 1 element or more and a link "
+                         f"with a cost per byte (beta > 0); got world={world}, largest={largest}, beta={link.beta}")
     per_element = link.beta * 2 * (world - 1) / world * 4
     wanted = int(max(PROBE_BYTES_SHARE * link.alpha, PROBE_SECONDS) / per_element)
     return max(PROBE_MIN_NUMEL, min(wanted, 2 * largest, PROBE_MAX_NUMEL))
@@ -486,7 +489,8 @@ class AutoChooser:
             numbers = fut.wait()
             small, large = numbers[0].item(), numbers[1].item()
             # the simulated backend's bandwidth is its model's, whatever the size: nothing to probe again
-            if again and not _states_link(_network_now(group)) and small > 0 and large - small < FIRST_PROBE_CLEAR * small:
+            fast = small > 0 and large - small < FIRST_PROBE_CLEAR * small
+            if again and fast and not _states_link(_network_now(group)):
                 self.link = _fitted(numbers)  # sizes the second probe; the decision takes the second alone
                 self._probe(keys, sequencer, group)
                 self.link = None
