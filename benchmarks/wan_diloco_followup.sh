@@ -9,10 +9,12 @@
 #   (it ended 12% above sync's loss, so the test seeds keep 1200 steps);
 # - seed 0 on 100 Mbit/s, 50 ms: int8 outer gradients compressed from the first round (the exchange's
 #   warm-up round dropped for DiLoCo), H=100 and H=200;
-# - seed 0 on shared-wan (the changing WAN): H=200 (diloco, streaming in 4 fragments, int8).
+# - seed 0 on shared-wan (the changing WAN): H=200 (diloco, streaming in 4 fragments, int8);
+# - seed 1 on shared-wan: the same rows and torch-postlocalsgd:200 beside them;
+# - seed 1 on 100 Mbit/s, 50 ms: int8 outer gradients compressed from the first round (int8's second seed).
 # Each comparison runs from a copy of src/ and examples/ (editing the tree meanwhile stops nothing), with
 # the machine's load before and after in load.txt. Usage: bash benchmarks/wan_diloco_followup.sh [PART...]
-# (parts: h200 seed1 flaky budget int8 shared200; default all but shared200).
+# (parts: h200 seed1 flaky budget int8 shared200 shared200s1 int8s1; default the first five).
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
 out=${OUT:-$repo/benchmarks/results/wan_diloco_followup}
@@ -51,6 +53,9 @@ for part in "${parts[@]}"; do
     int8) run int8_seed0 $W 0 1200 sync int8+diloco:100:$O int8+diloco:200:$O ;;
     shared200) run shared_wan_h200_seed0 shared-wan 0 1200 sync diloco:200:$O streaming-diloco:200:fragments=4:$O \
                  int8+diloco:200:$O ;;
-    *) echo "unknown part $part (h200 seed1 flaky budget int8 shared200)" >&2; exit 2 ;;
+    shared200s1) run shared_wan_h200_seed1 shared-wan 1 1200 sync diloco:200:$O \
+                   streaming-diloco:200:fragments=4:$O int8+diloco:200:$O torch-postlocalsgd:200 ;;
+    int8s1) run int8_seed1 $W 1 1200 sync int8+diloco:100:$O int8+diloco:200:$O diloco:200:$O ;;
+    *) echo "unknown part $part (h200 seed1 flaky budget int8 shared200 shared200s1 int8s1)" >&2; exit 2 ;;
   esac
 done

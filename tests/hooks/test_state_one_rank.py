@@ -378,6 +378,45 @@ def test_auto_trial_won_by_less_than_the_old_choices_own_noise_is_reverted() -> 
     assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "kept"
 
 
+def test_auto_trial_of_short_steps_runs_more_of_them_and_its_margin_shrinks_with_their_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 10 ms step: a dozen steps judge the trial (three of them swing by a third on a busy host), the margin is
+    # the old choice's spread scaled to a median of twelve; a 50 ms step keeps three, and every step period
+    # gives one agreed number of steps (the ranks judge at the same step)
+    from gradwire.hooks.auto import TRIAL_MARGIN, TRIAL_MAX_STEPS, TRIAL_NOISE, TRIAL_STEPS, AutoChooser, \
+        trial_margin, trial_steps
+
+    assert (trial_steps(0.05), trial_steps(0.01), trial_steps(1e-4)) == (TRIAL_STEPS, 12, TRIAL_MAX_STEPS)
+    assert trial_steps(0.0) == trial_steps(float("nan")) == trial_steps(float("inf")) == TRIAL_STEPS
+    assert trial_margin(0.1, TRIAL_STEPS) == pytest.approx(TRIAL_NOISE * 0.1)
+    assert trial_margin(0.1, 4 * TRIAL_STEPS) == pytest.approx(TRIAL_NOISE * 0.1 / 2)
+    assert trial_margin(0.001, 12) == TRIAL_MARGIN
+
+    chooser, key = _chooser("auto:onebit", 1 << 20, 12, 5)
+    assert isinstance(chooser, AutoChooser)
+    periods = [0.010, 0.009, 0.011, 0.010, 0.009, 0.011]
+    chooser._periods = [(6 + i, ("none",), t, True) for i, t in enumerate(periods)]
+    busbytes = 4e6
+    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.01, 0.0, 1e-3], dtype=torch.float64)
+    chooser._decide(slow, [key], 12, 2)
+    trial = chooser._trial
+    assert trial is not None and trial.steps == 12 and trial.spread == pytest.approx(0.1)
+    start = trial.start
+    chooser._periods += [(start + i, ("onebit",), 0.0092, True) for i in range(1, 13)]
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)  # end_step's schedule, as on two ranks
+    judged = []
+    for step in range(start, start + 14):
+        chooser.end_step(step, [key], None)
+        assert chooser._due is not None
+        judged.append(chooser._due[2])
+    assert judged.index(True) == 12 and judged.count(True) == 1  # agreed on after its twelfth step, not before
+    monkeypatch.undo()
+    # judged by its own twelve steps: 8% faster, beyond the scaled margin (7.5%), within the unscaled one (15%)
+    chooser._judge(torch.tensor([trial.before, 0.0092, trial.spread], dtype=torch.float64), start + 13)
+    assert chooser.decisions[-1].event == "kept" and chooser.decisions[-1].margin == pytest.approx(0.075)
+    assert chooser.choice[key].name == "onebit"
+
+
 def test_auto_compressor_kept_against_another_compressor_is_then_checked_against_none() -> None:
     # a changing network: onebit ran through a slow stretch; on the fast link again fp16 is priced cheaper and
     # beats onebit's steps, but none's steps are faster still. The kept fp16 met only onebit: the next decision
