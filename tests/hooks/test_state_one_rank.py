@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from gradwire.compress import StateKey, get_compressor
 from gradwire.hooks import CompressionState
+from gradwire.hooks import auto
 
 NAMES = ["onebit", "onebit:allgather", "topk:0.1", "powersgd:2", "int8", "fp16", "signum"]
 
@@ -303,8 +304,11 @@ def test_auto_probe_is_long_enough_that_a_few_milliseconds_of_delay_do_not_move_
             probe_numel(*bad)
 
 
-def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_next_cheapest() -> None:
+def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_next_cheapest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from gradwire.hooks.auto import AutoChooser
+
+    monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
 
     chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 3, 1)
     assert isinstance(chooser, AutoChooser)
@@ -323,6 +327,34 @@ def test_auto_takes_its_first_choice_as_priced_and_checks_it_once_against_the_ne
     assert chooser.choice[key].name == "onebit" and chooser._verified
     chooser._decide(numbers, [key], 22, 2)
     assert chooser._trial is None  # checked once
+
+
+def test_auto_checks_of_a_priced_choice_wait_until_the_trials_steps_are_a_small_share_of_the_runs() -> None:
+    # the first test's check (fp16 against a first choice of onebit, both priced near): not at step 12, where its
+    # 3 steps would be a quarter of the run's; at step 60 (5%); the steps of every trial count, and are saved
+    from gradwire.hooks.auto import CHECK_SHARE, TRIAL_STEPS, AutoChooser
+
+    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 3, 1)
+    assert isinstance(chooser, AutoChooser)
+    chooser._periods = [(1, ("none",), 0.100, False), (2, ("none",), 0.090, True)]
+    busbytes = 4e6
+    numbers = torch.tensor([1e-3, 1e-3 + 1e-9 * busbytes, busbytes, 1.0, 0.05, 0.0, 5e-4, 1e-4], dtype=torch.float64)
+    chooser._decide(numbers, [key], 2, 2)
+    assert chooser.choice[key].name == "onebit" and chooser._trial is None
+    chooser._step, chooser._last_probe = 13, 11
+    chooser._periods += [(s, ("onebit",), 0.030, s != 11) for s in range(3, 13)]
+    chooser._decide(numbers, [key], 12, 2)
+    assert chooser._trial is None and chooser.choice[key].name == "onebit"  # 3 steps of 13: not yet
+    at = int(TRIAL_STEPS / CHECK_SHARE)
+    chooser._step, chooser._last_probe = at, at - 2
+    chooser._periods += [(s, ("onebit",), 0.030, s != at - 2) for s in range(13, at)]
+    chooser._decide(numbers, [key], at - 1, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "fp16" and chooser._explored == TRIAL_STEPS
+    assert chooser.state_dict()["explored"] == TRIAL_STEPS
+    other, _ = _chooser("auto:fp16/onebit", 1 << 20, 3, 1)
+    assert isinstance(other, AutoChooser)
+    other.load_state_dict(chooser.state_dict())
+    assert other._explored == TRIAL_STEPS
 
 
 def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_link_moves() -> None:
@@ -417,11 +449,14 @@ def test_auto_trial_of_short_steps_runs_more_of_them_and_its_margin_shrinks_with
     assert chooser.choice[key].name == "onebit"
 
 
-def test_auto_compressor_kept_against_another_compressor_is_then_checked_against_none() -> None:
+def test_auto_compressor_kept_against_another_compressor_is_then_checked_against_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # a changing network: onebit ran through a slow stretch; on the fast link again fp16 is priced cheaper and
     # beats onebit's steps, but none's steps are faster still. The kept fp16 met only onebit: the next decision
     # puts none on trial (priced within UNSURE of fp16), and none stays.
     from gradwire.hooks.auto import AutoChooser, _fitted
+
+    monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
 
     chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 12, 10)
     assert isinstance(chooser, AutoChooser)
@@ -447,10 +482,13 @@ def test_auto_compressor_kept_against_another_compressor_is_then_checked_against
     assert set(chooser._rejected) == {("onebit",), ("fp16",)}  # each lost a trial on this link: not tried again
 
 
-def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_margin() -> None:
+def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_margin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # a first choice of onebit on a link measured too slow: its steps swing by 12% (the noise margin would be
     # 18%), none's are 15% faster. The check is a fair contest: none stays. A trial from none keeps its margin.
     from gradwire.hooks.auto import AutoChooser, _fitted
+
+    monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
 
     chooser, key = _chooser("auto:onebit", 1 << 20, 2, 1)
     assert isinstance(chooser, AutoChooser)

@@ -43,14 +43,17 @@ first decision, which no step can judge). Until the first agreement,
 every exchange is uncompressed (``none``): what sync does.
 
 4. Trial: a price is a model, and the step is what counts. A changed
-   choice runs :data:`TRIAL_STEPS` steps; each rank's median step period
+   choice runs :data:`TRIAL_SECONDS` of steps at the agreed step period
+   (:data:`TRIAL_STEPS` to :data:`TRIAL_MAX_STEPS` of them: a dozen where
+   a step takes 10 ms); each rank's median step period
    under it (the time from one step's last exchange to the next's, steps
    with a probe left out) and under the choice it replaced (its steps
    since the link moved: at least :data:`MIN_BEFORE` of them) are averaged by
    one all_reduce, and the proposal stays only if its steps were
    :data:`TRIAL_MARGIN` faster, or :data:`TRIAL_NOISE` times the old
-   choice's own step-to-step spread where that is more (on a busy host a
-   median of three steps wins by several percent from noise alone).
+   choice's own step-to-step spread, scaled to a median of the trial's
+   steps, where that is more (on a busy host a median of three steps wins
+   by several percent from noise alone).
    A reverted proposal, or a choice a kept one replaced, is not proposed
    again until the agreed link moves by :data:`LINK_MOVED` (on the
    simulated backend: until the next stretch of its model's condition); the
@@ -59,7 +62,9 @@ every exchange is uncompressed (``none``): what sync does.
    takes the cores backward needs, an overlap the price does not see.
    A compressor kept against another compressor is checked against
    ``none`` at the next decision where ``none`` is priced near it (a trial
-   only tells which of the two it compared is faster).
+   only tells which of the two it compared is faster). Such checks, of a
+   candidate priced no better than the choice, explore: they wait while
+   the trials' steps so far would pass :data:`CHECK_SHARE` of the run's.
    The estimate of a measured link is the median of its last
    :data:`ESTIMATE_PROBES` probes (alpha and beta apart), and the link
    moved only where two probes in a row read it moved to one place (by
@@ -109,8 +114,8 @@ layouts: the run's third step), and is agreed on and decided at once
 bandwidth): that step's exchanges already use the choice. Later ones are
 waited for by nobody at once: a probe runs at step ``t``, the agreement on
 it at ``t + 1``, the decision applies from ``t + 2``; a trial from
-``t + 2`` is agreed on at ``t + 2 + TRIAL_STEPS + 1`` and judged at the
-step after; no probe runs during a trial.
+``t + 2`` of ``n`` steps (:func:`trial_steps`) is agreed on at
+``t + 2 + n + 1`` and judged at the step after; no probe runs during a trial.
 
 Switching keeps the arithmetic consistent (:class:`CompressionState` does
 it): error feedback's residuals are per parameter and carry over; a move to
@@ -145,7 +150,7 @@ from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKe
 from .futures import Sequencer, then, wait_before_exit
 
 __all__ = ["ESTIMATE_PROBES", "FIRST_LEAVE_NONE_GAIN", "LEAVE_NONE_GAIN", "SWITCH_GAIN", "AutoChooser", "Decision",
-           "live_choosers", "probe_numel", "trace_events"]
+           "live_choosers", "probe_numel", "trace_events", "trial_margin", "trial_steps"]
 
 #: a new candidate must be this much cheaper than the current one to replace it
 SWITCH_GAIN = 0.05
@@ -182,14 +187,22 @@ COPY_MAX_NUMEL = 1 << 20
 #: elementwise passes over the bucket a compressed exchange makes beyond ``none``'s and its coding (a torch
 #: profile of one onebit exchange of 601 k elements: about 1.2 ms of such ops at 0.054 ms a pass)
 EXCHANGE_PASSES = 20
-#: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace
+#: steps a proposed choice runs before it is judged by the steps it took against the choice it would replace: at
+#: least this many ...
 TRIAL_STEPS = 3
+#: ... and as many as last this many seconds at the agreed step period, up to :data:`TRIAL_MAX_STEPS`: on a busy
+#: 2-core host one step of a 10 ms training swings by 20-40%, and three of them judged a small model's exchange
+#: by noise (a run of 28 k parameters on 200 Mbit/s ended uncompressed in two seeds of three, where onebit's
+#: steps were 1.3x faster); a dozen steps of 10 ms cost what three of 40 ms do
+TRIAL_SECONDS = 0.12
+TRIAL_MAX_STEPS = 16
 #: a trial's steps must be this much faster than the old choice's for it to stay (per-step noise on a busy host
 #: is several percent: a near tie keeps what runs) ...
 TRIAL_MARGIN = 0.03
 #: ... or this many times the old choice's own spread (the median absolute deviation of its steps, a share of
 #: their median), where that is larger: a median of TRIAL_STEPS steps moves by about one such spread from
-#: noise alone, and a trial that won by noise would keep a slower choice for the rest of the run
+#: noise alone, and a trial that won by noise would keep a slower choice for the rest of the run; a median of
+#: ``n`` steps by about ``sqrt(TRIAL_STEPS / n)`` of it (:func:`trial_margin`)
 TRIAL_NOISE = 1.5
 #: a choice that lost its trial is not proposed again until the agreed link moves by this share (beta; twice
 #: that in alpha)
@@ -202,14 +215,21 @@ ESTIMATE_PROBES = 5
 MAX_BACKOFF = 8
 #: ... and never further apart than this many seconds of steps (the agreed step period says how many steps)
 BACKOFF_SECONDS = 2.0
-#: step periods kept for the trials' medians
-_PERIODS = 32
+#: step periods kept for the trials' medians (a trial's own and the old choice's before it)
+_PERIODS = 4 * TRIAL_MAX_STEPS
 #: a run's first steps are slower than the rest (allocations, the backend's first ops, DDP's rebuild): no trial
 #: is judged by them
 WARM_STEPS = 5
 #: a choice taken without a trial is checked once against the next-cheapest candidate, when that one's price is
 #: within this factor of its own
 UNSURE = 2.0
+#: such checks explore (what they try was priced no better): they start only while every trial's steps so far,
+#: the check's own included, are at most this share of the steps since the first. A check of 5 steps waits
+#: for step 100. In the default comparison at 10 Gbit/s (about 120 steps of 28 ms) checks of fp16 and onebit
+#: after ``none`` ran steps 4-35% slower than none's, and auto ended 0.90-0.99x sync with sync's choice; a
+#: small model's first choice (onebit, its best) was checked against three others by turns, and noise ended
+#: it uncompressed. Proposals the price makes (a cheaper candidate, a link that moved) are not held back
+CHECK_SHARE = 0.05
 #: a trial's baseline is the current choice's median over at least this many clean steps on the agreed link
 #: (one step may be an epoch's last, of a partial batch); fewer: a change waits for the next probe (``_decide``)
 MIN_BEFORE = 3
@@ -230,7 +250,7 @@ class Decision:
     #: Unix seconds when it was taken (for the Chrome trace)
     unix: float = 0.0
     #: "decided" (no trial: the first, or one without a step to judge by), "trial" (a proposal runs
-    #: :data:`TRIAL_STEPS` steps), "kept" (its steps were faster), "reverted" (they were not), "recalled" (the
+    #: :func:`trial_steps` steps), "kept" (its steps were faster), "reverted" (they were not), "recalled" (the
     #: simulated network is back on a condition met before: the choice that stood there)
     event: str = "decided"
     #: a judged trial: the agreed median step (ms) of the choice before it and of the trial
@@ -270,6 +290,8 @@ class _Trial:
     check: bool = False
     """the incumbent compresses and was taken as priced, never judged by its steps: the faster of the two stays
     (no margin; ``none``, what sync does, keeps its margin against a compressor)"""
+    steps: int = TRIAL_STEPS
+    """the steps it runs before it is judged (:func:`trial_steps` of the agreed step period: every rank's same)"""
 
 
 _LIVE: "weakref.WeakSet[AutoChooser]" = weakref.WeakSet()
@@ -329,6 +351,24 @@ def probe_numel(link: Link, world: int, largest: int) -> int:
     per_element = link.beta * 2 * (world - 1) / world * 4
     wanted = int(max(PROBE_BYTES_SHARE * link.alpha, PROBE_SECONDS) / per_element)
     return max(PROBE_MIN_NUMEL, min(wanted, 2 * largest, PROBE_MAX_NUMEL))
+
+
+def trial_steps(period: float) -> int:
+    """How many steps a trial runs at an agreed step period of ``period`` seconds: :data:`TRIAL_SECONDS` of them,
+    at least :data:`TRIAL_STEPS` and at most :data:`TRIAL_MAX_STEPS` (an unknown period: the fewest).
+
+    Pure, and fed agreed numbers only: every rank judges at the same step.
+    """
+    if not period > 0 or not math.isfinite(period):
+        return TRIAL_STEPS
+    return max(TRIAL_STEPS, min(TRIAL_MAX_STEPS, math.ceil(TRIAL_SECONDS / period - 1e-9)))
+
+
+def trial_margin(spread: float, steps: int) -> float:
+    """How much faster a trial of ``steps`` steps must be than the old choice's, whose steps swing by ``spread``
+    (their median absolute deviation, a share of their median): :data:`TRIAL_MARGIN`, or :data:`TRIAL_NOISE`
+    times the spread scaled to the trial's median, ``sqrt(TRIAL_STEPS / steps)`` of it, where that is more."""
+    return max(TRIAL_MARGIN, TRIAL_NOISE * spread * math.sqrt(TRIAL_STEPS / max(steps, 1)))
 
 
 def _spread(times: list[float]) -> float:
@@ -408,6 +448,8 @@ class AutoChooser:
         self._trial_agreement: tuple[Future, int] | None = None
         #: whether the current choice was judged by a trial (else one checks it at a later decision)
         self._verified = False
+        #: steps run under trials so far (the checks' budget: :data:`CHECK_SHARE`)
+        self._explored = 0
         #: proposals whose trial lost, with the agreed link and the model's condition then (tried again once it moved)
         self._rejected: dict[tuple[str, ...], tuple[Link, tuple[float, float] | None, int]] = {}
         #: the simulated backend's condition at the last decision (the modelled link, rounded; None elsewhere),
@@ -518,7 +560,7 @@ class AutoChooser:
         since = step - self._first
         self._keys, self._step = list(keys), step + 1
         trial = self._trial
-        judge = trial is not None and step == trial.start + TRIAL_STEPS
+        judge = trial is not None and step == trial.start + trial.steps
         # a probe waits for a trial to end: its steps must be the proposal's own
         probe = trial is None and self._agreement is None and since >= self._next_probe
         if probe:
@@ -724,7 +766,7 @@ class AutoChooser:
     def _decide(self, numbers: Tensor, keys: list[StateKey], step: int, world: int) -> None:
         """Price every candidate per exchange on the agreed link; a different choice goes on trial.
 
-        A change runs :data:`TRIAL_STEPS` steps and is judged by them
+        A change runs :func:`trial_steps` steps and is judged by them
         against the current choice's clean steps on this link (:meth:`_judge`):
         the price leaves out what the step alone shows (a reduction the
         backend runs slower in half precision, coding that competes with
@@ -785,9 +827,11 @@ class AutoChooser:
         # steps were faster, and stopping at the loser kept the exchange uncompressed there)
         current = self._names(self.choice, keys)
         excluded: dict[StateKey, set[str]] = {}
+        steps = trial_steps(period)
+        may_check = since > WARM_STEPS and self._explored + steps <= CHECK_SHARE * since
         for _ in range(per):
             proposal, unsure = self._propose(keys, cpu, world, excluded)
-            if self._names(proposal, keys) == current and not self._verified and since > WARM_STEPS:
+            if self._names(proposal, keys) == current and not self._verified and may_check:
                 proposal = unsure  # a choice taken as priced, checked once against the next-cheapest
             names = self._names(proposal, keys)
             if names == current or not self._lost(names):
@@ -809,7 +853,9 @@ class AutoChooser:
             times = self._step_periods(current, first, self._step - 1)
             if len(times) >= MIN_BEFORE:
                 self._trial = _Trial(dict(self.choice), names, self._step, statistics.median(times), _spread(times),
-                                     check=not self._verified and any(n != "none" for n in current))
+                                     check=not self._verified and any(n != "none" for n in current),
+                                     steps=steps)
+                self._explored += steps
             elif self.decisions:
                 return  # a link that just moved: the next probe, ``every`` steps on, confirms it (module doc)
             else:
@@ -871,7 +917,7 @@ class AutoChooser:
         trial = self._trial
         assert trial is not None
         world = dist.get_world_size(group)
-        after = self._median_period(trial.proposal, trial.start + 1, trial.start + TRIAL_STEPS)
+        after = self._median_period(trial.proposal, trial.start + 1, trial.start + trial.steps)
         numbers = torch.tensor([trial.before, after, trial.spread], dtype=torch.float64) / world
         turn = sequencer.turn()
         fut = turn.issue(lambda _: dist.all_reduce(numbers, group=group, async_op=True).get_future())
@@ -879,7 +925,7 @@ class AutoChooser:
 
     def _judge(self, numbers: Tensor, step: int) -> None:
         """Keep the trial's choice if its steps were faster than the incumbent's (every rank's mean) by
-        :data:`TRIAL_MARGIN`, or :data:`TRIAL_NOISE` times the incumbent's spread where that is more; else revert.
+        :func:`trial_margin` (the incumbent's spread scaled to the trial's steps); else revert.
         The check of a compressor taken as priced has no margin: the faster stays (a first choice of onebit on a
         10 Gbit/s link, 17% slower than ``none`` there, stayed for a whole run when its steps' spread of 12%
         made the margin 18%).
@@ -891,7 +937,7 @@ class AutoChooser:
         before, after, spread = numbers.tolist()
         keys = list(self._keys)
         # the margin protects a choice its steps once judged from noise; one taken as priced has no such claim
-        margin = 0.0 if trial.check else max(TRIAL_MARGIN, TRIAL_NOISE * spread)
+        margin = 0.0 if trial.check else trial_margin(spread, trial.steps)
         faster = math.isnan(before) or math.isnan(after) or after < before * (1 - margin)
         # a compressor that beat another compressor has not met ``none``'s steps (after a slow stretch of a
         # changing network, fp16 beats onebit on the fast link where none beats both): the next decision
@@ -952,7 +998,7 @@ class AutoChooser:
         """
         choice = self.choice if self._trial is None else self._trial.incumbent  # a trial is not saved
         return {"choice": [(k.as_plain(), c.name) for k, c in choice.items()], "first": self._first,
-                "next_probe": self._next_probe, "interval": self._interval,
+                "next_probe": self._next_probe, "interval": self._interval, "explored": self._explored,
                 "decisions": [d.as_plain() for d in self.decisions]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -961,6 +1007,7 @@ class AutoChooser:
         self._first = state.get("first")
         self._next_probe = int(state.get("next_probe", 0))
         self._interval = int(state.get("interval", self.auto.every))
+        self._explored = int(state.get("explored", 0))
         self.decisions = [Decision.from_plain(d) for d in state.get("decisions", [])]
         self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
         self._trial, self._trial_agreement, self._probed_at = None, None, None
