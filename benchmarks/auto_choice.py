@@ -14,7 +14,8 @@ Three comparisons, each one `gradwire compare` from a scratch folder:
 
 Per network: auto's speedup against the best fixed strategy of its family (sync's family: sync and the
 compressors under sync; delayed's: delayed with a compressor), auto's accuracy against sync's seeds, and
-what auto chose. Results: ``results/auto_choice.json``.
+what auto chose. The default and small runs also train ``onebit:warmup=1``, onebit under another name: its
+ratio to onebit is what a tie reads as in that run. Results: ``results/auto_choice.json``.
 
     python benchmarks/auto_choice.py                       # all three, 2 seeds (~25 min here)
     python benchmarks/auto_choice.py --only small --seeds 1
@@ -32,9 +33,13 @@ from pathlib import Path
 
 from _results import ROOT, write_results
 
+#: a twin of a fixed strategy (the same exchange under another name: onebit's warm-up is one step either way):
+#: its ratio to the original says what a tie reads as in the same run (the noise floor of "auto / best fixed"),
+#: and it is never a "best fixed" itself
+CONTROL = "onebit:warmup=1"
 RUNS = {
-    "default": (["--strategies", "sync,onebit,torch-fp16,auto,onebit+delayed,auto+delayed"], None),
-    "small": (["--net", "bandwidth=200mbit", "--strategies", "sync,onebit,int8,auto", "--metric",
+    "default": (["--strategies", f"sync,onebit,torch-fp16,auto,onebit+delayed,auto+delayed,{CONTROL}"], None),
+    "small": (["--net", "bandwidth=200mbit", "--strategies", f"sync,onebit,int8,auto,{CONTROL}", "--metric",
                "test_accuracy"], ["torchrun", "--nproc-per-node", "2", str(ROOT / "examples/small_adamw.py"),
                                   "--seed", "{seed}"]),
     "changing": (["--model", "cnn", "--epochs", "120", "--net",
@@ -79,7 +84,7 @@ def main() -> None:
                              "auto_decisions": [a["decisions"] for a in r.get("auto") or []]})
             for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
                 fam = family(auto)
-                fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto
+                fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto and s != CONTROL
                          and not s.startswith("auto") and r.get("speedup") is not None}
                 if fam != "sync":
                     fixed = {s: r for s, r in fixed.items() if "+" in s}
@@ -92,6 +97,10 @@ def main() -> None:
                                "auto_vs_sync": round(a["speedup"], 3),
                                "accuracy": a["metric_mean"], "sync_accuracy": [sync["metric_min"], sync["metric_max"]],
                                "chose": [x["describe"] for x in a.get("auto") or []]})
+            twin = CONTROL.split(":")[0]
+            if CONTROL in mine and mine[CONTROL].get("speedup") and mine[twin].get("speedup"):
+                checks.append({"run": name, "net": net, "control": CONTROL, "of": twin,
+                               "ratio": round(mine[CONTROL]["speedup"] / mine[twin]["speedup"], 3)})
     for c in checks:
         print(json.dumps(c))
     write_results(args.out, rows, checks=checks, seeds=args.seeds, wall_s=round(time.perf_counter() - started, 1))
