@@ -1,6 +1,6 @@
 """``auto`` against every fixed strategy of its family, on the networks where each of them wins or loses.
 
-Three comparisons, each one `gradwire compare` from a scratch folder:
+Comparisons, each one `gradwire compare` from a scratch folder:
 
 1. ``default``: the default model and networks (500 Mbit/s and 10 Gbit/s) under sync, onebit, torch-fp16,
    auto, onebit+delayed and auto+delayed;
@@ -10,14 +10,16 @@ Three comparisons, each one `gradwire compare` from a scratch folder:
    cycles) on 1 Gbit/s whose bandwidth drops to 100 Mbit/s for 4 s of every 8 s, under sync, fp16, onebit
    and auto (on the default model onebit is the fastest on both links, so no switch could beat it; on this
    one sync is the fastest on the fast link and a compressor on the slow one); ``changing-10g`` the
-   default model from 10 Gbit/s (where sync wins between the drops and onebit during them).
+   default model from 10 Gbit/s (where sync wins between the drops and onebit during them);
+4. ``long``: the default comparison's sync family trained 40 epochs instead of 10 (what auto's fixed cost,
+   its first decision and the steps before it, weighs in a longer run).
 
 Per network: auto's speedup against the best fixed strategy of its family (sync's family: sync and the
 compressors under sync; delayed's: delayed with a compressor), auto's accuracy against sync's seeds, and
 what auto chose. The default and small runs also train ``onebit:warmup=1``, onebit under another name: its
 ratio to onebit is what a tie reads as in that run. Results: ``results/auto_choice.json``.
 
-    python benchmarks/auto_choice.py                       # all three, 2 seeds (~25 min here)
+    python benchmarks/auto_choice.py                       # every comparison, 2 seeds
     python benchmarks/auto_choice.py --only small --seeds 1
 """
 from __future__ import annotations
@@ -45,6 +47,7 @@ RUNS = {
     "changing": (["--model", "cnn", "--epochs", "120", "--net",
                   "bandwidth=1gbit,latency=100us,drop=100mbit:for=4s:every=8s",
                   "--strategies", "sync,fp16,onebit,auto"], None),
+    "long": (["--epochs", "40", "--strategies", f"sync,onebit,torch-fp16,auto,{CONTROL}"], None),
     "changing-10g": (["--net", "bandwidth=10gbit,latency=20us,drop=100mbit:for=4s:every=8s", "--strategies",
                       "sync,fp16,onebit,auto"], None),
 }

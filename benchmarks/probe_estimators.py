@@ -7,7 +7,8 @@ bandwidth that each way of reading the large ops gives, against the shaped rate:
 
 - ``first``: the first large op alone (it leaves partly from the shaper's token bucket);
 - ``fastest_of_two``: the faster of the first two (``auto`` before this benchmark);
-- ``mean_after_first``: the mean of ops 2-4; ``median_after_first``: their median (``auto`` now).
+- ``mean_after_first``: the mean of ops 2-4; ``median_after_first``: their median (``auto`` now);
+  ``fastest_after_first``: the fastest of them (a busy host only adds time to an op).
 
 Each probe follows 50 ms of idle (the gap between training steps, which refills the
 bucket). Alpha is the faster of two timed 1-element all_reduces, as in ``auto``. The
@@ -17,6 +18,7 @@ the relative error over the probes (the shaped rate counts Ethernet/IP/TCP heade
 payload a link of R carries is about 0.956 R).
 
     sudo python benchmarks/probe_estimators.py                       # 100mbit,1gbit x 16384,131072 elements, 30 probes
+    sudo python benchmarks/probe_estimators.py --rates 1gbit --sizes 262144 --busy 2   # two cores kept busy
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from _results import ROOT, write_results
 
-ESTIMATORS = ("first", "fastest_of_two", "mean_after_first", "median_after_first")
+ESTIMATORS = ("first", "fastest_of_two", "mean_after_first", "median_after_first", "fastest_after_first")
 
 
 def _job(numel: int, probes: int, out: str) -> None:
@@ -62,7 +64,7 @@ def _job(numel: int, probes: int, out: str) -> None:
 def _large(times: list[float], how: str) -> float:
     ops = times[3:]
     return {"first": ops[0], "fastest_of_two": min(ops[:2]), "mean_after_first": statistics.fmean(ops[1:]),
-            "median_after_first": statistics.median(ops[1:])}[how]
+            "median_after_first": statistics.median(ops[1:]), "fastest_after_first": min(ops[1:])}[how]
 
 
 def errors(ranks: list[list[list[float]]], numel: int, rate_bit_s: float) -> dict[str, list[float]]:
@@ -83,16 +85,29 @@ def main() -> None:
     p.add_argument("--sizes", default="16384,131072", help="elements of the large all_reduce (fp32)")
     p.add_argument("--probes", type=int, default=30)
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/probe_estimators.json"))
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="N processes spinning on the cores meanwhile (the host a training shares the probe with)")
     p.add_argument("--job", nargs=3, metavar=("NUMEL", "PROBES", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.job:
         _job(int(args.job[0]), int(args.job[1]), args.job[2])
         return
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    started = time.perf_counter()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        rows = _measure(args, env)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+    write_results(args.out, rows, busy=args.busy, wall_s=round(time.perf_counter() - started, 1))
+
+
+def _measure(args: argparse.Namespace, env: dict[str, str]) -> list[dict]:
     from auto_link import _bits
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     rows = []
-    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         for rate in args.rates.split(","):
             for numel in (int(n) for n in args.sizes.split(",")):
@@ -108,7 +123,7 @@ def main() -> None:
                     row[how] = {"p10": round(q[0], 3), "p50": round(statistics.median(errs), 3), "p90": round(q[-1], 3)}
                 rows.append(row)
                 print(json.dumps(row))
-    write_results(args.out, rows, wall_s=round(time.perf_counter() - started, 1))
+    return rows
 
 
 if __name__ == "__main__":
