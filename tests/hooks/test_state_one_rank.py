@@ -678,6 +678,14 @@ def test_auto_prices_the_cpu_by_the_coding_and_the_exchanges_memory_work(monkeyp
     fresh._largest = 1 << 22
     per_element = fresh._memory_per_element()
     assert 0 < per_element < 1e-6 and fresh._memory == per_element
+    # the coding is timed on one sample per size, drawn once for every candidate (drawing took as long as coding)
+    draws = []
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda n, **kw: draws.append(n) or randn(n, **kw))
+    several = auto_module.AutoChooser(get_compressor("auto:fp16/int8/onebit"))  # type: ignore[arg-type]
+    for candidate in several.candidates[1:]:
+        several._cpu_line(candidate, 2)
+    assert sorted(draws) == sorted(auto_module.CPU_SIZES)
 
 
 def test_the_interpreters_exit_waits_for_callbacks_still_running_on_a_backend_thread() -> None:
