@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,25 @@ def family(strategy: str) -> str:
     return strategy.split("+", 1)[1] if "+" in strategy else "sync"
 
 
+def _compare(cmd: list[str], work: str) -> None:
+    """Run one comparison; SIGTERM or Ctrl-C here stops it the way it stops itself (SIGTERM: it saves what
+    finished and ends its workers), rather than leaving it running without this script."""
+    child = subprocess.Popen(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        child.wait(timeout=120)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=sorted(RUNS), action="append", help="run only these (repeat)")
@@ -73,7 +93,7 @@ def main() -> None:
             cmd = [sys.executable, "-m", "gradwire", "compare", *options, "--seeds", str(args.seeds),
                    "--out", str(out)] + (["--", *command] if command else [])
             # a failed run still has its row (status and error): compare's exit code is not the verdict
-            subprocess.run(cmd, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            _compare(cmd, work)
             result = json.loads((out / "results.json").read_text())
         for net in dict.fromkeys(r["net"] for r in result["rows"]):
             mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
