@@ -385,18 +385,26 @@ def test_auto_probes_move_apart_while_nothing_changes_and_come_back_when_the_lin
     assert chooser._interval == 10
 
 
+def _tried_on_a_slow_link(periods: list[float]) -> tuple[object, StateKey, torch.Tensor]:
+    """A chooser at step 12 whose ``none`` steps took ``periods`` (from step 6), after a decision on a link of
+    1 Gbit/s of bus bandwidth where onebit is priced far cheaper (its trial starts), agreed at the periods'
+    median; and the agreed numbers of that link."""
+    chooser, key = _chooser("auto:onebit", 1 << 20, 12, 5)
+    chooser._periods = [(6 + i, ("none",), t, True) for i, t in enumerate(periods)]  # type: ignore[attr-defined]
+    busbytes = 4e6
+    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, sorted(periods)[len(periods) // 2], 0.0,
+                         1e-3], dtype=torch.float64)
+    chooser._decide(slow, [key], 12, 2)  # type: ignore[attr-defined]
+    return chooser, key, slow
+
+
 def test_auto_trial_won_by_less_than_the_old_choices_own_noise_is_reverted() -> None:
     # the old choice's steps swing by 10% (median absolute deviation 4 ms of 40): a trial 5% faster is within
     # that noise and reverted; one 25% faster stays. The spread is measured from the old choice's steps.
     from gradwire.hooks.auto import TRIAL_NOISE, AutoChooser
 
-    chooser, key = _chooser("auto:onebit", 1 << 20, 12, 5)
+    chooser, key, slow = _tried_on_a_slow_link([0.040, 0.036, 0.044, 0.040, 0.036, 0.044])
     assert isinstance(chooser, AutoChooser)
-    periods = [0.040, 0.036, 0.044, 0.040, 0.036, 0.044]
-    chooser._periods = [(6 + i, ("none",), t, True) for i, t in enumerate(periods)]
-    busbytes = 4e6
-    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.04, 0.0, 1e-3], dtype=torch.float64)
-    chooser._decide(slow, [key], 12, 2)
     assert chooser._trial is not None and chooser._trial.spread == pytest.approx(0.1)
     assert TRIAL_NOISE * chooser._trial.spread > 0.05
     chooser._judge(torch.tensor([0.040, 0.038, chooser._trial.spread], dtype=torch.float64), 16)
@@ -424,13 +432,8 @@ def test_auto_trial_of_short_steps_runs_more_of_them_and_its_margin_shrinks_with
     assert trial_margin(0.1, 4 * TRIAL_STEPS) == pytest.approx(TRIAL_NOISE * 0.1 / 2)
     assert trial_margin(0.001, 12) == TRIAL_MARGIN
 
-    chooser, key = _chooser("auto:onebit", 1 << 20, 12, 5)
+    chooser, key, _ = _tried_on_a_slow_link([0.010, 0.009, 0.011, 0.010, 0.009, 0.011])
     assert isinstance(chooser, AutoChooser)
-    periods = [0.010, 0.009, 0.011, 0.010, 0.009, 0.011]
-    chooser._periods = [(6 + i, ("none",), t, True) for i, t in enumerate(periods)]
-    busbytes = 4e6
-    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.01, 0.0, 1e-3], dtype=torch.float64)
-    chooser._decide(slow, [key], 12, 2)
     trial = chooser._trial
     assert trial is not None and trial.steps == 12 and trial.spread == pytest.approx(0.1)
     start = trial.start
