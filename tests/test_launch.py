@@ -79,3 +79,27 @@ def test_every_rank_of_every_group_draws_its_own_random_numbers():
     seeds = [seed for seed, _ in first + second]
     draws = [draw for _, draw in first + second]
     assert len(set(seeds)) == 4 and len(set(draws)) == 4, (first, second)
+
+
+def test_free_port_is_below_the_ephemeral_range_and_free_on_every_address(monkeypatch):
+    # a port from the ephemeral range can be taken by any outgoing connection before the store binds it (a
+    # parallel suite met EADDRINUSE at init_process_group): free_port picks below the range, and checks it
+    import socket
+
+    from gradwire import launch
+
+    low = launch._ephemeral_low()
+    for _ in range(20):
+        port = launch.free_port()
+        assert launch._LOWEST_PORT <= port < low
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", port))
+    # taken numbers are passed over; a range that leaves no room falls back to the kernel's choice
+    first, second = launch.free_port(), launch.free_port()
+    taken = iter([first, second])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("", first))
+        monkeypatch.setattr(launch.random.SystemRandom, "randrange", lambda self, a, b: next(taken))
+        assert launch.free_port() == second
+    monkeypatch.setattr(launch, "_ephemeral_low", lambda: launch._LOWEST_PORT + 10)
+    assert launch.free_port() >= launch._LOWEST_PORT + 10

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue as queue_mod
+import random
 import socket
 import sys
 import time
@@ -56,10 +57,44 @@ class RankError(RuntimeError):
         self.detail = detail
 
 
+#: where :func:`free_port` looks when the kernel's ephemeral range is unknown, and the lowest port it takes
+_EPHEMERAL_LOW, _LOWEST_PORT = 32768, 10000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's ``ip_local_port_range``; 32768 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_LOW
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    """Return a TCP port that was free on every address a moment ago, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the ephemeral
+    range, from which every process's outgoing connections also take their
+    local ports: between this call and the rendezvous store binding it,
+    any connection on the machine could take it (a test suite running in
+    parallel did: ``EADDRINUSE`` at ``init_process_group``). Below that range
+    only servers that pick a number take ports, so a random free one there
+    stays free unless another caller picks the same number in that moment.
+    Where the range starts too low to leave room, the kernel's choice is used.
+    """
+    low = _ephemeral_low()
+    if low - _LOWEST_PORT >= 1000:
+        rng = random.SystemRandom()
+        for _ in range(64):
+            port = rng.randrange(_LOWEST_PORT, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
