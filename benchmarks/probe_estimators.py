@@ -89,6 +89,8 @@ def main() -> None:
                    help="N processes spinning on the cores meanwhile (the host a training shares the probe with)")
     p.add_argument("--job", nargs=3, metavar=("NUMEL", "PROBES", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.busy < 0:
+        p.error(f"--busy takes 0 or more processes, got {args.busy}")
     if args.job:
         _job(int(args.job[0]), int(args.job[1]), args.job[2])
         return

@@ -431,6 +431,9 @@ def test_auto_trial_of_short_steps_runs_more_of_them_and_its_margin_shrinks_with
     assert trial_margin(0.1, TRIAL_STEPS) == pytest.approx(TRIAL_NOISE * 0.1)
     assert trial_margin(0.1, 4 * TRIAL_STEPS) == pytest.approx(TRIAL_NOISE * 0.1 / 2)
     assert trial_margin(0.001, 12) == TRIAL_MARGIN
+    for bad in ((0.1, 0), (-0.1, 3), (float("nan"), 3), (float("inf"), 3)):
+        with pytest.raises(ValueError, match="a trial of 1 step or more and a spread"):
+            trial_margin(*bad)
 
     chooser, key, _ = _tried_on_a_slow_link([0.010, 0.009, 0.011, 0.010, 0.009, 0.011])
     assert isinstance(chooser, AutoChooser)

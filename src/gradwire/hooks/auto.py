@@ -368,7 +368,10 @@ def trial_margin(spread: float, steps: int) -> float:
     """How much faster a trial of ``steps`` steps must be than the old choice's, whose steps swing by ``spread``
     (their median absolute deviation, a share of their median): :data:`TRIAL_MARGIN`, or :data:`TRIAL_NOISE`
     times the spread scaled to the trial's median, ``sqrt(TRIAL_STEPS / steps)`` of it, where that is more."""
-    return max(TRIAL_MARGIN, TRIAL_NOISE * spread * math.sqrt(TRIAL_STEPS / max(steps, 1)))
+    if steps < 1 or not spread >= 0 or not math.isfinite(spread):
+        raise ValueError(f"trial_margin needs a trial of 1 step or more and a spread that is a finite share >= 0; "
+                         f"got steps={steps}, spread={spread}")
+    return max(TRIAL_MARGIN, TRIAL_NOISE * spread * math.sqrt(TRIAL_STEPS / steps))
 
 
 def _spread(times: list[float]) -> float:
