@@ -19,6 +19,11 @@ compressors under sync; delayed's: delayed with a compressor), auto's accuracy a
 what auto chose. The default and small runs also train ``onebit:warmup=1``, onebit under another name: its
 ratio to onebit is what a tie reads as in that run. Results: ``results/auto_choice.json``.
 
+Paired seeds: compare trains seed ``k`` of every strategy in one round of the same processes, so each
+seed gives one ratio (the best fixed strategy's time of that seed over auto's), and the rounds' ratios
+are what the noise of one training is measured by. ``paired`` is their geometric mean with a 95%
+bootstrap interval; with ``--seeds 12`` the twin's interval says how close to 1 a tie can be told.
+
     python benchmarks/auto_choice.py                       # every comparison, 2 seeds
     python benchmarks/auto_choice.py --only small --seeds 1
 """
@@ -34,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from _results import ROOT, write_results
 
 #: a twin of a fixed strategy (the same exchange under another name: onebit's warm-up is one step either way):
@@ -57,6 +63,30 @@ RUNS = {
 def family(strategy: str) -> str:
     """``sync`` for sync and compressor+sync, else the strategy after the ``+``."""
     return strategy.split("+", 1)[1] if "+" in strategy else "sync"
+
+
+def seed_times(result: dict, strategy: str, net: str) -> dict[int, float]:
+    """Seconds per unit of each seed of ``strategy`` on ``net``: per epoch (bundled models) or per step."""
+    for run in result["runs"]:
+        if run["strategy"] == strategy and run["net"] == net and run.get("ok"):
+            return {s["seed"]: (float(np.mean(s["epoch_seconds"])) if s.get("epoch_seconds")
+                                else float(np.mean(s["step_seconds"]))) for s in run["seeds"]}
+    return {}
+
+
+def paired(result: dict, net: str, strategy: str, against: str) -> dict:
+    """``against``'s time over ``strategy``'s, seed by seed (>1: ``strategy`` faster), with their geometric
+    mean and its 95% bootstrap interval (the seeds resampled 10,000 times; too few seeds: no interval)."""
+    mine, theirs = seed_times(result, strategy, net), seed_times(result, against, net)
+    seeds = sorted(set(mine) & set(theirs))
+    ratios = [theirs[k] / mine[k] for k in seeds]
+    out: dict = {"seed_ratios": [round(r, 3) for r in ratios]}
+    if len(ratios) >= 3:
+        logs = np.log(ratios)
+        means = np.random.default_rng(0).choice(logs, size=(10_000, len(logs))).mean(axis=1)
+        out["paired"] = round(float(np.exp(logs.mean())), 3)
+        out["paired_ci95"] = [round(float(np.exp(q)), 3) for q in np.quantile(means, [0.025, 0.975])]
+    return out
 
 
 def _compare(cmd: list[str], work: str) -> None:
@@ -119,11 +149,13 @@ def main() -> None:
                                "ratio": round(a["speedup"] / fixed[best]["speedup"], 3),
                                "auto_vs_sync": round(a["speedup"], 3),
                                "accuracy": a["metric_mean"], "sync_accuracy": [sync["metric_min"], sync["metric_max"]],
-                               "chose": [x["describe"] for x in a.get("auto") or []]})
+                               "chose": [x["describe"] for x in a.get("auto") or []],
+                               **paired(result, net, auto, best)})
             twin = CONTROL.split(":")[0]
             if CONTROL in mine and mine[CONTROL].get("speedup") and mine[twin].get("speedup"):
                 checks.append({"run": name, "net": net, "control": CONTROL, "of": twin,
-                               "ratio": round(mine[CONTROL]["speedup"] / mine[twin]["speedup"], 3)})
+                               "ratio": round(mine[CONTROL]["speedup"] / mine[twin]["speedup"], 3),
+                               **paired(result, net, CONTROL, twin)})
     for c in checks:
         print(json.dumps(c))
     write_results(args.out, rows, checks=checks, seeds=args.seeds, wall_s=round(time.perf_counter() - started, 1))
