@@ -293,7 +293,7 @@ def test_auto_on_plain_gloo_measures_the_link_with_probes_and_every_rank_agrees(
     # no model to read there: the probes' all_reduces are the estimate (loopback: a link of some Gbit/s)
     res = spawn(workers.auto_train, 2, args=("gloo", 16), timeout=200)
     decided = [[{k: v for k, v in d.items() if k != "unix"} for d in r["summary"]["decisions"]] for r in res]
-    assert decided[0] == decided[1] and decided[0][0]["step"] == 2
+    assert decided[0] == decided[1] and decided[0][0]["step"] == 1
     link = res[0]["summary"]["link"]
     assert 0 < link["alpha_us"] < 1e5 and 0.1 < link["bus_gbit_s"] < float("inf")
     assert "measured link" in res[0]["summary"]["describe"]
@@ -304,7 +304,7 @@ def test_auto_first_probe_on_the_simulated_backend_is_sent_once_even_on_a_fast_l
     # on 100 Gbit/s the probe's modelled large all_reduce is within alpha of its small ones (on a measured link
     # that sends the probe again, sized); the model states the bandwidth: three steps, one probe of three
     res = spawn(workers.auto_train, 2, args=("bandwidth=100gbit", 3), timeout=200)
-    assert res[0]["summary"]["decisions"][0]["step"] == 2
+    assert res[0]["summary"]["decisions"][0]["step"] == 1
     assert [r["one_element_all_reduces"] for r in res] == [3, 3]
 
 
@@ -321,7 +321,31 @@ def test_auto_compresses_on_a_slow_link_reads_it_from_the_model_and_every_rank_a
     assert abs(summary["link"]["bus_gbit_s"] - 0.0956) / 0.0956 < 0.005
     assert "the network model's link" in summary["describe"]
     assert set(summary["decisions"][-1]["choices"].values()) <= {"onebit", "int8"}
-    # the first probe runs at the first step after DDP's rebuild (step 1 is the first past the warm-up) and is
-    # decided at once: step 2's exchange already uses the choice
-    assert summary["decisions"][0]["step"] == 2 and summary["decisions"][0]["choices"] != {}
+    # the first probe runs at the first step past the warm-up, on the warm-up step's layout (one bucket: DDP's
+    # rebuild keeps its parameters), and is decided at once: step 1's exchange already uses the choice
+    assert summary["decisions"][0]["step"] == 1 and summary["decisions"][0]["choices"] != {}
     assert res[0]["losses"][-1] < res[0]["losses"][0]
+
+
+def test_auto_decides_at_the_first_compressing_step_on_the_warm_up_steps_layouts():
+    # the same parameters in another order (DDP rebuilt a bucket in the order its gradients came): the first
+    # decision, at step 1, on step 0's layouts, holds for them; step 1's exchanges are compressed already
+    res = spawn(workers.auto_relaid, 2, args=([[1, 0], [2]], 3), timeout=200)
+    first = [r["summary"]["decisions"][0] for r in res]
+    assert [d["step"] for d in first] == [1, 1] and first[0]["choices"] == first[1]["choices"]
+    assert set(first[0]["choices"]) == {"p0+p1(70000)", "p2(50000)"}
+    assert set(first[0]["choices"].values()) <= {"onebit", "int8"}
+    assert res[0]["compressed"] == res[1]["compressed"] == ["p0+p1(70000)", "p1+p0(70000)", "p2(50000)"]
+    assert all(e > 1e-3 for r in res for e in r["errors"])  # the last step's exchanges went compressed (none: exact)
+
+
+def test_auto_takes_its_first_decision_again_where_the_rebuilt_buckets_hold_other_parameters():
+    # DDP's first iteration's buckets held other parameters than the rebuilt ones: the decision on them applies to
+    # nothing, and is taken again, as the first, on the rebuilt layouts at the next step (every rank alike)
+    res = spawn(workers.auto_relaid, 2, args=([[2, 1], [0]], 4), timeout=200)
+    first = [r["summary"]["decisions"][0] for r in res]
+    assert [d["step"] for d in first] == [2, 2] and first[0]["choices"] == first[1]["choices"]
+    assert set(first[0]["choices"]) == {"p2+p1(80000)", "p0(40000)"}
+    assert set(first[0]["choices"].values()) <= {"onebit", "int8"}
+    assert res[0]["compressed"] == res[1]["compressed"] == ["p0(40000)", "p2+p1(80000)"]
+    assert all(e > 1e-3 for r in res for e in r["errors"])

@@ -420,3 +420,35 @@ def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = ""
                                              if e.op == "all_reduce" and e.payload_bytes == 4)
     dist.destroy_process_group()
     return out
+
+
+def auto_relaid(rank: int, world: int, second: list[list[int]], steps: int) -> dict[str, Any]:
+    """``auto`` on a 100 Mbit/s model whose exchanges change layout after the first step, as DDP's rebuilt buckets
+    do: step 0 sends parameters 0+1 and 2, every later step the buckets ``second`` (indices). Its summary, the
+    layouts it holds a compressor for, and the last step's relative distance of each exchange from the exact mean
+    (an uncompressed average is exact to rounding)."""
+    import gradwire
+    from gradwire.hooks import CompressionState
+
+    torch.set_num_threads(1)
+    gradwire.configure("bandwidth=100mbit")
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    params = [torch.zeros(n) for n in (40_000, 30_000, 50_000)]
+    state = CompressionState("auto:every=50", momentum=0.0, fuse_numel=0)
+    errors = []
+    for step in range(steps):
+        layout = [[0, 1], [2]] if step == 0 else second
+        exchanges = []
+        for i, bucket in enumerate(layout):
+            mine = torch.cat([_rank_tensor(rank, params[j].numel(), seed=10 * step + j) for j in bucket])
+            mean = torch.stack([torch.cat([_rank_tensor(r, params[j].numel(), seed=10 * step + j) for j in bucket])
+                                for r in range(world)]).mean(0)
+            exchanges.append((state.reduce_params(mine, [params[j] for j in bucket], last=i == len(layout) - 1)[1],
+                              mean))
+        state.end_step()
+        errors = [float((fut.wait() - mean).norm() / mean.norm()) for fut, mean in exchanges]
+    assert state.auto is not None
+    out = {"summary": state.auto.summary(), "compressed": sorted(str(k) for k in state.auto.choice),
+           "errors": errors}
+    dist.destroy_process_group()
+    return out

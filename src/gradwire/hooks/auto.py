@@ -108,10 +108,18 @@ group, so they are issued in turns of its
 :class:`~gradwire.hooks.futures.Sequencer`, from the step's first exchange
 (never from a completion callback, where they could race the collectives
 DDP itself issues on that group during forward). The run's first probe
-runs at the second step in DDP's rebuilt buckets (the first showed their
-layouts: the run's third step), and is agreed on and decided at once
-(probed twice where its large all_reduce was too small to tell the
-bandwidth): that step's exchanges already use the choice. Later ones are
+runs at the first compressing step (the run's second), on the layouts the
+last warm-up step showed, and is agreed on and decided at once (probed
+twice where its large all_reduce was too small to tell the bandwidth):
+that step's exchanges already use the choice. Trap: DDP rebuilds its
+buckets after its first iteration, so that step's layouts may not be the
+ones decided. An exchange of the same parameters in another order takes
+the decided layout's choice; where the buckets hold other parameters (DDP's
+first bucket is capped at 1 MiB by default), those exchanges go
+uncompressed and the first decision is taken again at the next step, on
+the rebuilt layouts and from the same probe (one step later, as if the
+first had waited for the rebuild; on the default CNN, one bucket, the
+choice starts a step sooner, 33 ms of onebit's gain at 500 Mbit/s). Later ones are
 waited for by nobody at once: a probe runs at step ``t``, the agreement on
 it at ``t + 1``, the decision applies from ``t + 2``; a trial from
 ``t + 2`` of ``n`` steps (:func:`trial_steps`) is agreed on at
@@ -414,6 +422,10 @@ class AutoChooser:
         self.candidates: list[Compressor] = [self.none, *auto.candidates]
         #: the current choice per exchange key (missing: none)
         self.choice: dict[StateKey, Compressor] = {}
+        #: the layouts the last decision priced (an exchange of another layout is a rebuilt bucket: module doc)
+        self._decided: set[StateKey] = set()
+        #: the first decision is taken again at the next step, on the layouts DDP rebuilt (module doc)
+        self._redo = False
         #: every decision that changed something, in order
         self.decisions: list[Decision] = []
         self.link: Link | None = None
@@ -472,7 +484,35 @@ class AutoChooser:
         """The candidate ``key``'s exchange uses now (``none`` until decided)."""
         self._dtypes[key] = flat.dtype
         self._largest = max(self._largest, flat.numel())
-        return self.choice.get(key, self.none)
+        choice = self.choice.get(key)
+        if choice is None and self._decided and key not in self._decided:
+            choice = self._reordered(key)
+        return self.none if choice is None else choice
+
+    def _reordered(self, key: StateKey) -> Compressor | None:
+        """A decided layout's choice for ``key``, a layout of the same parameters in another order (DDP rebuilt
+        its bucket in the order the gradients came); None where no decided layout holds them."""
+        names = key.names()
+        for old in list(self._decided):
+            if old.names() == names:
+                choice = self.choice.get(old, self.none)
+                if choice is not self.none:
+                    self.choice[key] = choice
+                self._decided.add(key)
+                return choice
+        return None
+
+    def _rebuilt(self, keys: list[StateKey]) -> bool:
+        """Whether the run's first decision priced layouts that this step's exchanges did not use (module doc)."""
+        return (len(self.decisions) == 1 and bool(self._decided) and self._trial is None
+                and self._agreement is None and any(k not in self._decided for k in keys))
+
+    def _restart(self) -> None:
+        """Forget the first decision and the link it read: the next step takes it again, as the first (the probe
+        it was priced from stays, and is agreed on again with the rebuilt layouts)."""
+        self.choice, self.decisions, self._decided, self._conditions = {}, [], set(), {}
+        self.link, self._readings, self._far, self._condition = None, [], None, None
+        self._next_change, self._verified, self._redo = math.inf, False, True
 
     # -- the state's step --------------------------------------------------------
     def begin_exchange(self, sequencer: Sequencer, group: dist.ProcessGroup | None) -> None:
@@ -488,6 +528,9 @@ class AutoChooser:
             return
         agree, probe, judge = self._due
         self._due = None
+        if self._redo:
+            self._redo = False
+            self._decide_now(sequencer, group)
         if self._trial_agreement is not None:
             fut, step = self._trial_agreement
             self._trial_agreement = None
@@ -563,6 +606,8 @@ class AutoChooser:
             self._first = step
         since = step - self._first
         self._keys, self._step = list(keys), step + 1
+        if self._rebuilt(keys):
+            self._restart()
         trial = self._trial
         judge = trial is not None and step == trial.start + trial.steps
         # a probe waits for a trial to end: its steps must be the proposal's own
@@ -789,6 +834,7 @@ class AutoChooser:
         it, else against the next-cheapest candidate if that one's is.
         """
         values = numbers.tolist()
+        self._decided = set(keys)
         measured = _fitted(numbers)
         previous = self.link
         per = len(self.candidates)
@@ -1016,6 +1062,7 @@ class AutoChooser:
         self._explored = int(state.get("explored", 0))
         self.decisions = [Decision.from_plain(d) for d in state.get("decisions", [])]
         self._probed, self._agreement, self._probe_future, self._due = None, None, None, None
+        self._decided, self._redo = set(), False  # decided in this process only (a resumed run's are saved)
         self._trial, self._trial_agreement, self._probed_at = None, None, None
         self._periods, self._last_end, self._last_probe, self._link_since = [], None, -1, 0
 

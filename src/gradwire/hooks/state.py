@@ -336,8 +336,13 @@ class CompressionState:
         was the last) leave now, as one exchange.
         """
         self._flush()
-        if self.auto is not None and self.step >= self.warmup_iters:
-            self.auto.end_step(self.step, list(self._layouts), self.process_group, self._step_futures)
+        # auto learns the layouts from the last warm-up step on: its first choice applies from the first
+        # compressing step (AutoChooser's module doc, "Scheduling"), which fuses small buckets as warm-up does not
+        if self.auto is not None and self.step >= self.warmup_iters - 1:
+            layouts = list(self._layouts)
+            if self.step < self.warmup_iters and self.fuse_numel > 0:
+                layouts = fuse_layouts(layouts, self.fuse_numel)
+            self.auto.end_step(self.step, layouts, self.process_group, self._step_futures)
         self._step_futures = []
         self.step += 1
         self._loaded = []
