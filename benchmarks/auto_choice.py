@@ -3,7 +3,7 @@
 Comparisons, each one `gradwire compare` from a scratch folder:
 
 1. ``default``: the default model and networks (500 Mbit/s and 10 Gbit/s) under sync, onebit, torch-fp16,
-   auto, onebit+delayed and auto+delayed;
+   auto, delayed, onebit+delayed and auto+delayed;
 2. ``small``: examples/small_adamw.py (28 k parameters, 10 KB buckets, AdamW) on 200 Mbit/s under sync,
    onebit, int8 and auto;
 3. ``changing``: the small CNN (``--model cnn``, 38 k parameters, 120 epochs: about 25 s, three drop
@@ -15,7 +15,7 @@ Comparisons, each one `gradwire compare` from a scratch folder:
    its first decision and the steps before it, weighs in a longer run).
 
 Per network: auto's speedup against the best fixed strategy of its family (sync's family: sync and the
-compressors under sync; delayed's: delayed with a compressor), auto's accuracy against sync's seeds, and
+compressors under sync; delayed's: delayed alone and with a compressor), auto's accuracy against sync's seeds, and
 what auto chose. The default and small runs also train ``onebit:warmup=1``, onebit under another name: its
 ratio to onebit is what a tie reads as in that run. Results: ``results/auto_choice.json``.
 
@@ -47,7 +47,8 @@ from _results import ROOT, write_results
 #: and it is never a "best fixed" itself
 CONTROL = "onebit:warmup=1"
 RUNS = {
-    "default": (["--strategies", f"sync,onebit,torch-fp16,auto,onebit+delayed,auto+delayed,{CONTROL}"], None),
+    "default": (["--strategies", f"sync,onebit,torch-fp16,auto,delayed,onebit+delayed,auto+delayed,{CONTROL}"],
+                None),
     "small": (["--net", "bandwidth=200mbit", "--strategies", f"sync,onebit,int8,auto,{CONTROL}", "--metric",
                "test_accuracy"], ["torchrun", "--nproc-per-node", "2", str(ROOT / "examples/small_adamw.py"),
                                   "--seed", "{seed}"]),
@@ -61,8 +62,11 @@ RUNS = {
 
 
 def family(strategy: str) -> str:
-    """``sync`` for sync and compressor+sync, else the strategy after the ``+``."""
-    return strategy.split("+", 1)[1] if "+" in strategy else "sync"
+    """The strategy after the ``+``; ``delayed`` for plain delayed (its uncompressed member); else ``sync``
+    (sync, a compressor under sync, PyTorch's hooks)."""
+    if "+" in strategy:
+        return strategy.split("+", 1)[1]
+    return "delayed" if strategy.split(":")[0] == "delayed" else "sync"
 
 
 def seed_times(result: dict, strategy: str, net: str) -> dict[int, float]:
@@ -108,6 +112,44 @@ def _compare(cmd: list[str], work: str) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+def analyse(name: str, result: dict) -> tuple[list[dict], list[dict]]:
+    """One comparison's rows (per network and strategy) and checks (auto against the best fixed strategy of its
+    family, the twin against onebit)."""
+    rows: list[dict] = []
+    checks: list[dict] = []
+    for net in dict.fromkeys(r["net"] for r in result["rows"]):
+        mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
+        sync = mine["sync"]
+        for strategy, r in mine.items():
+            rows.append({"run": name, "net": net, "strategy": strategy, "status": r["status"],
+                         "step_ms": r["step_ms"], "speedup": r["speedup"], "metric": r["metric"],
+                         "metric_mean": r["metric_mean"], "metric_min": r["metric_min"],
+                         "metric_max": r["metric_max"], "reduction": r["reduction"], "error": r.get("error", ""),
+                         "auto": [a["describe"] for a in r.get("auto") or []],
+                         "auto_decisions": [a["decisions"] for a in r.get("auto") or []],
+                         "seed_times": seed_times(result, strategy, net)})
+        for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
+            fam = family(auto)
+            fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto and s != CONTROL
+                     and not s.startswith("auto") and r.get("speedup") is not None}
+            best = max(fixed, key=lambda s: fixed[s]["speedup"], default=None)
+            a = mine[auto]
+            if best is None or a.get("speedup") is None:
+                continue
+            checks.append({"run": name, "net": net, "auto": auto, "best_fixed": best,
+                           "ratio": round(a["speedup"] / fixed[best]["speedup"], 3),
+                           "auto_vs_sync": round(a["speedup"], 3),
+                           "accuracy": a["metric_mean"], "sync_accuracy": [sync["metric_min"], sync["metric_max"]],
+                           "chose": [x["describe"] for x in a.get("auto") or []],
+                           **paired(result, net, auto, best)})
+        twin = CONTROL.split(":")[0]
+        if CONTROL in mine and mine[CONTROL].get("speedup") and mine[twin].get("speedup"):
+            checks.append({"run": name, "net": net, "control": CONTROL, "of": twin,
+                           "ratio": round(mine[CONTROL]["speedup"] / mine[twin]["speedup"], 3),
+                           **paired(result, net, CONTROL, twin)})
+    return rows, checks
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=sorted(RUNS), action="append", help="run only these (repeat)")
@@ -125,37 +167,9 @@ def main() -> None:
             # a failed run still has its row (status and error): compare's exit code is not the verdict
             _compare(cmd, work)
             result = json.loads((out / "results.json").read_text())
-        for net in dict.fromkeys(r["net"] for r in result["rows"]):
-            mine = {r["strategy"]: r for r in result["rows"] if r["net"] == net and r["strategy"] != "compute-only"}
-            sync = mine["sync"]
-            for strategy, r in mine.items():
-                rows.append({"run": name, "net": net, "strategy": strategy, "status": r["status"],
-                             "step_ms": r["step_ms"], "speedup": r["speedup"], "metric": r["metric"],
-                             "metric_mean": r["metric_mean"], "metric_min": r["metric_min"],
-                             "metric_max": r["metric_max"], "reduction": r["reduction"], "error": r.get("error", ""),
-                             "auto": [a["describe"] for a in r.get("auto") or []],
-                             "auto_decisions": [a["decisions"] for a in r.get("auto") or []]})
-            for auto in (s for s in mine if s.split("+")[0].split(":")[0] == "auto"):
-                fam = family(auto)
-                fixed = {s: r for s, r in mine.items() if family(s) == fam and s != auto and s != CONTROL
-                         and not s.startswith("auto") and r.get("speedup") is not None}
-                if fam != "sync":
-                    fixed = {s: r for s, r in fixed.items() if "+" in s}
-                best = max(fixed, key=lambda s: fixed[s]["speedup"], default=None)
-                a = mine[auto]
-                if best is None or a.get("speedup") is None:
-                    continue
-                checks.append({"run": name, "net": net, "auto": auto, "best_fixed": best,
-                               "ratio": round(a["speedup"] / fixed[best]["speedup"], 3),
-                               "auto_vs_sync": round(a["speedup"], 3),
-                               "accuracy": a["metric_mean"], "sync_accuracy": [sync["metric_min"], sync["metric_max"]],
-                               "chose": [x["describe"] for x in a.get("auto") or []],
-                               **paired(result, net, auto, best)})
-            twin = CONTROL.split(":")[0]
-            if CONTROL in mine and mine[CONTROL].get("speedup") and mine[twin].get("speedup"):
-                checks.append({"run": name, "net": net, "control": CONTROL, "of": twin,
-                               "ratio": round(mine[CONTROL]["speedup"] / mine[twin]["speedup"], 3),
-                               **paired(result, net, CONTROL, twin)})
+        name_rows, name_checks = analyse(name, result)
+        rows += name_rows
+        checks += name_checks
     for c in checks:
         print(json.dumps(c))
     write_results(args.out, rows, checks=checks, seeds=args.seeds, wall_s=round(time.perf_counter() - started, 1))
