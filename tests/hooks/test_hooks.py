@@ -327,25 +327,20 @@ def test_auto_compresses_on_a_slow_link_reads_it_from_the_model_and_every_rank_a
     assert res[0]["losses"][-1] < res[0]["losses"][0]
 
 
-def test_auto_decides_at_the_first_compressing_step_on_the_warm_up_steps_layouts():
+@pytest.mark.parametrize("second, steps, step, decided, compressed", [
     # the same parameters in another order (DDP rebuilt a bucket in the order its gradients came): the first
     # decision, at step 1, on step 0's layouts, holds for them; step 1's exchanges are compressed already
-    res = spawn(workers.auto_relaid, 2, args=([[1, 0], [2]], 3), timeout=200)
+    ([[1, 0], [2]], 3, 1, {"p0+p1(70000)", "p2(50000)"}, ["p0+p1(70000)", "p1+p0(70000)", "p2(50000)"]),
+    # DDP's first iteration's buckets held other parameters than the rebuilt ones: the decision on them applies
+    # to nothing, and is taken again, as the first, on the rebuilt layouts at the next step (every rank alike)
+    ([[2, 1], [0]], 4, 2, {"p2+p1(80000)", "p0(40000)"}, ["p0(40000)", "p2+p1(80000)"]),
+], ids=["reordered", "other-parameters"])
+def test_auto_decides_at_the_first_compressing_step_on_the_warm_up_steps_layouts_or_again_on_rebuilt_ones(
+        second, steps, step, decided, compressed):
+    res = spawn(workers.auto_relaid, 2, args=(second, steps), timeout=200)
     first = [r["summary"]["decisions"][0] for r in res]
-    assert [d["step"] for d in first] == [1, 1] and first[0]["choices"] == first[1]["choices"]
-    assert set(first[0]["choices"]) == {"p0+p1(70000)", "p2(50000)"}
+    assert [d["step"] for d in first] == [step, step] and first[0]["choices"] == first[1]["choices"]
+    assert set(first[0]["choices"]) == decided
     assert set(first[0]["choices"].values()) <= {"onebit", "int8"}
-    assert res[0]["compressed"] == res[1]["compressed"] == ["p0+p1(70000)", "p1+p0(70000)", "p2(50000)"]
+    assert res[0]["compressed"] == res[1]["compressed"] == compressed
     assert all(e > 1e-3 for r in res for e in r["errors"])  # the last step's exchanges went compressed (none: exact)
-
-
-def test_auto_takes_its_first_decision_again_where_the_rebuilt_buckets_hold_other_parameters():
-    # DDP's first iteration's buckets held other parameters than the rebuilt ones: the decision on them applies to
-    # nothing, and is taken again, as the first, on the rebuilt layouts at the next step (every rank alike)
-    res = spawn(workers.auto_relaid, 2, args=([[2, 1], [0]], 4), timeout=200)
-    first = [r["summary"]["decisions"][0] for r in res]
-    assert [d["step"] for d in first] == [2, 2] and first[0]["choices"] == first[1]["choices"]
-    assert set(first[0]["choices"]) == {"p2+p1(80000)", "p0(40000)"}
-    assert set(first[0]["choices"].values()) <= {"onebit", "int8"}
-    assert res[0]["compressed"] == res[1]["compressed"] == ["p0(40000)", "p2+p1(80000)"]
-    assert all(e > 1e-3 for r in res for e in r["errors"])

@@ -493,14 +493,14 @@ class AutoChooser:
         """A decided layout's choice for ``key``, a layout of the same parameters in another order (DDP rebuilt
         its bucket in the order the gradients came); None where no decided layout holds them."""
         names = key.names()
-        for old in list(self._decided):
-            if old.names() == names:
-                choice = self.choice.get(old, self.none)
-                if choice is not self.none:
-                    self.choice[key] = choice
-                self._decided.add(key)
-                return choice
-        return None
+        old = next((k for k in self._decided if k.names() == names), None)
+        if old is None:
+            return None
+        choice = self.choice.get(old, self.none)
+        if choice is not self.none:
+            self.choice[key] = choice
+        self._decided.add(key)
+        return choice
 
     def _rebuilt(self, keys: list[StateKey]) -> bool:
         """Whether the run's first decision priced layouts that this step's exchanges did not use (module doc)."""
