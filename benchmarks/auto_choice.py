@@ -7,13 +7,14 @@ Comparisons, each one `gradwire compare` from a scratch folder:
 2. ``small``: examples/small_adamw.py (28 k parameters, 10 KB buckets, AdamW) on 200 Mbit/s under sync,
    onebit, int8 and auto;
 3. ``changing``: the small CNN (``--model cnn``, 38 k parameters, 300 epochs) on 1 Gbit/s whose
-   bandwidth drops to 100 Mbit/s for 4 s of every 8 s, under sync, fp16, onebit and auto (on the default model onebit is the fastest on both links, so no switch could beat it; on this
-   one sync is the fastest on the fast link and a compressor on the slow one). The drops are in seconds
-   and the run in epochs: 300 epochs last 25-30 s at this host's 0.08-0.09 s per epoch of sync, three
-   drops (its 120 epochs before lasted 18-25 s when an epoch took 0.15-0.2 s, and 10 s since: one drop,
-   reached in the run's last seconds, so auto's time was its first pass over both links and no recall of
-   a link it had met); ``changing-10g`` the
-   default model from 10 Gbit/s (where sync wins between the drops and onebit during them);
+   bandwidth drops to 100 Mbit/s for 4 s of every 8 s, under sync, fp16, onebit and auto (on the default
+   model onebit is the fastest on both links, so no switch could beat it; on this one sync is the fastest
+   on the fast link and a compressor on the slow one). The drops are in seconds and the run in epochs:
+   300 epochs last 25-30 s at this host's 0.08-0.09 s per epoch of sync, three drops (its 120 epochs
+   before lasted 18-25 s when an epoch took 0.15-0.2 s, and 10 s since: one drop, reached in the run's
+   last seconds, so auto's time was its first pass over both links and no recall of a link it had met);
+   ``changing-10g`` the default model from 10 Gbit/s (where sync wins between the drops and onebit
+   during them);
 4. ``long``: the default comparison's sync family trained 40 epochs instead of 10 (what auto's fixed cost,
    its first decision and the steps before it, weighs in a longer run).
 
