@@ -591,10 +591,16 @@ def test_auto_proposes_the_next_cheapest_once_the_cheapest_lost_and_a_loser_wait
     assert chooser._trial is not None and chooser.choice[key].name == "fp16"  # the next-cheapest, not onebit again
 
 
-def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_back() -> None:
+@pytest.mark.parametrize("trial_s, retried", [(0.420, True), (0.400 * 1.29, True), (0.400 * 1.31, False),
+                                              (0.800, False)], ids=["near", "29pct", "31pct", "twice"])
+def test_auto_on_the_simulated_backend_retries_a_near_loser_when_its_condition_comes_back(
+        trial_s: float, retried: bool) -> None:
     # a trial's verdict holds for one stretch of the model's condition: the same drop, seen again later, tries
-    # the candidate that lost (its loss may have been the host's noise); within the stretch it is not retried
-    from gradwire.hooks.auto import TRIAL_STEPS, AutoChooser, Decision, _fitted
+    # the candidate that lost by less than DECISIVE_LOSS (its loss may have been the host's noise), not one that
+    # lost by more; within the stretch neither is retried
+    from gradwire.hooks.auto import DECISIVE_LOSS, TRIAL_STEPS, AutoChooser, Decision, _fitted
+
+    assert DECISIVE_LOSS == pytest.approx(0.3)
 
     chooser, key = _chooser("auto:onebit", 1 << 20, 9, 7)
     assert isinstance(chooser, AutoChooser)
@@ -610,7 +616,7 @@ def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_
     chooser.decisions.append(Decision(2, {str(key): "none"}, 1e-3, 1.0, 0.0))
     chooser._decide(slow, [key], 8, 2)
     assert chooser._trial is not None and chooser.choice[key].name == "onebit"
-    chooser._judge(torch.tensor([0.400, 0.420, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
+    chooser._judge(torch.tensor([0.400, trial_s, 0.0], dtype=torch.float64), 9 + TRIAL_STEPS + 1)
     chooser._step, chooser._last_probe = 21, 20
     chooser._decide(slow, [key], 21, 2)
     assert chooser._trial is None and chooser.choice.get(key, chooser.none).name == "none"  # not in this stretch
@@ -621,7 +627,8 @@ def test_auto_on_the_simulated_backend_retries_a_loser_when_its_condition_comes_
     chooser._decide(slow, [key], 181, 2)  # the drop again: none is recalled (it stood), then onebit is retried
     chooser._step, chooser._last_probe = 191, 190
     chooser._decide(slow, [key], 191, 2)
-    assert chooser._trial is not None and chooser.choice[key].name == "onebit"
+    assert (chooser._trial is not None) is retried
+    assert chooser.choice.get(key, chooser.none).name == ("onebit" if retried else "none")
 
 
 def test_auto_on_the_simulated_backend_probes_only_alpha_the_model_states_the_bandwidth(
