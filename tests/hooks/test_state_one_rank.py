@@ -515,6 +515,32 @@ def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_m
     assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "kept"
 
 
+def test_auto_check_of_a_compressor_taken_as_priced_against_another_compressor_keeps_the_margin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # onebit taken as priced; none is priced more than UNSURE times onebit, fp16 within it: the check puts fp16
+    # on trial, and fp16's steps 10% faster than onebit's, within 1.5x their 12% spread, leave onebit standing
+    from gradwire.hooks.auto import AutoChooser, _against_none, _fitted
+
+    monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
+
+    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 2, 1)
+    assert isinstance(chooser, AutoChooser)
+    busbytes = 4e6
+    # cpu: none 0, fp16 0.1 ms, onebit 1 ms; 2 ns per bus byte: none 9 ms, fp16 5.1 ms, onebit about 3 ms
+    near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, 1e-4, 1e-3], dtype=torch.float64)
+    chooser._decide(near, [key], 2, 2)
+    assert chooser.choice[key].name == "onebit" and chooser._trial is None and not chooser._verified
+    noisy = [0.100, 0.088, 0.112, 0.100, 0.088, 0.112, 0.100, 0.088, 0.112]
+    chooser._periods = [(3 + i, ("onebit",), t, True) for i, t in enumerate(noisy)]
+    chooser._step, chooser._last_probe = 13, 11
+    chooser._decide(near, [key], 12, 2)
+    assert chooser._trial is not None and chooser.choice[key].name == "fp16" and not chooser._trial.check
+    chooser._judge(torch.tensor([0.100, 0.090, chooser._trial.spread], dtype=torch.float64), 17)
+    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "reverted"
+    assert _against_none(("onebit", "fp16"), ("none", "fp16")) and not _against_none(("onebit",), ("fp16",))
+    assert not _against_none(("onebit", "none"), ("none", "fp16")) and not _against_none(("none",), ("none",))
+
+
 def test_auto_on_the_simulated_backend_follows_the_models_condition_and_recalls_a_condition_met_before() -> None:
     # the agreed numbers end with the simulated backend's (alpha, beta, seconds to the next change): a probe that
     # reads the link differently on the same condition moves nothing; a new condition starts a fresh estimate and
