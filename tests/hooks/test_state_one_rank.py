@@ -488,55 +488,37 @@ def test_auto_compressor_kept_against_another_compressor_is_then_checked_against
     assert set(chooser._rejected) == {("onebit",), ("fp16",)}  # each lost a trial on this link: not tried again
 
 
-def test_auto_check_of_a_compressor_taken_as_priced_keeps_the_faster_without_a_margin(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("spec, cpu, runner, after, stays", [
+    ("auto:onebit", [6e-3], "none", 0.085, "none"),
+    ("auto:fp16/onebit", [1e-4, 1e-3], "fp16", 0.090, "onebit"),
+], ids=["against-none-no-margin", "against-fp16-margin"])
+def test_auto_check_of_a_compressor_taken_as_priced_has_no_margin_only_against_none(
+        monkeypatch: pytest.MonkeyPatch, spec: str, cpu: list[float], runner: str, after: float, stays: str) -> None:
     # a first choice of onebit on a link measured too slow: its steps swing by 12% (the noise margin would be
-    # 18%), none's are 15% faster. The check is a fair contest: none stays. A trial from none keeps its margin.
-    from gradwire.hooks.auto import AutoChooser, _fitted
+    # 18%). Checked against none (priced within UNSURE of it), the contest is fair: none's steps 15% faster stay.
+    # Checked against fp16 (cpu 0.1 ms, onebit's 1 ms: none priced 9 ms, beyond UNSURE of onebit's 3 ms, fp16
+    # 5.1 ms within it), a compressor the price ranks behind, the margin holds: fp16's 10% faster steps revert.
+    from gradwire.hooks.auto import AutoChooser, _against_none, _fitted
 
     monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
 
-    chooser, key = _chooser("auto:onebit", 1 << 20, 2, 1)
+    chooser, key = _chooser(spec, 1 << 20, 2, 1)
     assert isinstance(chooser, AutoChooser)
     busbytes = 4e6
-    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.1, 0.0, 1e-3], dtype=torch.float64)
+    slow = torch.tensor([1e-3, 1e-3 + 1e-7 * busbytes, busbytes, 1.0, 0.1, 0.0, *cpu], dtype=torch.float64)
     chooser._decide(slow, [key], 2, 2)
     assert chooser.choice[key].name == "onebit" and chooser._trial is None and not chooser._verified
     noisy = [0.100, 0.088, 0.112, 0.100, 0.088, 0.112, 0.100, 0.088, 0.112]
     chooser._periods = [(3 + i, ("onebit",), t, True) for i, t in enumerate(noisy)]
     chooser._step, chooser._last_probe = 13, 11
-    # the same link, and none priced within UNSURE of onebit: the check puts none on trial
-    near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, 6e-3], dtype=torch.float64)
+    near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, *cpu], dtype=torch.float64)
     _probed_before(chooser, _fitted(near))
     chooser._decide(near, [key], 12, 2)
-    assert chooser._trial is not None and chooser._trial.check
-    assert chooser._trial.spread == pytest.approx(0.12)
-    chooser._judge(torch.tensor([0.100, 0.085, chooser._trial.spread], dtype=torch.float64), 17)
-    assert chooser.choice.get(key, chooser.none).name == "none" and chooser.decisions[-1].event == "kept"
-
-
-def test_auto_check_of_a_compressor_taken_as_priced_against_another_compressor_keeps_the_margin(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # onebit taken as priced; none is priced more than UNSURE times onebit, fp16 within it: the check puts fp16
-    # on trial, and fp16's steps 10% faster than onebit's, within 1.5x their 12% spread, leave onebit standing
-    from gradwire.hooks.auto import AutoChooser, _against_none, _fitted
-
-    monkeypatch.setattr(auto, "CHECK_SHARE", 1.0)  # the checks' budget apart: its own test
-
-    chooser, key = _chooser("auto:fp16/onebit", 1 << 20, 2, 1)
-    assert isinstance(chooser, AutoChooser)
-    busbytes = 4e6
-    # cpu: none 0, fp16 0.1 ms, onebit 1 ms; 2 ns per bus byte: none 9 ms, fp16 5.1 ms, onebit about 3 ms
-    near = torch.tensor([1e-3, 1e-3 + 2e-9 * busbytes, busbytes, 1.0, 0.1, 0.0, 1e-4, 1e-3], dtype=torch.float64)
-    chooser._decide(near, [key], 2, 2)
-    assert chooser.choice[key].name == "onebit" and chooser._trial is None and not chooser._verified
-    noisy = [0.100, 0.088, 0.112, 0.100, 0.088, 0.112, 0.100, 0.088, 0.112]
-    chooser._periods = [(3 + i, ("onebit",), t, True) for i, t in enumerate(noisy)]
-    chooser._step, chooser._last_probe = 13, 11
-    chooser._decide(near, [key], 12, 2)
-    assert chooser._trial is not None and chooser.choice[key].name == "fp16" and not chooser._trial.check
-    chooser._judge(torch.tensor([0.100, 0.090, chooser._trial.spread], dtype=torch.float64), 17)
-    assert chooser.choice[key].name == "onebit" and chooser.decisions[-1].event == "reverted"
+    assert chooser._trial is not None and chooser.choice.get(key, chooser.none).name == runner
+    assert chooser._trial.check is (runner == "none") and chooser._trial.spread == pytest.approx(0.12)
+    chooser._judge(torch.tensor([0.100, after, chooser._trial.spread], dtype=torch.float64), 17)
+    assert chooser.choice.get(key, chooser.none).name == stays
+    assert chooser.decisions[-1].event == ("kept" if stays == runner else "reverted")
     assert _against_none(("onebit", "fp16"), ("none", "fp16")) and not _against_none(("onebit",), ("fp16",))
     assert not _against_none(("onebit", "none"), ("none", "fp16")) and not _against_none(("none",), ("none",))
 
