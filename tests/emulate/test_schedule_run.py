@@ -67,7 +67,10 @@ def test_a_drop_mid_stream_is_the_rate_the_packets_get(caps, kind, event, tmp_pa
 
 def test_gloo_resumes_after_an_outage_and_the_network_is_restored(caps, tmp_path, no_leftovers):
     # the outage starts well after the group exists (torch's import and the rendezvous take seconds here)
-    at, length, until = 14.0, 1.5, 19.0
+    at, length, bound = 14.0, 1.5, 5.0
+    # TCP's backed-off retransmission timers (0.2, 0.4, 0.8, 1.6, 3.2 s) may first find the links up again several
+    # seconds after the outage: the calls go on 2 s past the latest resumption allowed, so that calls after it run
+    until = at + length + bound + 2.0
     proc = subprocess.run(
         [*GRADWIRE, "--net", f"bandwidth=100mbit,outage={length}s:at={at}s", "--nodes", "2", "--timeout", "120", "--",
          sys.executable, WORKER, str(tmp_path), str(1 << 20), str(until)],
@@ -85,11 +88,11 @@ def test_gloo_resumes_after_an_outage_and_the_network_is_restored(caps, tmp_path
         across = [(b, e) for b, e, _ in calls if b < at + length and e > at]
         assert across, "no call met the outage"
         # the calls that met the outage ended after it: they waited and resumed on the same connections
-        assert max(e for _, e in across) > at + length
-        assert calls[-1][1] > until and sum(1 for b, _, _ in calls if b > at + length) >= 3
         resumed = max(e for _, e in across) - (at + length)
         print(f"rank {r['rank']}: group at {r['group_at']:.2f} s; calls resumed {resumed:.2f} s after the outage")
-        assert resumed < 5.0  # TCP's backed-off retransmission, not a reconnect or a timeout of gloo's
+        assert 0 < resumed < bound, across  # TCP's backed-off retransmission, not a reconnect or a timeout of gloo's
+        after = [(b, e) for b, e, _ in calls if b > at + length]
+        assert calls[-1][1] > until and len(after) >= 3, after
     assert "after a timeout" in proc.stderr  # what the packets met says the outage cost retransmission timeouts
 
 
