@@ -125,6 +125,12 @@ def plain_ddp():
     return spawn(workers.ddp_train, 2, args=({"compressor": None},), timeout=100)
 
 
+def test_none_with_momentum_sends_what_plain_gloo_averages_and_keeps_momentum_through_an_inf():
+    # the division by the world size happens in the momentum step's last pass: the same values, bit for bit
+    for r in spawn(workers.momentum_average, 2, timeout=100):
+        assert r["steps"] == [{"equal": True, "momentum_equal": True}] * 3, r
+
+
 def test_ddp_none_hook_equals_plain_ddp(plain_ddp):
     hooked = spawn(workers.ddp_train, 2, args=({"compressor": "none", "warmup": 0},), timeout=100)
     assert hooked[0]["buckets"] >= 2

@@ -452,3 +452,33 @@ def auto_relaid(rank: int, world: int, second: list[list[int]], steps: int) -> d
            "errors": errors}
     dist.destroy_process_group()
     return out
+
+
+def momentum_average(rank: int, world: int) -> dict[str, Any]:
+    """``none`` with the state's momentum: each step's result and the momentum, with what plain gloo gives for
+    the same arithmetic (every rank's ``x + beta m``, divided by the world size, summed). At step 1 rank 0's
+    vector holds an inf: its momentum must stay."""
+    from gradwire.compress import StateKey
+    from gradwire.hooks import CompressionState
+
+    _init(rank, world)
+    state = CompressionState("none", momentum=0.5, warmup_iters=0)
+    key = StateKey.of("p0", 1001)
+    m = torch.zeros(1001)
+    out = []
+    for step in range(3):
+        x = _rank_tensor(rank, 1001, seed=step)
+        if rank == 0 and step == 1:
+            x[5] = float("inf")
+        sent = torch.add(x, m, alpha=0.5)
+        finite = bool(torch.isfinite(sent).all())
+        rows = [torch.empty(1001) for _ in range(world)]
+        dist.all_gather(rows, sent / world)
+        want = sum(rows[1:], rows[0])
+        got = state.reduce(x.clone(), key).wait()
+        if finite:
+            m = sent
+        kept = state.momentum_buffers.buffer(key, torch.zeros(1001))
+        out.append({"equal": bool(torch.equal(got, want)) if finite else not bool(torch.isfinite(got).all()),
+                    "momentum_equal": bool(torch.equal(kept, m))})
+    return {"steps": out}

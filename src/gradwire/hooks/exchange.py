@@ -47,15 +47,20 @@ def _write(flat: Tensor, result: Tensor) -> Tensor:
     return flat
 
 
-def average(turn: Turn, flat: Tensor, group: dist.ProcessGroup | None) -> Future:
-    """The plain average: ``flat / world`` all_reduced (integers: summed, then divided with truncation)."""
+def average(turn: Turn, flat: Tensor, group: dist.ProcessGroup | None, divided: bool = False) -> Future:
+    """The plain average: ``flat / world`` all_reduced (integers: summed, then divided with truncation).
+
+    ``divided``: the caller wrote ``flat`` already divided by the world size (the momentum step does it in the
+    pass that writes ``flat``: one pass over the bucket fewer).
+    """
     world = dist.get_world_size(group)
     if flat.numel() == 0:  # nothing to send; keep the order
         return turn.issue(lambda _: completed(flat))
     if not flat.is_floating_point():
         fut = turn.issue(lambda _: dist.all_reduce(flat, group=group, async_op=True).get_future())
         return then(fut, lambda _: flat.copy_(torch.div(flat, world, rounding_mode="trunc")))
-    flat.div_(world)
+    if not divided:
+        flat.div_(world)
     return then(turn.issue(lambda _: dist.all_reduce(flat, group=group, async_op=True).get_future()), lambda _: flat)
 
 
