@@ -6,8 +6,11 @@ keeps sync's exchange) each hold four DDP replicas of the default CNN (601 k par
 as sync), ``none`` (gradwire's :class:`~gradwire.hooks.CompressionState` without compression, momentum in
 the state) and ``auto``. They train in turns, blocks of ``--block`` steps in an order reversed every block,
 one fixed batch, a barrier before each step; each variant's median step past its first two blocks is the
-figure. The twin's distance from sync is what a tie reads as. Writes
-``benchmarks/results/auto_steady_cost.json``.
+figure. The twin's distance from sync is what a tie reads as. Beside it, the training thread's own work
+that the step time hides in noise: the median seconds a step spends inside the comm hook (sync: the division
+and the issue; the state: its momentum, its check for non-finite values, the division and the issue; auto:
+its chooser too) and inside ``optimizer.step()`` (sync's momentum is there, the state's is in its hook).
+Writes ``benchmarks/results/auto_steady_cost.json``.
 
     python benchmarks/auto_steady_cost.py [--steps 1200] [--runs 2]
 """
@@ -22,6 +25,17 @@ from _results import ROOT, write_results
 
 VARIANTS = ("sync", "none", "auto", "sync-twin")
 NET = "bandwidth=10gbit,latency=20us"
+
+
+def _timed(hook, spent: list[float]):
+    """``hook`` adding the seconds of each call to ``spent[0]``."""
+    def run(state, bucket):
+        t0 = time.perf_counter()
+        try:
+            return hook(state, bucket)
+        finally:
+            spent[0] += time.perf_counter() - t0
+    return run
 
 
 def _rank(rank: int, world: int, steps: int, block: int) -> dict:
@@ -43,25 +57,35 @@ def _rank(rank: int, world: int, steps: int, block: int) -> dict:
     for name in VARIANTS:
         ddp = DDP(build_model("cnn-wide", seed=0), bucket_cap_mb=25.0)
         state = None
+        in_hook = [0.0]  # this step's seconds inside the comm hook so far
         if name.startswith("sync"):
-            ddp.register_comm_hook(None, allreduce_hook)
+            ddp.register_comm_hook(None, _timed(allreduce_hook, in_hook))
             opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
         else:
             state = CompressionState(name, momentum=0.9)
-            ddp.register_comm_hook(state, compression_hook)
+            ddp.register_comm_hook(state, _timed(compression_hook, in_hook))
             opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        runs[name] = (ddp, opt, state, [])
+        runs[name] = (ddp, opt, state, [], in_hook, [], [])
     for b in range(steps // block):
         for name in VARIANTS if b % 2 == 0 else VARIANTS[::-1]:
-            ddp, opt, _, times = runs[name]
+            ddp, opt, _, times, in_hook, hooks, steps_of_opt = runs[name]
             for _ in range(block):
                 dist.barrier()
+                in_hook[0] = 0.0
                 t0 = time.perf_counter()
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(ddp(x), y).backward()
+                t1 = time.perf_counter()
                 opt.step()
-                times.append(time.perf_counter() - t0)
-    out = {name: statistics.median(times[2 * block:]) * 1e3 for name, (_, _, _, times) in runs.items()}
+                t2 = time.perf_counter()
+                times.append(t2 - t0)
+                hooks.append(in_hook[0])
+                steps_of_opt.append(t2 - t1)
+    out = {}
+    for name, (_, _, _, times, _, hooks, steps_of_opt) in runs.items():
+        out[name] = statistics.median(times[2 * block:]) * 1e3
+        out[f"{name}_hook"] = statistics.median(hooks[2 * block:]) * 1e3
+        out[f"{name}_optimizer"] = statistics.median(steps_of_opt[2 * block:]) * 1e3
     auto = runs["auto"][2]
     out["auto_chose"] = auto.auto.describe() if auto is not None and auto.auto is not None else ""
     dist.destroy_process_group()
@@ -85,6 +109,7 @@ def main() -> None:
         ranks = spawn(_rank, 2, (args.steps, args.block), timeout=60 + args.steps * 0.5)
         for rank, r in enumerate(ranks):
             row = {"run": run, "rank": rank, **{f"{n}_ms": round(r[n], 3) for n in VARIANTS},
+                   **{f"{n}_{part}_ms": round(r[f"{n}_{part}"], 3) for n in VARIANTS for part in ("hook", "optimizer")},
                    "auto_minus_none_ms": round(r["auto"] - r["none"], 3),
                    "none_minus_sync_ms": round(r["none"] - r["sync"], 3),
                    "twin_minus_sync_ms": round(r["sync-twin"] - r["sync"], 3), "auto_chose": r["auto_chose"]}
