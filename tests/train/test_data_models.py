@@ -64,12 +64,13 @@ def test_straggler_compute_factor_slows_the_group():
     step, compute, exposed = ({r.rank: statistics.median(getattr(r, k)[2:]) for r in res}
                               for k in ("step_seconds", "step_compute", "step_exposed"))
     # the straggler computes ~3x as long on a quiet host; beside a parallel suite on 2 cores the fast rank's own
-    # compute stretches too (CI read 1.66x and 1.31x): its compute is the longer, and the factor shows in the
-    # fast rank's steps below (more than twice its compute: the rest is waiting for the straggler)
+    # compute stretches too (CI read 1.66x and 1.31x, and once the fast rank's compute at 36 ms, three times its
+    # quiet figure): its compute is the longer, and what sync makes of it is measured against the difference
     assert compute[1] > compute[0]
     assert 0.8 < step[0] / step[1] < 1.25  # in step: the fast rank's steps last as long as the straggler's
-    assert exposed[0] > compute[0] and step[0] > 2 * compute[0]  # the fast rank mostly waits
-    assert exposed[1] < 0.25 * compute[1]  # and the straggler hardly does
+    # the fast rank waits out the straggler's extra compute (its exposed time is that difference plus the network)
+    assert exposed[0] > 0.5 * (compute[1] - compute[0]), (compute, exposed)
+    assert exposed[1] < 0.25 * compute[1] and exposed[1] < exposed[0]  # and the straggler hardly waits
 
 
 def test_trainings_in_turns_reject_bad_input(monkeypatch) -> None:
