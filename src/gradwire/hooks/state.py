@@ -386,10 +386,11 @@ class CompressionState:
         if flat.is_floating_point() and numel and (self.momentum or ef is not None):
             finite = is_finite(flat)
         plain = not compress and not settle
+        momentum = bool(self.momentum) and flat.is_floating_point()
         # the plain average's division by the world size is done in the momentum step's last pass (no local copy
         # wants the undivided vector): bit for bit the same values, one pass over the bucket fewer
-        divide = self.rank_world()[1] if plain and local is None and self.momentum and flat.is_floating_point() else 1
-        if self.momentum and flat.is_floating_point():
+        divide = self.rank_world()[1] if plain and momentum and local is None else 1
+        if momentum:
             self._apply_momentum(key, flat, finite, divide)
         if local is not None:
             local.copy_(flat)
