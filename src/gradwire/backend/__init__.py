@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gradwire.backend import compat, names, work
+from gradwire.backend import compat, names, teardown, work
 from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
@@ -172,5 +172,7 @@ def clock() -> float:
 
 
 register()
-# the backend's threads stop before the interpreter tears down (they are daemons: none holds up the exit)
+# gloo's workers drop their last works before the interpreter tears down (teardown.py), after the
+# backend's own threads stop (they are daemons: none holds up the exit; atexit runs the last registered first)
+atexit.register(teardown.settle_at_exit)
 atexit.register(work.close_threads)
