@@ -77,7 +77,6 @@ from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.link import link_for
 from gradwire.backend.shared import SharedLink
-from gradwire.backend.teardown import without_python_objects
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost, busbw_factor
 
@@ -329,8 +328,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
                       done - start, now, start, done,
                       floating=not tensors or any(t.is_floating_point() for t in tensors))
         try:
-            with without_python_objects():  # the inner work's copy of this thread's state (teardown.py)
-                work = start_inner(inner)
+            work = start_inner(inner)
         except RuntimeError as exc:
             new = translate(exc, op, _backend_name(inner))
             if new is exc:

@@ -22,30 +22,22 @@ case is pytorch issue 117762). torch offers no call that waits for a gloo
 group's workers to let go; destroying the group would join them, but a
 script's DDP module still holds the group at exit.
 
-Two measures, both here:
-
-- :func:`without_python_objects` keeps torch's stash out of the state an
-  inner op or its callback copies (gloo runs no Python code; the callbacks
-  gradwire adds, ``work.Pending._on_inner``, read no context variable).
-  Alone it cut the aborts of ``gradwire compare`` on that script from 9 to
-  3 in 30: the op's tensors remain.
-- :func:`settle_at_exit` (registered with ``atexit``, which runs before
-  finalization) waits, with the GIL released, until every gloo worker
-  thread of the process sleeps and stays asleep over a poll: blocked on its
-  empty queue, done with its last work. A worker waiting for the GIL gets
-  it while this waits, so it shows up as running or switching. Linux only
-  (``/proc/self/task``); at most :data:`SETTLE_SECONDS`.
+:func:`settle_at_exit` (registered with ``atexit``, which runs before
+finalization) waits, with the GIL released, until every gloo worker thread
+of the process sleeps and stays asleep over a poll: blocked on its empty
+queue, done with its last work. A worker waiting for the GIL gets it while
+this waits, so it shows up as running or switching. That covers whatever
+Python object the work holds, so no op on the hot path pays for it (keeping
+only the stash out of the inner ops cut the aborts of ``gradwire compare``
+on that script from 9 to 3 in 30: the op's tensors remain). Linux only
+(``/proc/self/task``); at most :data:`SETTLE_SECONDS`.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 
-import torch
-
-__all__ = ["settle_at_exit", "without_python_objects", "workers_quiet"]
+__all__ = ["settle_at_exit", "workers_quiet"]
 
 #: the name torch gives a gloo group's worker threads
 WORKER = "pt_gloo_runloop"
@@ -54,29 +46,6 @@ SETTLE_SECONDS = 2.0
 #: how long a worker must stay asleep, untouched, to count as done
 QUIET_SECONDS = 0.005
 _TASKS = "/proc/self/task"
-
-#: the keys torch stashes Python objects under in a thread's saved state, that an inner op must not copy
-_KEYS = ("context",)
-
-_is_in = getattr(torch._C, "_is_key_in_tls", None)
-_get = getattr(torch._C, "_get_obj_in_tls", None)
-_stash = getattr(torch._C, "_stash_obj_in_tls", None)
-_remove = getattr(torch._C, "_remove_obj_from_tls", None)
-#: a torch without these functions stashes nothing that an op would copy
-_SUPPORTED = None not in (_is_in, _get, _stash, _remove)
-
-
-@contextlib.contextmanager
-def without_python_objects() -> Iterator[None]:
-    """Within the block, the thread's saved state holds none of torch's stashed Python objects."""
-    held = [(key, _get(key)) for key in _KEYS if _is_in(key)] if _SUPPORTED else []  # type: ignore[misc]
-    for key, _ in held:
-        _remove(key)  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        for key, obj in held:
-            _stash(key, obj)  # type: ignore[misc]
 
 
 def _workers() -> dict[str, tuple[str, str, str]]:

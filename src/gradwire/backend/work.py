@@ -40,7 +40,6 @@ from torch.futures import Future
 
 from gradwire.backend.accounting import LEDGER, Event
 from gradwire.backend.completer import CLOCK, COMPLETER, run_guarded
-from gradwire.backend.teardown import without_python_objects
 
 __all__ = ["CoalescedWork", "DELIVERIES", "GradwireWork", "Pending", "WAITERS", "close_threads", "seconds_of",
            "translate"]
@@ -133,8 +132,7 @@ class Pending:
         if deliver:
             self._deliver()
         elif attach:
-            with without_python_objects():  # the callback's copy of this thread's state (teardown.py)
-                _future_of(self.inner).then(self._on_inner)
+            _future_of(self.inner).then(self._on_inner)
         return future
 
     def _deliver(self) -> None:
