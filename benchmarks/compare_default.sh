@@ -12,7 +12,7 @@ out=benchmarks/results/compare_default
 tmp=$(mktemp -d)
 git clone -q "$repo" "$tmp/gradwire"
 rm -rf "$out"/{results.json,table.md,accuracy.png,breakdown.png,bandwidth.png,wall.json,summary.json,repeats}
-mkdir -p "$out/repeats"  # (slower_host/, a figure of another host, stays)
+mkdir -p "$out/repeats"
 for i in $(seq 1 "${RUNS:-3}"); do  # RUNS=1 for one run
   load=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s.%N)
