@@ -205,14 +205,15 @@ def judge(rows: list[Row], values: dict[tuple[str, str], list[float]], baseline:
 
 def soundness_line(rows: list[Row], net: str) -> str:
     """The line under a network's table when its rows' soundness rests on the tolerance alone ('' otherwise)."""
-    alone = [r for r in rows if r.net == net and r.sound_by == "tolerance alone"]
-    if not alone:
+    mine = [r for r in rows if r.net == net]
+    alone = next((r for r in mine if r.sound_by == "tolerance alone"), None)
+    if alone is None:
         return ""
-    base = next(r for r in rows if r.net == net and r.strategy == rows_baseline([r for r in rows if r.net == net]))
-    worse = "below" if direction(alone[0].metric) == 1 else "above"
+    base = next(r for r in mine if r.strategy == rows_baseline(mine))
+    worse = "below" if direction(alone.metric) == 1 else "above"
     return (f"Soundness rests on the tolerance alone here: {base.strategy} ran {base.seeds} seed"
-            f"{'s' * (base.seeds > 1)} ({SPREAD_SEEDS} or more add their spread); a {alone[0].metric} {worse} "
-            f"{alone[0].sound_bound:.4g} is unsound.")
+            f"{'s' * (base.seeds > 1)} ({SPREAD_SEEDS} or more add their spread); a {alone.metric} {worse} "
+            f"{alone.sound_bound:.4g} is unsound.")
 
 
 def _mean(xs: Iterable[float]) -> float:
