@@ -25,8 +25,12 @@ folder, ``<out>/runs/<nnn>-.../workdir/``, and a training that modifies a
 file that was there before stops the comparison, saying which.
 
 A row is ``ok`` only if its final metric is not clearly worse than the
-baseline's (:mod:`gradwire.compare.report`); an unsound strategy keeps its
-figures but is never named fastest.
+baseline's (:mod:`gradwire.compare.report`): past the baseline's worst seed
+by more than ``--tolerance`` (a loss 2% above the baseline's, an accuracy 1
+point below, by default), or than the baseline seeds' spread where 3 seeds
+or more show a wider one; with fewer the table says the verdict rests on
+the tolerance alone. An unsound strategy keeps its figures but is never
+named fastest.
 
 Ctrl-C (or SIGTERM, SIGHUP) stops it with one line: every process of the
 training in flight is stopped, in whatever session it runs (torchrun's
@@ -44,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from gradwire.cli._args import _typed, check_net_fits, command_after_dashes, output_dir, positive_int, seconds
 
 if TYPE_CHECKING:
+    from gradwire.compare.config import Tolerance
     from gradwire.net import NetSpec
     from gradwire.overlap import StrategyChoice
 
@@ -53,7 +58,8 @@ _CMD_ONLY = ("adam_warmup", "metric", "allow_modified", "target_within", "strate
 
 
 def add_parser(sub: Any) -> None:
-    from gradwire.compare.config import DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, CompareConfig
+    from gradwire.compare.config import (DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, DEFAULT_TOLERANCE, CompareConfig,
+                                         Tolerance)
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES
     from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
 
@@ -89,6 +95,14 @@ def add_parser(sub: Any) -> None:
                         f"that reached it soonest on every seed (bundled models: test accuracy, default "
                         f"{d['target_accuracy'].default}; with a command: the table's metric, reached from above "
                         f"for a loss; default: none)")
+    p.add_argument("--tolerance", type=_typed("tolerance", Tolerance.parse), default=None,
+                   metavar="loss=SHARE,accuracy=POINTS",
+                   help="how much worse than the baseline's a final metric may end and its row still be sound: a "
+                        "loss (loss, perplexity, MSE) relative to the baseline's, a share (accuracy, F1, AUC, error "
+                        "rate) in absolute points (1pt: 0.91 may end at 0.90; 91.0 at 90.0 for a percentage); give "
+                        "either or both, e.g. 'loss=1%%' or 'loss=1%%,accuracy=0.5pt' (default: "
+                        f"{str(DEFAULT_TOLERANCE).replace('%', '%%')}). Past the baseline's worst seed by more, or by "
+                        "more than its seeds' spread where 3 or more show a wider one, a row is UNSOUND")
     models.add_argument("--no-interleave", dest="interleave", action="store_false",
                         help="run each strategy in processes of its own, one after another (default: take turns)")
     script = p.add_argument_group("your own script (after --)")
@@ -186,7 +200,7 @@ def _run_models(args: argparse.Namespace) -> int:
               "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
-                           "accuracy.png", predict_for=cfg)
+                           "accuracy.png", args.tolerance, predict_for=cfg)
 
 
 def _world_of(cmd: list[str]) -> int | None:
@@ -221,7 +235,7 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
             check_net_fits(net, world)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, cfg.target,
-                           "metric.png")
+                           "metric.png", args.tolerance)
 
 
 def _pace(runs: list[Any], per_epoch: int) -> float | None:
@@ -282,13 +296,14 @@ def _with_predictions(rows: list[Any], at_nets: dict[str, dict[str, float]]) -> 
 
 
 def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
-                    predict_for: Any = None) -> int:
+                    tolerance: Tolerance | None, predict_for: Any = None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
     from gradwire.compare.report import prediction_line
+    from gradwire.compare.config import DEFAULT_TOLERANCE
     from gradwire.compare.processes import Stopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
@@ -323,7 +338,9 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
         print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 128 + signum
-    rows = rows_of(results)
+    tolerance = tolerance or DEFAULT_TOLERANCE
+    rows = rows_of(results, tolerance)
+    results.tolerance = str(tolerance)
     say = lambda line: console.print(escape(line))  # noqa: E731
     curves = _predicted(predict_for, rows, results.runs, say) if predict_for is not None else None
     if curves is not None:

@@ -247,6 +247,12 @@ class Row(_Status):
     """the baseline's bytes to target / this row's"""
     vs_baseline: float = float("nan")
     """the final metric's mean relative to the baseline's: ``mean / baseline mean - 1``"""
+    sound_bound: float = float("nan")
+    """the final metric past which this row is unsound: the baseline's worst seed moved by the margin in the
+    worse direction (:mod:`gradwire.compare.report`); NaN where not judged"""
+    sound_by: str = ""
+    """what that margin is: ``tolerance alone`` (the baseline ran fewer than 3 seeds, no spread to judge by),
+    else ``tolerance`` or ``spread`` (the baseline seeds' max - min), whichever is wider; '' where not judged"""
     peak_kib_per_step: float = float("nan")
     """the most KiB one step put on the wire, over every seed (an averaging round's burst)"""
     compute_ms: float = float("nan")
@@ -309,6 +315,9 @@ class Results:
     ``workdir/``), and what was there before that it ``modified`` or ``removed`` (:mod:`gradwire.compare.workdir`)"""
     stopped: str = ""
     """why the comparison stopped before its last training, when it did (not a Ctrl-C: see ``interrupted``)"""
+    tolerance: str = ""
+    """the tolerance the rows' soundness was judged with, as ``--tolerance`` spells it
+    (``loss=2%,accuracy=1pt``); filled with the rows"""
 
     def run(self, net: str, strategy: str) -> Run:
         return next(r for r in self.runs if r.net == net and r.strategy == strategy)
@@ -325,6 +334,8 @@ class Results:
             d["workdir"] = self.workdir
         if self.stopped:
             d["stopped"] = self.stopped
+        if self.tolerance:
+            d["tolerance"] = self.tolerance
         return d
 
     def save(self, path: Path) -> None:
@@ -335,7 +346,7 @@ class Results:
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
                    bool(d.get("interrupted", False)), rows, d.get("predicted"), list(d.get("workdir", [])),
-                   d.get("stopped", ""))
+                   d.get("stopped", ""), d.get("tolerance", ""))
 
 
 def _scalar(x: Any) -> bool:
