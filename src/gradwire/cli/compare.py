@@ -84,6 +84,14 @@ def add_parser(sub: Any) -> None:
                         "row says 'timed out' (default, with a command: 900 for the baseline, which trains first, "
                         "and compute-only before it, then max(120, 4 x the baseline's longest measured seed); "
                         "bundled models: 900 per strategy)")
+    p.add_argument("--clock", choices=("sim", "realtime"), default=None,
+                   help="sim: every time is the simulated cluster's (compute priced on --device, communication on "
+                        "the network model; the same on any host, busy or not); realtime: this host's wall clock "
+                        "(default: sim for the bundled models, realtime with a command)")
+    p.add_argument("--device", type=_typed("device", _device), default=None,
+                   help="what the simulated cluster computes on: cpu-core, t4, v100, a100, h100 (datasheet "
+                        "rooflines), TFLOPS,GB/s (e.g. 19.5,1555), host (this rank's thread CPU time), host:x0.1 "
+                        "(scaled), step=35ms (a step as you measured it) (default: cpu-core; needs --clock sim)")
     models = p.add_argument_group("the bundled digits models (without a command)")
     models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
     models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
@@ -156,11 +164,22 @@ def run(args: argparse.Namespace) -> int:
     return _run_models(args)
 
 
-def _nets(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[NetSpec, ...]:
-    """``--net`` (or ``default``), parsed: the configs take what they keep."""
+def _device(text: str) -> str:
+    from gradwire.device import parse_device
+
+    return parse_device(text).text
+
+
+def _nets(args: argparse.Namespace, default: tuple[str, ...], clock: str = "realtime") -> tuple[NetSpec, ...]:
+    """``--net`` (or ``default``), parsed, on ``--clock`` (or ``clock``) with ``--device``."""
+    from gradwire.compare.config import on_clock
     from gradwire.net import parse_spec
 
-    return tuple(parse_spec(net) for net in args.net or default)
+    chosen = args.clock or clock
+    if args.device is not None and chosen != "sim":
+        raise ValueError(f"--device {args.device} prices compute on the simulated clock: add --clock sim "
+                         "(the realtime clock takes compute as this host runs it)")
+    return tuple(on_clock(parse_spec(net), chosen, args.device) for net in args.net or default)
 
 
 def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[StrategyChoice, ...]:
@@ -173,7 +192,7 @@ def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[Str
 
 def _run_models(args: argparse.Namespace) -> int:
     from gradwire.compare import CompareConfig, run_compare
-    from gradwire.compare.config import DEFAULT_NETS, DEFAULT_STRATEGIES, default_workers, usable_cores
+    from gradwire.compare.config import DEFAULT_CLOCK, DEFAULT_NETS, DEFAULT_STRATEGIES, default_workers, usable_cores
 
     given = _given(args, _CMD_ONLY)
     if given:
@@ -187,7 +206,7 @@ def _run_models(args: argparse.Namespace) -> int:
         return d[name].default if value is None else value
 
     cfg = CompareConfig(
-        nets=_nets(args, DEFAULT_NETS), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
+        nets=_nets(args, DEFAULT_NETS, DEFAULT_CLOCK), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
         model=pick(args.model, "model"), epochs=pick(args.epochs, "epochs"),
         seeds=tuple(range(3 if args.seeds is None else args.seeds)), batch_size=pick(args.batch_size, "batch_size"),
         lr=pick(args.lr, "lr"), target_accuracy=pick(args.target, "target_accuracy"), out=Path(args.out),
@@ -195,12 +214,13 @@ def _run_models(args: argparse.Namespace) -> int:
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
-    if workers > usable_cores():
+    if workers > usable_cores() and cfg.nets[0].clock != "sim":
         print(f"gradwire compare: warning: {workers} workers on {usable_cores()} cores: ranks will wait for peers "
               "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
-                           "accuracy.png", args.tolerance, predict_for=cfg)
+                           "accuracy.png", args.tolerance,
+                           predict_for=cfg if cfg.nets[0].clock == "realtime" else None)
 
 
 def _world_of(cmd: list[str]) -> int | None:

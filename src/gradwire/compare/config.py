@@ -10,7 +10,7 @@ from typing import Any
 from gradwire.net import NetSpec, parse_spec
 from gradwire.overlap import StrategyChoice, parse_strategy
 
-__all__ = ["COMPUTE_ONLY", "DEFAULT_TOLERANCE", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS",
+__all__ = ["COMPUTE_ONLY", "DEFAULT_CLOCK", "DEFAULT_DEVICE", "ideal_of", "on_clock", "DEFAULT_TOLERANCE", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS",
            "DEFAULT_STRATEGIES", "FAST_NET", "Named", "Tolerance", "default_workers", "usable_cores"]
 
 #: The communication-bound default network: slow enough that the baseline
@@ -25,6 +25,12 @@ FAST_NET = "bandwidth=10gbit,latency=20us"
 #: ``gradwire compare``'s default networks: both regimes, one table each.
 DEFAULT_NETS = (DEFAULT_NET, FAST_NET)
 
+#: The device a default comparison's ranks compute on, on the simulated cluster clock: a roofline device,
+#: so that every time figure is the same on any host, busy or not (gradwire.device.catalog)
+DEFAULT_DEVICE = "cpu-core"
+#: the clock of a default comparison of the bundled models: the simulated cluster's
+DEFAULT_CLOCK = "sim"
+
 #: baseline, ours, and PyTorch's own DDP hooks as peers
 DEFAULT_STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
 
@@ -37,6 +43,31 @@ IDEAL_NET = "local"
 IDEAL_NOTE = ("compute-only: the baseline with every gradient all_reduce answered on the rank itself (no network, no "
               "real collective; other ops at 0 s): a bound on every strategy's time. Its ranks train apart, so its "
               "accuracy is rank 0's own.")
+
+
+def on_clock(net: NetSpec, clock: str, device: str | None) -> NetSpec:
+    """``net`` on ``clock`` (``sim``: compute priced on ``device``; ``realtime``: this host's wall clock)."""
+    from dataclasses import replace
+
+    if clock == "realtime":
+        return replace(net, clock="realtime", device=None)
+    return replace(net, clock="sim", device=device or net.device or DEFAULT_DEVICE)
+
+
+def ideal_of(net: NetSpec) -> NetSpec:
+    """The network compute-only runs on for ``net``'s table: no communication, on ``net``'s clock and device."""
+    from dataclasses import replace
+
+    return replace(parse_spec(IDEAL_NET), clock=net.clock, device=net.device)
+
+
+def clock_words(net: NetSpec) -> str:
+    """What a table's times are: ``simulated cluster clock, cpu-core (...)`` or ``this host's wall clock``."""
+    if net.clock != "sim":
+        return "this host's wall clock (realtime)"
+    from gradwire.device import parse_device
+
+    return f"simulated cluster clock; device {parse_device(net.device or 'host').describe()}"
 
 
 @dataclass(frozen=True)

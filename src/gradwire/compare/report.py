@@ -614,6 +614,21 @@ def prediction_line(rows: list[Row]) -> str:
 
 
 def _title(net: str, rows: list[Row], target: float | None) -> str:
+    return _metric_title(net, rows, target) + f" ({_clock_of(net)})"
+
+
+def _clock_of(net: str) -> str:
+    """The clock and device a table's times are in, in words."""
+    from gradwire.compare.config import clock_words
+    from gradwire.net import parse_spec
+
+    try:
+        return clock_words(parse_spec(net.strip("`")))
+    except ValueError:
+        return "clock unknown"
+
+
+def _metric_title(net: str, rows: list[Row], target: float | None) -> str:
     if rows and rows[0].unit == "step":
         metric = rows[0].metric
         how = ("the loss gradwire saw (scalars .backward() was called on), last tenth of the steps"

@@ -336,6 +336,7 @@ class Results:
             d["stopped"] = self.stopped
         if self.tolerance:
             d["tolerance"] = self.tolerance
+        d["clock"] = _clock_record(self.config)
         return d
 
     def save(self, path: Path) -> None:
@@ -378,3 +379,20 @@ def compact_json(obj: Any, indent: int = 0, digits: int = 6) -> str:
             return "{" + ", ".join(items) + "}"
         return "{\n" + ",\n".join(inner + item for item in items) + "\n" + pad + "}"
     raise TypeError(f"not JSON: {type(obj).__name__}")
+
+
+def _clock_record(config: dict[str, Any]) -> dict[str, str]:
+    """What every time figure of the file is measured on: the clock, and on the simulated one the device."""
+    from gradwire.net import parse_spec
+
+    nets = config.get("nets") or []
+    try:
+        spec = parse_spec(nets[0]) if nets else None
+    except ValueError:
+        spec = None
+    if spec is None or spec.clock != "sim":
+        return {"clock": "realtime", "device": "this host"}
+    from gradwire.device import parse_device
+
+    device = parse_device(spec.device or "host")
+    return {"clock": "sim", "device": device.text, "device_described": device.describe()}

@@ -66,7 +66,7 @@ from typing import Any, Callable
 
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
-from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, IDEAL_NET, Named
+from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named, ideal_of
 from gradwire.compare.ledger import Ledger
 from gradwire.compare.processes import ProcessTree, deferred_signals, subreaper
 from gradwire.compare.results import (
@@ -443,7 +443,7 @@ def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Pa
     """Run one training and stop all it started, however it ends: (exit code, why it was stopped, seconds)."""
     from gradwire.profile.bootstrap import child_env
 
-    name, spec = ("sync", IDEAL_NET) if strategy == COMPUTE_ONLY else (strategy, net.to_string())
+    name, spec = ("sync", ideal_of(net).to_string()) if strategy == COMPUTE_ONLY else (strategy, net.to_string())
     env = child_env(spec, folder, after_init=child.__name__)
     env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
     try:

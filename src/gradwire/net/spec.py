@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
+from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
 from gradwire.net.schedule import EVENT_KEYS, Event, Schedule, parse_event
@@ -43,13 +44,15 @@ from gradwire.net.units import (
 )
 
 JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
-CLOCKS: tuple[str, ...] = ("realtime", "virtual")
+CLOCKS: tuple[str, ...] = ("realtime", "sim")
+#: older names of the clocks: ``virtual`` was the simulated clock's name
+_CLOCK_ALIASES = {"virtual": "sim", "simulated": "sim"}
 #: ``topology=auto``: read the layout in torchrun's environment (:func:`resolve_topology`)
 AUTO_TOPOLOGY = "auto"
 #: the preset of no communication at all (see :data:`PRESETS`)
 LOCAL = "local"
 #: what a ``local`` spec reads besides its name; its link fields reach no wire
-_LOCAL_KEYS = ("name", "clock", "seed", "topology")
+_LOCAL_KEYS = ("name", "clock", "device", "seed", "topology")
 _LINK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
 
@@ -213,7 +216,11 @@ class NetSpec:
     intra_protocol: str | None = None
     """intra-node framing; None = same as the inter-node link"""
     clock: str = "realtime"
-    """realtime: the backend waits out modelled time; virtual: it only adds it to a clock"""
+    """realtime: the backend waits out modelled time in this host's wall clock; sim: each rank runs on a
+    simulated cluster clock, compute priced by ``device`` (gradwire.backend.simclock)"""
+    device: str | None = None
+    """what prices compute on the simulated clock (gradwire.device: a100, host:x0.1, 19.5/1555, step:35ms);
+    None: ``host``, this rank's own thread CPU time"""
     seed: int = 0
     """seed of the jitter draws (with the op's sequence number)"""
     stragglers: tuple[Straggler, ...] = field(default=())
@@ -240,7 +247,13 @@ class NetSpec:
             _choice(self.intra_protocol, PROTOCOLS, "intra_protocol")
         _choice(self.jitter_dist, JITTER_DISTS, "jitter_dist")
         _choice(self.algorithm, ALGORITHM_CHOICES, "algorithm")
+        set_("clock", _CLOCK_ALIASES.get(self.clock, self.clock))
         _choice(self.clock, CLOCKS, "clock")
+        if self.device is not None:
+            set_("device", parse_device(self.device).text)
+            if self.clock != "sim":
+                raise ValueError(f"device={self.device} prices compute on the simulated clock: add clock=sim "
+                                 "(the realtime clock takes compute as this host runs it)")
         if self.link is not None:
             if not _LINK_NAME.fullmatch(self.link):
                 raise ValueError(f"link name {self.link!r} must be 1 to 64 letters, digits, '-', '_' or '.' "
@@ -369,6 +382,7 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "loss": format_fraction, "seed": str,
     "topology": lambda t: "flat" if t is None else t if t == AUTO_TOPOLOGY else f"{t[0]}x{t[1]}",
     "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str, "link": str,
+    "device": str,
 }
 
 #: spec keys and how each value is read (``straggler`` and ``intra`` are handled apart)
@@ -377,7 +391,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "latency": parse_time, "intra_latency": parse_time, "jitter": parse_time,
     "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology,
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
-    "algorithm": str.lower, "clock": str.lower, "link": str,
+    "algorithm": str.lower, "clock": str.lower, "link": str, "device": lambda v: parse_device(v).text,
 }
 SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS, *TCP_KEYS)
 

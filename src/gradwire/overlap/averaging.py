@@ -30,13 +30,14 @@ so every rank evaluates the same model.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.futures import Future
 
+from gradwire import backend
 from gradwire.hooks import Compressor, StateKey
 
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -60,6 +61,8 @@ class _Averaging(Strategy):
         self.period = period
         self._exchange = self.exchange_state(group)
         self._anchor = torch.empty(0)
+        #: the simulated clock's tag of the average in flight (Strategy.background)
+        self._tag: Any = None
         #: parameter averages launched so far
         self.averages = 0
 
@@ -73,7 +76,8 @@ class _Averaging(Strategy):
         snapshot = flatten(self.params)
         self.averages += 1
         displacement = snapshot - self._anchor
-        fut = self._exchange.reduce(displacement, StateKey.of("params", displacement.numel()))
+        with self.background() as self._tag:
+            fut = self._exchange.reduce(displacement, StateKey.of("params", displacement.numel()))
         self._exchange.end_step()
         return snapshot, fut
 
@@ -143,7 +147,7 @@ class LocalSGDStrategy(_Averaging):
         self._local += 1
         if self._local % self.period == 0:
             snapshot, fut = self._launch()
-            with self.waiting():
+            with self.waiting(self._tag):
                 mean = fut.wait()
             self._apply(snapshot, mean)
 
@@ -174,7 +178,7 @@ class AsyncAverageStrategy(_Averaging):
         assert self._pending is not None
         snapshot, fut = self._pending
         self._pending = None
-        with self.waiting():
+        with self.waiting(self._tag):
             mean = fut.wait()
         self.lags.append(self.steps - self._launched_at)
         self._apply(snapshot, mean)
@@ -182,7 +186,7 @@ class AsyncAverageStrategy(_Averaging):
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
         self.steps += 1
-        if self._pending is not None and self._pending[1].done():
+        if self._pending is not None and backend.arrived(self._tag, self._pending[1]):
             self._settle()
         if self.steps % self.period == 0:
             if self._pending is not None:

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gradwire import backend
 from gradwire.hooks import CompressionState, Compressor, get_compressor
 from gradwire.hooks.state import warmup_steps
 
@@ -356,13 +357,33 @@ class Strategy:
         """Wait for what is in flight and leave every rank with the same parameters."""
 
     @contextmanager
-    def waiting(self) -> Iterator[None]:
-        """Count the enclosed time as exposed communication (one wait window)."""
+    def background(self) -> Iterator[Any]:
+        """Launch the enclosed exchanges in the background; yields the tag to hand :meth:`waiting` later.
+
+        On the simulated clock such ops are observed only where the strategy
+        waits for them (:mod:`gradwire.backend.simclock`): issued inside a
+        DDP hook, they would otherwise be taken as waited for at the end of
+        backward, and the overlap would not be credited.
+        """
+        with backend.detached(self.name) as tag:
+            yield tag
+
+    @contextmanager
+    def waiting(self, *tags: Any) -> Iterator[None]:
+        """Count the enclosed time as exposed communication (one wait window).
+
+        ``tags``: the :meth:`background` launches waited for; on the simulated
+        clock the rank's time moves to their end here, and to the end of any
+        other op it waited for in the block.
+        """
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self._waits.append((t0, time.perf_counter()))
+            for tag in tags:
+                backend.observe(tag)
+            backend.clock()  # observes the ops waited for in the block that no tag names
 
     def add_wait(self, start: float, end: float) -> None:
         """Record a wait measured elsewhere (``time.perf_counter()`` seconds)."""

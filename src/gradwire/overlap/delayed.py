@@ -99,10 +99,13 @@ Owed = List[Tuple[StateKey, Tensor, Tensor]]
 class _Launch:
     """One bucket of one step: its key and parameters (bucket order), DDP's bucket, local vector ``v``, average in flight."""
 
-    __slots__ = ("key", "params", "bucket", "local", "future")
+    __slots__ = ("key", "params", "bucket", "local", "future", "tag")
 
-    def __init__(self, key: StateKey, params: List[Tensor], bucket: Tensor, local: Tensor, future: Future) -> None:
+    def __init__(self, key: StateKey, params: List[Tensor], bucket: Tensor, local: Tensor, future: Future,
+                 tag: Any = None) -> None:
         self.key, self.params, self.bucket, self.local, self.future = key, params, bucket, local, future
+        #: where the simulated clock observes the average (Strategy.background)
+        self.tag = tag
 
     def grads_are_bucket(self) -> bool:
         """Whether the parameters' ``.grad`` are views of the bucket (DDP's ``gradient_as_bucket_view``)."""
@@ -240,8 +243,9 @@ class DelayedStrategy(Strategy):
         local, sent = spare if spare is not None else (torch.empty_like(grad), torch.empty_like(grad))
         # DDP reuses the bucket buffer next step: send a copy; the exchange's momentum (with a
         # compressor) turns it into m and writes this rank's vector v into ``local``
-        _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key, last=last)
-        self._launches.append(_Launch(key, params, grad, local, fut))
+        with self.background() as tag:
+            _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key, last=last)
+        self._launches.append(_Launch(key, params, grad, local, fut, tag))
 
     def _owed_by(self, launches: List[_Launch]) -> Owed:
         """Wait for a step's averages (exposed communication): what each bucket is owed."""
@@ -283,7 +287,7 @@ class DelayedStrategy(Strategy):
         optimizer.step()
 
     def _wait(self, launches: List[_Launch]) -> List[Tensor]:
-        with self.waiting():
+        with self.waiting(*(launch.tag for launch in launches)):
             return [launch.future.wait() for launch in launches]
 
     def _step_per_parameter(self, launches: List[_Launch], owed: Optional[Owed]) -> None:

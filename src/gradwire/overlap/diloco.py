@@ -48,7 +48,7 @@ Traps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
@@ -143,6 +143,8 @@ class DiLoCoStrategy(_Averaging):
         self.overlap = overlap
         self.fragments = fragments
         self._parts: list[_Fragment] = []
+        #: the simulated clock's tag of each fragment's round in flight (Strategy.background)
+        self._tags: dict[int, Any] = {}
         #: outer rounds done, per fragment
         self.rounds = [0] * fragments
 
@@ -186,7 +188,8 @@ class DiLoCoStrategy(_Averaging):
         """The fragment's parameters now, and the future of the average of ``anchor - x``."""
         x = flatten(part.params)
         delta = part.anchor - x
-        fut = self._exchange.reduce(delta, part.key)
+        with self.background() as self._tags[part.index]:
+            fut = self._exchange.reduce(delta, part.key)
         self.averages += 1
         return x, fut
 
@@ -195,7 +198,7 @@ class DiLoCoStrategy(_Averaging):
         assert part.pending is not None
         at_launch, fut, _ = part.pending
         part.pending = None
-        with self.waiting():
+        with self.waiting(self._tags.pop(part.index, None)):
             mean = fut.wait()
         self._outer(part, mean)
         with torch.no_grad():

@@ -1,0 +1,322 @@
+"""The simulated cluster clock (``clock=sim``): each rank's time on the cluster the user describes.
+
+Nothing here reads the wall clock. A rank's time moves in two ways only:
+
+1. **Compute** advances it through a device model (:mod:`gradwire.device`):
+   a roofline device prices every tensor op the rank's threads run (a
+   dispatch mode counts each op's FLOPs and bytes); ``host`` charges the
+   thread's own CPU time (``x F`` scaled). The backend's own work (the
+   wrapper, the real inner collective, its threads) is never charged: each
+   backend entry pauses the meter.
+2. **Communication** moves it when the rank *observes* a completion: the op
+   starts on its link at the instant the last rank of the group issued it
+   (the ranks agree on it through a one-number MAX all_reduce on a gloo
+   group of their own), queues behind earlier ops on the link, and ends when
+   the network model says; the rank's clock becomes ``max(clock, end)`` at
+   the observation, so compute placed between issue and observation
+   overlaps the transfer.
+
+Where a completion is observed (each op carries a *tag* that says where):
+
+- ``Work.wait()``: that op.
+- The end of the backward pass in which the rank's main thread issued it:
+  DDP waits there for every bucket's future (``finalize_backward`` is an
+  autograd final callback queued before the first bucket launches; ours is
+  queued at the first launch, so it runs after DDP's waits). Ops issued from
+  callbacks of such an op (a compressed exchange's later rounds, PowerSGD's
+  second all_reduce) inherit its tag.
+- ``detached()``: a strategy that exchanges in the background (``delayed``)
+  issues inside it and calls :meth:`SimClock.observe` where it waits.
+- Any other op (a loop's ``async_op=True`` whose future it waits on) is
+  observed at the rank's next backend call or clock read after it
+  really completed.
+
+Callbacks of a completed op run on a delivery thread *at the op's end* on
+the simulated clock: their compute (decompression, PowerSGD's matmuls) is
+priced there and moves the end of the tag, not the main thread's clock.
+
+What it does not model: SM contention between collectives and compute on a
+GPU, kernel-level overlap inside one op, memory limits, the host's own
+Python overhead beyond the per-op cost of the device.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from gradwire.device import DeviceSpec, RooflineMode
+
+__all__ = ["SIMCLOCK", "SimClock", "Tag"]
+
+
+class Tag:
+    """Where a set of ops is observed; ``end`` is the latest simulated instant any of them (or their callbacks) reached."""
+
+    __slots__ = ("end", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.end = 0.0
+
+    def reach(self, t: float) -> None:
+        if t > self.end:
+            self.end = t
+
+    def __repr__(self) -> str:
+        return f"Tag({self.name}, end={self.end:.6f})"
+
+
+class _Thread(threading.local):
+    paused: int = 0
+    #: the simulated instant this (delivery) thread computes at, and the tag it computes for; None: the main timeline
+    context: float | None = None
+    tag: Tag | None = None
+    detached: Tag | None = None
+    mode: Any = None
+    cpu_mark: float = 0.0
+    charged: float = 0.0
+
+
+class SimClock:
+    """This process's (this rank's) simulated clock; :data:`SIMCLOCK` is the one the backend uses."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.device: DeviceSpec | None = None
+        self._lock = threading.RLock()
+        self._t = 0.0
+        #: charges of the main timeline not yet added (roofline ops from any non-delivery thread)
+        self._pending = 0.0
+        self._tls = _Thread()
+        self._main: int | None = None
+        self._main_cpu = 0.0
+        self._backward: dict[int, Tag] = {}
+        #: ops observed at the next backend call (not in a backward, not detached): (pending, end)
+        self._loose: list[tuple[Any, float]] = []
+        #: seconds the main clock jumped to a completion: communication not hidden behind compute
+        self.exposed = 0.0
+        #: compute charges are multiplied by this: a straggler's factor, times a ``step:TIME`` device's scale
+        self._scale = 1.0
+        self._straggler = 1.0
+        #: seconds of compute charged to the main timeline, and at the last step mark
+        self.computed = 0.0
+        self._marks: list[float] = []
+
+    # ---- lifecycle --------------------------------------------------------
+    def enable(self, device: DeviceSpec) -> None:
+        """Start at t = 0 on ``device``, with the calling thread as the rank's main thread."""
+        with self._lock:
+            self.disable()
+            self.enabled, self.device = True, device
+            self._t = self._pending = self.exposed = self.computed = 0.0
+            self._scale = self._straggler = 1.0
+            self._marks = []
+            self._main = threading.get_ident()
+            self._backward.clear()
+            self._loose.clear()
+            self._enter_meter()
+
+    def disable(self) -> None:
+        with self._lock:
+            if self.enabled and self._main == threading.get_ident():
+                self._leave_meter()
+            self.enabled = False
+
+    def _enter_meter(self) -> None:
+        tls = self._tls
+        assert self.device is not None
+        if self.device.device is not None and self.device.kind != "host" and tls.mode is None:
+            tls.mode = RooflineMode(self.device.device, self._charge, self._paused)
+            tls.mode.__enter__()
+        tls.cpu_mark = time.thread_time()
+
+    def _leave_meter(self) -> None:
+        tls = self._tls
+        if tls.mode is not None:
+            mode, tls.mode = tls.mode, None
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - another mode was pushed above ours: leave the stack as it is
+                pass
+
+    # ---- metering ----------------------------------------------------------
+    def _paused(self) -> bool:
+        return self._tls.paused > 0
+
+    def _charge(self, seconds: float) -> None:
+        tls = self._tls
+        seconds *= self._scale
+        if tls.context is not None:
+            tls.context += seconds
+        else:
+            self._pending += seconds
+            self.computed += seconds
+
+    def _host_charge(self) -> None:
+        """``host``: the thread CPU time since the last mark, scaled, charged to this thread's timeline."""
+        if self.device is None or self.device.kind != "host":
+            return
+        tls = self._tls
+        if tls.context is None and threading.get_ident() != self._main:
+            return  # a thread of the backend's or the inner group's: not the rank's compute
+        cpu = time.thread_time()
+        self._charge((cpu - tls.cpu_mark) * self.device.factor)
+        tls.cpu_mark = cpu
+
+    @contextmanager
+    def backend_work(self) -> Iterator[None]:
+        """The backend's own work: not the cluster's, never charged."""
+        tls = self._tls
+        if tls.paused == 0:
+            self._host_charge()
+        tls.paused += 1
+        try:
+            yield
+        finally:
+            tls.paused -= 1
+            if tls.paused == 0:
+                tls.cpu_mark = time.thread_time()
+
+    def slow_down(self, factor: float) -> None:
+        """This rank computes ``factor`` times slower (a straggler, ``straggler=R:compute=F``)."""
+        self._straggler = factor
+        self._scale *= factor
+
+    def mark_step(self) -> None:
+        """A training step ended. A ``step:TIME`` device scales compute after the second step (the first
+        holds one-off work: DDP's bucket rebuild, lazy allocations) so that a step's compute takes TIME."""
+        device = self.device
+        if not self.enabled or device is None or device.kind != "step" or len(self._marks) >= 2:
+            return
+        self.now()
+        self._marks.append(self.computed)
+        if len(self._marks) == 2:
+            step = self._marks[1] - self._marks[0]
+            if step > 0:
+                self._scale = self._straggler * device.step_seconds / (step / self._scale)
+
+    # ---- the main timeline -------------------------------------------------
+    def now(self) -> float:
+        """This thread's simulated instant: the main timeline, or a delivery thread's context."""
+        tls = self._tls
+        if tls.paused == 0:
+            self._host_charge()
+        if tls.context is not None:
+            return tls.context
+        with self._lock:
+            self._t += self._pending
+            self._pending = 0.0
+            if threading.get_ident() == self._main:
+                self._observe_loose()
+            return self._t
+
+    def _advance(self, t: float) -> None:
+        """The main clock to at least ``t`` (a completion observed); the jump counts as exposed."""
+        with self._lock:
+            self._t += self._pending
+            self._pending = 0.0
+            if t > self._t:
+                self.exposed += t - self._t
+                self._t = t
+
+    def _observe_loose(self) -> None:
+        if not self._loose:
+            return
+        keep = []
+        for pending, end in self._loose:
+            if pending.finished:
+                self._advance(end)
+            else:
+                keep.append((pending, end))
+        self._loose = keep
+
+    # ---- tags and observation ----------------------------------------------
+    def tag_for_issue(self) -> Tag | None:
+        """The tag of an op issued now in this thread (module doc); None: observed loosely."""
+        tls = self._tls
+        if tls.tag is not None:  # a callback of an op: its tag
+            return tls.tag
+        if tls.detached is not None:
+            return tls.detached
+        import torch
+
+        task = torch._C._current_graph_task_id()
+        if task == -1:
+            return None
+        tag = self._backward.get(task)
+        if tag is None:
+            tag = self._backward[task] = Tag(f"backward {task}")
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(
+                    lambda: self._end_of_backward(task))
+            except RuntimeError:  # not on the autograd thread after all: observe it with the loose ones
+                del self._backward[task]
+                return None
+        return tag
+
+    def _end_of_backward(self, task: int) -> None:
+        tag = self._backward.pop(task, None)
+        if tag is not None:
+            self.observe(tag)
+
+    def issued(self, pending: Any, tag: Tag | None, end: float) -> None:
+        """Remember an op that ends at ``end``: on its tag, or among the loose ones."""
+        if tag is not None:
+            tag.reach(end)
+        else:
+            with self._lock:
+                self._loose.append((pending, end))
+
+    def observe(self, tag: Tag) -> None:
+        """The rank has waited for every op of ``tag``: its clock moves to their end."""
+        self._advance(tag.end)
+
+    def observe_op(self, end: float) -> None:
+        """The rank waited for one op (``Work.wait()``) that ends at ``end``."""
+        if self._tls.context is not None:
+            self._tls.context = max(self._tls.context, end)
+            return
+        self._advance(end)
+
+    @contextmanager
+    def detached(self, name: str = "background") -> Iterator[Tag]:
+        """Ops issued inside (and their callbacks' ops) are observed only by :meth:`observe` on the yielded tag."""
+        tls = self._tls
+        tag, outer = Tag(name), tls.detached
+        tls.detached = tag
+        try:
+            yield tag
+        finally:
+            tls.detached = outer
+
+    @contextmanager
+    def delivering(self, at: float, tag: Tag | None) -> Iterator[None]:
+        """Run an op's callbacks on this (delivery) thread at its end ``at``; their compute moves the tag's end."""
+        tls = self._tls
+        saved = (tls.context, tls.tag, tls.paused)
+        tls.context, tls.tag, tls.paused = at, tag, 0
+        if tls.mode is None:
+            self._enter_meter()
+        tls.cpu_mark = time.thread_time()
+        try:
+            yield
+        finally:
+            self._host_charge()
+            end = tls.context
+            tls.context, tls.tag, tls.paused = saved
+            if tag is not None:
+                tag.reach(end)
+            elif end is not None:
+                with self._lock:
+                    self._loose.append((_Done, end))
+
+
+class _DoneMarker:
+    finished = True
+
+
+_Done = _DoneMarker()
+
+SIMCLOCK = SimClock()
