@@ -318,7 +318,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         if not self._simulated or (self._local and answer is not None and op in local.ANSWERED):
             return self._launch_now(op, nbytes, tensors, start_inner, post, src, dst, opts, source_of, label, answer)
         with SIMCLOCK.backend_work():
-            issued = CLOCK.now()
+            issued = SIMCLOCK.now(observe=False)
             tag = SIMCLOCK.tag_for_issue()
             with self._issue_lock:
                 now = self._agreed(issued) if op != "send" else issued

@@ -198,8 +198,12 @@ class SimClock:
                 self._scale = self._straggler * device.step_seconds / (step / self._scale)
 
     # ---- the main timeline -------------------------------------------------
-    def now(self) -> float:
-        """This thread's simulated instant: the main timeline, or a delivery thread's context."""
+    def now(self, observe: bool = True) -> float:
+        """This thread's simulated instant: the main timeline, or a delivery thread's context.
+
+        ``observe``: first take the completions of loose ops that really ended (a reading by the rank);
+        an op's issue does not (an isend that ended meanwhile still overlaps the recv issued next).
+        """
         tls = self._tls
         if tls.paused == 0:
             self._host_charge()
@@ -208,7 +212,7 @@ class SimClock:
         with self._lock:
             self._t += self._pending
             self._pending = 0.0
-            if threading.get_ident() == self._main:
+            if observe and threading.get_ident() == self._main:
                 self._observe_loose()
             return self._t
 
@@ -226,10 +230,10 @@ class SimClock:
             return
         keep = []
         for pending, end in self._loose:
-            if pending.finished:
-                self._advance(end)
-            else:
+            if not pending.finished:
                 keep.append((pending, end))
+            elif pending.error is None and not pending.observed:  # a failure or a wait took its own instant
+                self._advance(end)
         self._loose = keep
 
     # ---- tags and observation ----------------------------------------------
@@ -314,7 +318,7 @@ class SimClock:
 
 
 class _DoneMarker:
-    finished = True
+    finished, error, observed = True, None, False
 
 
 _Done = _DoneMarker()

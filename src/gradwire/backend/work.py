@@ -91,7 +91,7 @@ class Pending:
     """
 
     __slots__ = ("event", "sent_bytes", "inner", "post", "simulated", "backend", "timeout", "cause", "source", "future",
-                 "lock", "inline", "finished", "value", "error", "tag")
+                 "lock", "inline", "finished", "value", "error", "tag", "observed")
 
     def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, simulated: bool,
                  backend: str, timeout: float, cause: str = "", tag: Tag | None = None) -> None:
@@ -103,6 +103,8 @@ class Pending:
         self.simulated = simulated
         #: where the rank observes this op's completion on the simulated clock (simclock.py)
         self.tag = tag
+        #: the rank waited for it (``Work.wait()``): the simulated clock took its end there
+        self.observed = False
         self.backend = backend
         #: seconds from issue after which the op fails (the group's or the op's timeout)
         self.timeout = timeout
@@ -366,6 +368,7 @@ class GradwireWork(dist._Work):
         t0 = time.perf_counter()
         limit = seconds_of(timeout)
         pending = self._pending
+        pending.observed = True
         try:
             with SIMCLOCK.backend_work():
                 if limit is None:
@@ -374,6 +377,10 @@ class GradwireWork(dist._Work):
                     pending.wait_for(limit)
             if pending.simulated:  # the rank observes the completion: its clock moves to the op's end
                 SIMCLOCK.observe_op(pending.event.modelled_done)
+        except Exception:
+            if pending.simulated and pending.finished and pending._late():  # the op's timeout: seen at its deadline
+                SIMCLOCK.observe_op(pending.event.issued + pending.timeout)
+            raise
         finally:
             LEDGER.add_blocked(self._op, time.perf_counter() - t0)
         return True

@@ -614,7 +614,8 @@ def prediction_line(rows: list[Row]) -> str:
 
 
 def _title(net: str, rows: list[Row], target: float | None) -> str:
-    return _metric_title(net, rows, target) + f" ({_clock_of(net)})"
+    clock = _clock_of(net)
+    return _metric_title(net, rows, target) + (f"; {clock}" if clock else "")
 
 
 def _clock_of(net: str) -> str:
@@ -624,8 +625,8 @@ def _clock_of(net: str) -> str:
 
     try:
         return clock_words(parse_spec(net.strip("`")))
-    except ValueError:
-        return "clock unknown"
+    except ValueError:  # a name that is no spec (a saved file's label): nothing to say
+        return ""
 
 
 def _metric_title(net: str, rows: list[Row], target: float | None) -> str:
