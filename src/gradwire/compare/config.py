@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gradwire.net import NetSpec, parse_spec
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["COMPUTE_ONLY", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS", "DEFAULT_STRATEGIES", "FAST_NET",
            "Named", "default_workers", "usable_cores"]
