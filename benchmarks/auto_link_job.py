@@ -15,7 +15,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradwire.exchange import CompressionState
-
 from gradwire.hooks import compression_hook
 
 

@@ -168,7 +168,6 @@ def _make(spec: dict[str, Any]):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gradwire.exchange import CompressionState
-
     from gradwire.hooks import compression_hook
 
     torch.manual_seed(0)
@@ -347,7 +346,6 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gradwire.exchange import CompressionState
-
     from gradwire.hooks import compression_hook
 
     _init(rank, world)
@@ -396,7 +394,6 @@ def auto_train(rank: int, world: int, net: str, steps: int, candidates: str = ""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gradwire.exchange import CompressionState
-
     from gradwire.hooks import compression_hook
 
     torch.set_num_threads(1)

@@ -138,7 +138,6 @@ def test_strategy_labels():
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook, fp16_compress_hook
 
     from gradwire.exchange import CompressionState
-
     from gradwire.hooks import compression_hook
 
     assert strategy_label(allreduce_hook, None) == "sync"
