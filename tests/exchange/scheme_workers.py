@@ -39,7 +39,8 @@ def _train(rank: int, make_opt: Callable[[Any], torch.optim.Optimizer], schemed:
            adam_warmup: int = 3, freeze_reference_at: int | None = None, adam: dict | None = None,
            data_rank: int | None = None) -> dict[str, Any]:
     from gradwire.exchange import CompressionState
-    from gradwire.exchange.schemes import scheme_for, scheme_hook
+    from gradwire.exchange.schemes import scheme_for
+    from gradwire.hooks import scheme_hook
 
     model = _model()
     ddp = DDP(model)
