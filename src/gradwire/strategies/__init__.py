@@ -1,9 +1,16 @@
-"""Asynchronous and overlapped training strategies, composable with every compressor.
+"""Training strategies (synchronous, delayed, local SGD, DiLoCo, PyTorch's hooks), composable with every compressor.
 
 - :func:`parse_strategy` / :func:`build_strategy`: ``"onebit+delayed"``,
-  ``"topk:0.01+localsgd:4:warmup=50"``, ... (see :mod:`.registry`).
-- Strategies: ``sync`` (DDP), ``delayed`` (local gradient now, its average a step later), ``localsgd:H``,
-  ``async-average:H``, ``handler`` (:class:`AsyncGradientHandler`).
+  ``"topk:0.01+localsgd:4:warmup=50"``, ... (see :mod:`.registry`, one entry
+  per strategy with its traits).
+- Strategies, one file each: ``sync`` (DDP, :mod:`.sync`), ``delayed`` (local
+  gradient now, its average a step later, :mod:`.delayed`), ``localsgd:H`` and
+  ``async-average:H`` (:mod:`.averaging`), ``handler``
+  (:class:`AsyncGradientHandler`, :mod:`.handler`), ``diloco:H`` and
+  ``streaming-diloco:H`` (:mod:`.diloco`), PyTorch's ``torch-fp16``,
+  ``torch-powersgd:R`` and ``torch-postlocalsgd:H`` as peers
+  (:mod:`.torch_hooks`), torchft's ``torchft-diloco:H`` (:mod:`.torchft_diloco`);
+  what they share in :mod:`.base`.
 - :func:`step_comm_seconds`: modelled network seconds per step from the
   backend's event log; :func:`split_exposed`: how much of each step's waiting
   was for the modelled network (the rest: the peer, or CPU work).
