@@ -30,7 +30,7 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
         assert rows[s]["of_ideal"] == pytest.approx(epoch["compute-only"] / epoch[s], **close)
     assert rows["fp16"]["ideal_speedup"] == pytest.approx(epoch["sync"] / epoch["compute-only"], **close)
     # half the bytes per step; the exact fp32 average that makes replicas identical at the end
-    # (local correction, see gradwire.hooks.state) adds one full all_reduce to the short run
+    # (local correction, see gradwire.exchange.state) adds one full all_reduce to the short run
     assert 1.5 < rows["fp16"]["reduction"] <= 2.0  # 11 steps of half the bytes, plus one full average
     assert rows["localsgd:2"]["reduction"] > 1.5  # a parameter average every 2 steps
     # compute-only sends nothing (its time against sync's is a timing: a busy host may reverse it on 12 steps)
@@ -101,7 +101,7 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     def broken(cfg, index, net, strategy, seed):
         t = real(cfg, index, net, strategy, seed)
         if strategy == "fp16" and seed == 1:  # fails inside the ranks, past the parent's checks
-            from gradwire.overlap import StrategyChoice, StrategySpec
+            from gradwire.strategies import StrategyChoice, StrategySpec
 
             object.__setattr__(t.config, "strategy", StrategyChoice("no-such-strategy", StrategySpec("sync")))
         return t

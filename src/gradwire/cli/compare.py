@@ -50,7 +50,7 @@ from gradwire.cli._args import _typed, check_net_fits, command_after_dashes, out
 if TYPE_CHECKING:
     from gradwire.compare.config import Tolerance
     from gradwire.net import NetSpec
-    from gradwire.overlap import StrategyChoice
+    from gradwire.strategies import StrategyChoice
 
 #: options of the bundled models only, and of a command only (for the refusals)
 _MODEL_ONLY = ("model", "epochs", "batch_size", "lr")
@@ -61,7 +61,7 @@ def add_parser(sub: Any) -> None:
     from gradwire.compare.config import (DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, DEFAULT_TOLERANCE, CompareConfig,
                                          Tolerance)
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES
-    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+    from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 
     d = CompareConfig.__dataclass_fields__
     p = sub.add_parser("compare", help="measure every strategy on real training: ours, or your own script (the main job)",
@@ -184,7 +184,7 @@ def _nets(args: argparse.Namespace, default: tuple[str, ...], clock: str = "real
 
 def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[StrategyChoice, ...]:
     """``--strategies`` (or ``default``), parsed."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
     names = default if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     return tuple(parse_strategy(name) for name in names)
@@ -236,7 +236,7 @@ def _world_of(cmd: list[str]) -> int | None:
 def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
-    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+    from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 
     given = _given(args, _MODEL_ONLY) + ([] if args.interleave else ["--no-interleave"])
     if given:
@@ -274,7 +274,7 @@ def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> 
     a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
     from gradwire.compare.config import COMPUTE_ONLY
     from gradwire.compare.crossover import hook_buckets, replay_for, replayed, speedup_curves
-    from gradwire.overlap import Timing, parse_strategy
+    from gradwire.strategies import Timing, parse_strategy
     from gradwire.predict.calibrate import calibrate
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 

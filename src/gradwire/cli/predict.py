@@ -114,7 +114,7 @@ def _worlds(text: str) -> list[int]:
 
 def _check_inputs(args: argparse.Namespace, nets: list[str], strategies: list[str]) -> dict[str, list[int]]:
     """Refuse bad input before any work; the world sizes of each network."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict import check_fits, default_worlds
     from gradwire.predict.describe import is_factory
     from gradwire.predict.plans import check_planned
@@ -163,14 +163,14 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
     if args.compute_ms is not None:
         return {"*": describe_model(args.model, args.compute_ms, args.bucket_cap_mb, args.forward_ratio,
                                     args.optimizer_ms, args.input_shape, args.batch_size)}
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict.measure import measure_profiles
     from gradwire.train.models import MODELS
 
     if args.model not in MODELS and not is_factory(args.model):
         raise ValueError(f"unknown model {args.model!r}; valid models: {', '.join(sorted(MODELS))}, or "
                          "PKG.MODULE:FACTORY / path/file.py:FACTORY with --compute-ms")
-    from gradwire.overlap import Timing
+    from gradwire.strategies import Timing
 
     averaging = (Timing.AVERAGE, Timing.AVERAGE_OVERLAPPED)
     ddp = [s for s in strategies if parse_strategy(s).timing not in averaging]
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.predict import calibrated, sweep
     from gradwire.predict.codec import FREE
     from gradwire.predict.plans import codec_of, exchange_cost
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
     nets = [parse_spec(n).to_string() for n in (args.net or [DEFAULT_NET])]
     strategies = [str(parse_strategy(s.strip())) for s in args.strategies.split(",") if s.strip()]

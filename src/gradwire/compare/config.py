@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gradwire.net import NetSpec, parse_spec
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["COMPUTE_ONLY", "DEFAULT_CLOCK", "DEFAULT_DEVICE", "ideal_of", "on_clock", "DEFAULT_TOLERANCE", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS",
            "DEFAULT_STRATEGIES", "FAST_NET", "Named", "Tolerance", "default_workers", "usable_cores"]

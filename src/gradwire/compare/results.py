@@ -93,7 +93,7 @@ class SeedResult:
     exposed_network_seconds: float | None = None
     """the part of ``exposed_seconds`` spent waiting for the modelled network; the rest is waiting for a
     peer to reach the collective (compute on a shared core, a straggler) or CPU work in completion
-    callbacks (:func:`gradwire.overlap.split_exposed`). None in results that did not record it."""
+    callbacks (:func:`gradwire.strategies.split_exposed`). None in results that did not record it."""
     epoch_seconds: list[float] = field(default_factory=list)
     epoch_accuracy: list[float] = field(default_factory=list)
     wire_bytes: float = 0.0

@@ -73,9 +73,9 @@ from gradwire.compare.results import (
     FAILED, NOT_APPLIED, OK, REFUSED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent,
 )
 from gradwire.compare.workdir import Changes, WorkDir
-from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 from gradwire.net import NetSpec, parse_spec
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "parse_strategy_args", "run_script_compare",
            "training_timeout"]

@@ -10,7 +10,7 @@ follow, each after a colon::
     <compressor onebit pattern=two_phase block=1024>
 
 Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
-(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``), and
+(:class:`~gradwire.exchange.CompressionState` reads ``compressor.warmup``), and
 ``fuse=N``: buckets of fewer than N elements are sent together as one
 exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``).
 
@@ -36,7 +36,7 @@ for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
 ``warmup=N``, ``fuse=N`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
-implemented in :mod:`gradwire.hooks`.
+implemented in :mod:`gradwire.exchange`.
 """
 from __future__ import annotations
 

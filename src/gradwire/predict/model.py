@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from gradwire.net import NetSpec, NetworkModel, parse_spec
-from gradwire.overlap import parse_strategy
+from gradwire.strategies import parse_strategy
 from gradwire.predict.codec import FREE
 from gradwire.predict.host import Host
 from gradwire.predict.plans import Cost, Ratio, plan_for, strategy_compressor
@@ -260,7 +260,7 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     (:class:`~gradwire.predict.host.Host`; None: a described cluster).
     ``steps``: the mean step of a training of that many steps, its warm-up
     included (the first steps of a compressing strategy take the plain
-    all_reduce: :class:`~gradwire.overlap.ExchangeTraits`' ``warmup_steps``);
+    all_reduce: :class:`~gradwire.strategies.ExchangeTraits`' ``warmup_steps``);
     None: the steady state. A measured profile is best :func:`calibrated` first.
     """
     _check_world(world)

@@ -38,7 +38,7 @@ are replayed for several periods and the mean step of the last period is
 returned.
 
 A hook that runs one bucket at a time (``Plan.serial``: PyTorch's PowerSGD
-through :func:`gradwire.hooks.futures.one_bucket_at_a_time`) starts bucket
+through :func:`gradwire.exchange.futures.one_bucket_at_a_time`) starts bucket
 ``k``'s exchange only once bucket ``k-1``'s completed: on the training
 thread when bucket ``k`` is ready later than that, else on the callback
 thread, at that completion (backward goes on meanwhile).

@@ -9,8 +9,8 @@ each rank's :class:`RunResult`; the comparison harness builds on it. Per rank:
 3. Reset the backend's counters (setup traffic is not training traffic),
    then train: for each step, time the window, ask the strategy for its wait
    windows (exposed), and after training price each window's collectives from
-   the event log (:func:`gradwire.overlap.step_comm_seconds`) and split each
-   step's waiting into network and peer/CPU (:func:`gradwire.overlap.split_exposed`).
+   the event log (:func:`gradwire.strategies.step_comm_seconds`) and split each
+   step's waiting into network and peer/CPU (:func:`gradwire.strategies.split_exposed`).
 4. ``strategy.finish`` (drain; every rank ends with the same model), test
    accuracy, counters, and a checksum of the parameters to show the ranks agree.
 
@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from gradwire.net import NetSpec, parse_spec
-from gradwire.hooks.auto import live_choosers
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.exchange.chooser import live_choosers
+from gradwire.strategies import StrategyChoice, parse_strategy
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
 
@@ -51,7 +51,7 @@ class TrainConfig:
     """
 
     strategy: StrategyChoice = field(default_factory=lambda: parse_strategy("sync"))
-    """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.overlap.registry`)"""
+    """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.strategies.registry`)"""
     net: NetSpec = field(default_factory=lambda: parse_spec("loopback"))
     """network of the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
     model: str = "cnn"
@@ -110,7 +110,7 @@ class RunResult:
     test_accuracy: float = 0.0
     param_checksum: float = 0.0
     auto: list[dict[str, Any]] = field(default_factory=list)
-    """``auto``'s decisions (:meth:`gradwire.hooks.auto.AutoChooser.summary`), when the strategy uses it"""
+    """``auto``'s decisions (:meth:`gradwire.exchange.chooser.AutoChooser.summary`), when the strategy uses it"""
 
     def summary(self) -> dict[str, float]:
         """Totals: compute, modelled and exposed communication, and the exposed fractions.
@@ -161,7 +161,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.overlap import split_exposed, step_comm_seconds
+    from gradwire.strategies import split_exposed, step_comm_seconds
 
     rank, world = dist.get_rank(), dist.get_world_size()
     built = time.perf_counter()
