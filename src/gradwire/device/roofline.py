@@ -46,10 +46,6 @@ _VIEWS = frozenset(name for name in (
 ))
 
 
-def _shape(x: Any) -> Any:
-    return x.shape if isinstance(x, torch.Tensor) else x
-
-
 def op_cost(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, bool]:
     """``(flops, bytes, half)`` of one aten op call: FLOPs by torch's formulas, bytes of its tensors."""
     packet = getattr(func, "overloadpacket", func)
@@ -58,10 +54,8 @@ def op_cost(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int,
     flops = 0.0
     formula = _FLOPS.get(packet)
     if formula is not None:
-        try:
-            flops = float(formula(*[_shape(a) for a in args], **{k: _shape(v) for k, v in kwargs.items()},
-                                  out_shape=_shape(out) if not isinstance(out, (tuple, list))
-                                  else [_shape(o) for o in out]))
+        try:  # torch's registered formulas take the op's own arguments and output (they read the shapes)
+            flops = float(formula(*args, **kwargs, out_val=out))
         except Exception:  # noqa: BLE001 - a formula that does not fit this overload: price the bytes
             flops = 0.0
     nbytes = 0
