@@ -139,7 +139,8 @@ def test_pure_cores_import_nothing_else() -> None:
 def test_strategies_reach_compression_only_through_the_exchange() -> None:
     edges = import_graph()
     assert "compress" not in edges["strategies"]
-    assert edges["exchange"] == {"compress"}
+    # and the simulated clock, which prices each stage of an exchange at the instant it runs at
+    assert edges["exchange"] == {"compress", "backend"}
     assert edges["hooks"] == {"exchange"}
 
 

@@ -208,10 +208,13 @@ def arrived(tag: Any, future: Any) -> bool:
     return bool(future.done())
 
 
-def observe(tag: Any) -> None:
-    """The rank waited for every op issued under ``tag`` (from :func:`detached`); no-op on the realtime clock."""
-    if SIMCLOCK.enabled and tag is not None:
-        SIMCLOCK.observe(tag)
+def observe(tag: Any = None) -> None:
+    """The rank waited for every op issued under ``tag`` (from :func:`detached`), and for ops that no tag
+    names and that really ended; no-op on the realtime clock."""
+    if SIMCLOCK.enabled:
+        if tag is not None:
+            SIMCLOCK.observe(tag)
+        SIMCLOCK.observe_loose()
 
 
 register()

@@ -82,7 +82,7 @@ from torch.futures import Future
 from gradwire.backend import local
 from gradwire.backend.accounting import Event
 from gradwire.backend.completer import CLOCK
-from gradwire.backend.link import link_for
+from gradwire.backend.link import Link, link_for
 from gradwire.backend.simclock import SIMCLOCK
 from gradwire.backend.shared import SharedLink
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
@@ -158,7 +158,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._cuda_lock = threading.Lock()
         self._seq = 0
         #: the rank set's NIC, shared with every group of the same ranks (link.py)
-        self._link = link_for(model, self._ranks)
+        # on the simulated clock each group queues on a link of its own: ops of two groups reach a shared queue in
+        # the order their threads really issue them, which varies from run to run, and the simulated clock's
+        # figures must not (contention between groups of the same ranks is then not modelled)
+        self._link = Link() if self._simulated else link_for(model, self._ranks)
         #: works launched between start_coalescing and end_coalescing
         self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
@@ -318,7 +321,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         if not self._simulated or (self._local and answer is not None and op in local.ANSWERED):
             return self._launch_now(op, nbytes, tensors, start_inner, post, src, dst, opts, source_of, label, answer)
         with SIMCLOCK.backend_work():
-            issued = SIMCLOCK.now(observe=False)
+            issued = SIMCLOCK.now()
             tag = SIMCLOCK.tag_for_issue()
             with self._issue_lock:
                 now = self._agreed(issued) if op != "send" else issued

@@ -28,8 +28,11 @@ Where a completion is observed (each op carries a *tag* that says where):
 - ``detached()``: a strategy that exchanges in the background (``delayed``)
   issues inside it and calls :meth:`SimClock.observe` where it waits.
 - Any other op (a loop's ``async_op=True`` whose future it waits on) is
-  observed at the rank's next backend call or clock read after it
-  really completed.
+  observed by ``Work.wait()``, or, once it really completed, at a
+  strategy's wait (:meth:`SimClock.observe_loose`); a clock reading or
+  another op's issue observes nothing (when an op really completes depends
+  on this host, and the clock must not). A future's ``wait()`` outside a
+  strategy is not seen: the clock then does not include that wait.
 
 Callbacks of a completed op run on a delivery thread *at the op's end* on
 the simulated clock: their compute (decompression, PowerSGD's matmuls) is
@@ -100,6 +103,8 @@ class SimClock:
         #: compute charges are multiplied by this: a straggler's factor, times a ``step:TIME`` device's scale
         self._scale = 1.0
         self._straggler = 1.0
+        #: simulated instants futures completed at (stamp), by id
+        self._stamps: dict[int, float] = {}
         #: seconds of compute charged to the main timeline, and at the last step mark
         self.computed = 0.0
         self._marks: list[float] = []
@@ -150,6 +155,8 @@ class SimClock:
         seconds *= self._scale
         if tls.context is not None:
             tls.context += seconds
+            if tls.tag is not None:  # at once: a future a callback completes wakes its waiter before we return
+                tls.tag.reach(tls.context)
         else:
             self._pending += seconds
             self.computed += seconds
@@ -198,11 +205,12 @@ class SimClock:
                 self._scale = self._straggler * device.step_seconds / (step / self._scale)
 
     # ---- the main timeline -------------------------------------------------
-    def now(self, observe: bool = True) -> float:
+    def now(self, observe: bool = False) -> float:
         """This thread's simulated instant: the main timeline, or a delivery thread's context.
 
-        ``observe``: first take the completions of loose ops that really ended (a reading by the rank);
-        an op's issue does not (an isend that ended meanwhile still overlaps the recv issued next).
+        ``observe``: first take the completions of loose ops that really ended (a collective's issue, a
+        strategy's wait); a reading alone, or a point-to-point op's issue, does not (an isend that ended
+        meanwhile still overlaps the recv issued next).
         """
         tls = self._tls
         if tls.paused == 0:
@@ -224,6 +232,11 @@ class SimClock:
             if t > self._t:
                 self.exposed += t - self._t
                 self._t = t
+
+    def observe_loose(self) -> None:
+        """The rank waited for something: take the completions of loose ops that really ended."""
+        if threading.get_ident() == self._main:
+            self.now(observe=True)
 
     def _observe_loose(self) -> None:
         if not self._loose:
@@ -252,9 +265,11 @@ class SimClock:
         tag = self._backward.get(task)
         if tag is None:
             tag = self._backward[task] = Tag(f"backward {task}")
+            engine = torch.autograd.Variable._execution_engine
             try:
-                torch.autograd.Variable._execution_engine.queue_callback(
-                    lambda: self._end_of_backward(task))
+                # DDP queues its wait for the buckets (finalize_backward) when the last bucket is ready, after
+                # this first launch: observe from a callback queued from ours, which runs after DDP's
+                engine.queue_callback(lambda: engine.queue_callback(lambda: self._end_of_backward(task)))
             except RuntimeError:  # not on the autograd thread after all: observe it with the loose ones
                 del self._backward[task]
                 return None
@@ -279,8 +294,11 @@ class SimClock:
 
     def observe_op(self, end: float) -> None:
         """The rank waited for one op (``Work.wait()``) that ends at ``end``."""
-        if self._tls.context is not None:
-            self._tls.context = max(self._tls.context, end)
+        tls = self._tls
+        if tls.context is not None:
+            tls.context = max(tls.context, end)
+            if tls.tag is not None:
+                tls.tag.reach(tls.context)
             return
         self._advance(end)
 
@@ -294,6 +312,53 @@ class SimClock:
             yield tag
         finally:
             tls.detached = outer
+
+    # ---- stages of a chain (gradwire.exchange.futures) ---------------------
+    def stamp(self, future: Any, at: float | None = None) -> None:
+        """Remember the simulated instant ``future`` completes at (default: this thread's now)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if len(self._stamps) > 65536:
+                self._stamps.clear()
+            self._stamps[id(future)] = self.now() if at is None else at
+
+    def instant_of(self, future: Any) -> float | None:
+        """The instant :meth:`stamp` gave ``future`` (None: not stamped)."""
+        return self._stamps.get(id(future)) if self.enabled else None
+
+    def chain_tag(self) -> Tag | None:
+        """The tag a stage chained now belongs to: this thread's context's, or what an op issued now would get."""
+        tls = self._tls
+        return tls.tag if tls.context is not None else self.tag_for_issue()
+
+    @contextmanager
+    def at(self, t: float, tag: Tag | None) -> Iterator[None]:
+        """Run a chain's stage at ``t`` on the communication side (never the main timeline): its compute
+        moves its tag's end, its ops are issued at ``t`` plus that compute.
+
+        A stage runs inline in the thread that chains it when its input is done already, else later on a
+        delivery thread; which one depends on this host's timing. Pricing it at
+        ``max(when it was chained, when its input completed)`` in both cases keeps the clock deterministic.
+        """
+        tls = self._tls
+        if not self.enabled:
+            yield
+            return
+        if tls.context is None:
+            with self.delivering(t, tag):
+                yield
+            return
+        # nested in another op's delivery: this stage's time and tag, then that delivery's again
+        saved = (tls.context, tls.tag)
+        tls.context, tls.tag = max(tls.context, t), tag
+        try:
+            yield
+        finally:
+            end = tls.context
+            if tag is not None:
+                tag.reach(end)
+            tls.context, tls.tag = max(saved[0], end) if saved[1] is tag else saved[0], saved[1]
 
     @contextmanager
     def delivering(self, at: float, tag: Tag | None) -> Iterator[None]:
@@ -312,15 +377,6 @@ class SimClock:
             tls.context, tls.tag, tls.paused = saved
             if tag is not None:
                 tag.reach(end)
-            elif end is not None:
-                with self._lock:
-                    self._loose.append((_Done, end))
 
-
-class _DoneMarker:
-    finished, error, observed = True, None, False
-
-
-_Done = _DoneMarker()
 
 SIMCLOCK = SimClock()

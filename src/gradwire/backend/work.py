@@ -127,6 +127,8 @@ class Pending:
             if self.future is None:
                 self.source = Future()
                 self.future = self.source.then(_unwrap)
+                if self.simulated:  # a chain's stage on it starts no earlier than the op's end
+                    SIMCLOCK.stamp(self.future, self.event.modelled_done)
                 # completed already: hand over the outcome; being completed inline: that
                 # thread delivers; else follow the inner op
                 deliver, attach = self.finished, not self.finished and not self.inline

@@ -29,6 +29,8 @@ from typing import Any, Callable, TypeVar
 
 from torch.futures import Future
 
+from gradwire.backend.simclock import SIMCLOCK
+
 __all__ = ["Sequencer", "Turn", "completed", "counted", "one_bucket_at_a_time", "then", "then_async",
            "wait_before_exit"]
 
@@ -102,9 +104,48 @@ def _drain_at_exit() -> None:
     time.sleep(EXIT_MARGIN_SECONDS)
 
 
+def _staged(fut: Future, fn: Callable[[Any], T], ended: Callable[[float], None]) -> Callable[[Any], T]:
+    """``fn`` as a stage chained on ``fut`` now: on the simulated clock it runs at the later of this instant and
+    ``fut``'s completion, whichever thread runs it (:meth:`~gradwire.backend.simclock.SimClock.at`); ``ended``
+    gets the instant it ended at."""
+    if not SIMCLOCK.enabled:
+        return fn
+    chained, tag = SIMCLOCK.now(), SIMCLOCK.chain_tag()
+
+    def run(value: Any) -> T:
+        done = SIMCLOCK.instant_of(fut)
+        with SIMCLOCK.at(chained if done is None else max(chained, done), tag):
+            out = fn(value)
+            ended(SIMCLOCK.now())
+        return out
+
+    return run
+
+
+def _stamper() -> tuple[Callable[[float], None], Callable[[Future], Future]]:
+    """A stage's ``ended`` and the function that names the future it completes (either may come first)."""
+    box: list[Future] = []
+    ends: list[float] = []
+
+    def ended(t: float) -> None:
+        ends.append(t)
+        if box:
+            SIMCLOCK.stamp(box[0], t)
+
+    def named(out: Future) -> Future:
+        box.append(out)
+        if ends:
+            SIMCLOCK.stamp(out, ends[0])
+        return out
+
+    return ended, named
+
+
 def then(fut: Future, fn: Callable[[Any], T]) -> Future:
     """``fut.then`` that hands ``fn`` the value, so a failure of ``fut`` fails the result instead of reaching ``fn``."""
-    return fut.then(counted(lambda done: fn(done.value())))
+    ended, named = _stamper()
+    stage = _staged(fut, fn, ended)
+    return named(fut.then(counted(lambda done: stage(done.value()))))
 
 
 def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], None] | None = None) -> Future:
@@ -113,6 +154,8 @@ def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], 
     ``on_error`` runs once when ``fut`` fails or ``fn`` raises, before the failure is passed on.
     """
     out: Future = Future()
+    ends: list[float] = []
+    stage = _staged(fut, fn, ends.append)
 
     def fail(exc: BaseException) -> None:
         if on_error is not None:
@@ -120,6 +163,9 @@ def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], 
         out.set_exception(exc)
 
     def settle(inner: Future) -> None:
+        done = SIMCLOCK.instant_of(inner)
+        if ends or done is not None:  # the result is there when the later of the stage and its future is
+            SIMCLOCK.stamp(out, max(ends + ([done] if done is not None else [])))
         try:
             out.set_result(inner.value())
         except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
@@ -127,7 +173,7 @@ def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], 
 
     def step(done: Future) -> None:
         try:
-            inner = fn(done.value())
+            inner = stage(done.value())
         except BaseException as exc:  # noqa: BLE001 - forwarded to the waiter
             fail(exc)
             return
@@ -165,6 +211,7 @@ class Turn:
     def release(self) -> None:
         """Let the next exchange issue (idempotent)."""
         if not self._token.done():
+            SIMCLOCK.stamp(self._token)  # the next exchange issues no earlier than this instant
             try:
                 self._token.set_result(None)
             except RuntimeError:  # released from another thread in between

@@ -383,7 +383,7 @@ class Strategy:
             self._waits.append((t0, time.perf_counter()))
             for tag in tags:
                 backend.observe(tag)
-            backend.clock()  # observes the ops waited for in the block that no tag names
+            backend.observe()  # the ops waited for in the block that no tag names
 
     def add_wait(self, start: float, end: float) -> None:
         """Record a wait measured elsewhere (``time.perf_counter()`` seconds)."""
