@@ -324,7 +324,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from gradwire.compare import print_table, rows_of, to_markdown
     from gradwire.compare.report import prediction_line
     from gradwire.compare.config import DEFAULT_TOLERANCE
-    from gradwire.compare.processes import Stopped
+    from gradwire.compare.processes import ComparisonStopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
@@ -353,7 +353,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
 
             results = start(done)
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        signum = exc.signum if isinstance(exc, ComparisonStopped) else signal.SIGINT
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)

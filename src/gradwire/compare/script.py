@@ -466,7 +466,7 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
     SIGTERM or SIGHUP stop it as Ctrl-C does.
 
     Raises:
-        KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
+        KeyboardInterrupt: (:class:`~gradwire.compare.processes.ComparisonStopped` for
             SIGTERM or SIGHUP) after stopping every process of the training in
             flight, moving what it created in the working directory, and saving
             results.json with the unfinished runs marked ``not finished``.

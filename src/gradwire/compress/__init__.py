@@ -80,7 +80,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Entry:
+class CompressorEntry:
     """A registry entry: ``factory(arg, **options)`` builds the compressor.
 
     ``arg`` is the positional parameter (None when absent); ``options`` names the
@@ -93,7 +93,7 @@ class Entry:
     options: tuple[str, ...] = ()
 
 
-COMPRESSORS: dict[str, Entry] = {}
+COMPRESSORS: dict[str, CompressorEntry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
 COMMON_OPTIONS = ("warmup", "fuse")
@@ -104,10 +104,10 @@ def register_compressor(name: str, factory: Callable[..., Compressor], param: st
     """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters."""
     if ":" in name or not name:
         raise ValueError(f"compressor names must be non-empty and contain no ':', got {name!r}")
-    COMPRESSORS[name] = Entry(factory, param, doc, tuple(options))
+    COMPRESSORS[name] = CompressorEntry(factory, param, doc, tuple(options))
 
 
-def _syntax(name: str, entry: Entry) -> str:
+def _syntax(name: str, entry: CompressorEntry) -> str:
     return name + (f":{entry.param}" if entry.param else "") + "".join(f"[:{o}=N]" for o in entry.options)
 
 

@@ -1,7 +1,7 @@
 """Networks that change: conditions over time, and the price of an op that runs across a change.
 
 A real link is not constant: its bandwidth drops for seconds, it goes down,
-other flows share it. Each of those is an :class:`Event` of the spec (a token
+other flows share it. Each of those is a :class:`NetworkChange` of the spec (a token
 of the spec grammar, see :mod:`gradwire.net.spec`)::
 
     drop=100mbit:for=5s:every=30s[:at=T]      bandwidth falls to 100 Mbit/s for 5 s in every 30 s
@@ -54,7 +54,7 @@ from typing import Callable, Iterator, Sequence
 from gradwire.net.units import format_bandwidth, format_time, parse_bandwidth, parse_fraction, parse_time
 
 __all__ = [
-    "Condition", "Cross", "Drop", "Event", "Outage", "Schedule", "Slow", "Trace", "finish_time", "parse_event",
+    "Condition", "Cross", "Drop", "NetworkChange", "Outage", "Schedule", "Slow", "Trace", "finish_time", "parse_event",
     "EVENT_KEYS",
 ]
 
@@ -102,7 +102,7 @@ def _check_window(what: str, duration: float, every: float | None, at: float) ->
         raise ValueError(f"{what}: at= must be a time >= 0")
 
 
-class Event:
+class NetworkChange:
     """One source of change; :class:`Schedule` composes them."""
 
     def state(self, t: float) -> tuple[bool, float]:
@@ -117,7 +117,7 @@ class Event:
         raise NotImplementedError
 
 
-class _Windowed(Event):
+class _Windowed(NetworkChange):
     """An event active in windows of ``duration`` every ``every`` (once without), first at ``at``.
 
     Without ``at`` the first window opens one period in (at 0 when the event happens once): a job starts
@@ -159,7 +159,7 @@ class Drop(_Windowed):
 
 
 @dataclass(frozen=True)
-class Outage(Event):
+class Outage(NetworkChange):
     """``outage=T:at=T[:every=T]``: the link is down; ops in flight wait and resume."""
 
     duration: float
@@ -208,7 +208,7 @@ class Slow(_Windowed):
 
 
 @dataclass(frozen=True)
-class Cross(Event):
+class Cross(NetworkChange):
     """``cross=RATE[:flows=N][:on=T:off=T][:at=T]``: background flows on the bottleneck take their fair share."""
 
     rate: float
@@ -247,7 +247,7 @@ class Cross(Event):
 
 
 @dataclass(frozen=True)
-class Trace(Event):
+class Trace(NetworkChange):
     """``trace=FILE[:repeat]``: conditions read from a file (module doc: CSV or Mahimahi)."""
 
     path: str
@@ -385,7 +385,7 @@ def _time(opts: dict[str, str], key: str) -> float | None:
     return parse_time(opts[key]) if key in opts else None
 
 
-def parse_event(key: str, value: str) -> Event:
+def parse_event(key: str, value: str) -> NetworkChange:
     """Read one event token (``drop=...``); ValueError with the grammar otherwise."""
     head, *rest = value.split(":")
     if key == "drop":
@@ -429,7 +429,7 @@ EVENT_KEYS: tuple[str, ...] = ("drop", "outage", "slow", "cross", "trace")
 class Schedule:
     """The spec's events composed: the condition at any time, and where it next changes."""
 
-    events: tuple[Event, ...]
+    events: tuple[NetworkChange, ...]
 
     def __post_init__(self) -> None:
         if sum(isinstance(e, Trace) for e in self.events) > 1:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
-from gradwire.net.schedule import EVENT_KEYS, Event, Schedule, parse_event
+from gradwire.net.schedule import EVENT_KEYS, NetworkChange, Schedule, parse_event
 from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
@@ -225,7 +225,7 @@ class NetSpec:
     """seed of the jitter draws (with the op's sequence number)"""
     stragglers: tuple[Straggler, ...] = field(default=())
     """slow ranks, at most one entry per rank"""
-    events: tuple[Event, ...] = field(default=())
+    events: tuple[NetworkChange, ...] = field(default=())
     """how the network changes over time (drop, outage, slow, cross, trace: gradwire.net.schedule)"""
     tcp: TcpConfig = TcpConfig()
     """TCP's window cap, slow start, restart after idle and streams on tcp links (gradwire.net.tcp)"""
@@ -415,7 +415,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         raise TypeError(f"a network spec is a string or a NetSpec, got {type(text).__name__}")
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
-    events: list[Event] = []
+    events: list[NetworkChange] = []
     tcp = TcpConfig()
     spec = NetSpec()
     for position, token in enumerate((t.strip() for t in text.split(",")), 1):
