@@ -19,7 +19,7 @@ from rich.table import Table
 from gradwire.cli._args import byte_size, check_net_fits, positive_int
 from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
 from gradwire.net.model import DESCRIBE_SIZES
-from gradwire.net.spec import CHANGING, SPEC_KEYS
+from gradwire.net.spec import CHANGING, spec_keys
 from gradwire.net.schedule import Condition
 from gradwire.net.units import human_bandwidth, human_size, human_time
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "net", help="inspect a simulated network: its spec and modelled collective times",
         description="Inspect a simulated network. SPEC is comma-separated tokens: a preset "
-        f"({', '.join(PRESETS)}) and/or key=value with keys {', '.join(SPEC_KEYS)}.",
+        f"({', '.join(PRESETS)}) and/or key=value with keys {', '.join(spec_keys())}.",
     )
     actions = parser.add_subparsers(dest="net_action", metavar="ACTION")
     parser.set_defaults(func=lambda args: _usage(parser))

@@ -8,7 +8,7 @@ Grammar: comma-separated tokens, applied left to right (later ones win)::
 
 A preset token sets ``name``, ``bandwidth``, ``latency`` and ``protocol``;
 other fields keep their value. Without a preset (or with ``custom``) the base
-is unlimited bandwidth, zero latency, TCP framing. Keys: see :data:`SPEC_KEYS`;
+is unlimited bandwidth, zero latency, TCP framing. Keys: see :func:`spec_keys`;
 ``intra=PRESET`` copies a preset's link into the intra_* keys and
 ``straggler=...`` may repeat (one entry per rank, the last one wins). Examples::
 
@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
-from gradwire.net.schedule import EVENT_KEYS, NetworkChange, Schedule, parse_event
+from gradwire.net.schedule import CHANGE_KINDS, NetworkChange, Schedule, parse_event
 from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
@@ -393,7 +393,12 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
     "algorithm": str.lower, "clock": str.lower, "link": str, "device": lambda v: parse_device(v).text,
 }
-SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS, *TCP_KEYS)
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every ``key=`` of the grammar, the registered kinds of network change included."""
+    return (*_PARSERS, "intra", "straggler", *CHANGE_KINDS, *TCP_KEYS)
+
 
 #: named networks that change: a preset and its events (module doc of gradwire.net.schedule)
 CHANGING: dict[str, str] = {
@@ -440,7 +445,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
                                  f"change: {', '.join(CHANGING)} (or key=value)")
             spec = _apply_preset(replace(spec, **updates), key)
             updates = {}
-        elif key in EVENT_KEYS:
+        elif key in CHANGE_KINDS:
             events.append(parse_event(key, value))
         elif key in TCP_KEYS:
             tcp = tcp.with_key(key, value)
@@ -454,7 +459,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         elif key in _PARSERS:
             updates[key] = _PARSERS[key](value)
         else:
-            raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
+            raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(spec_keys())}")
     return replace(spec, **updates, stragglers=tuple(stragglers.values()), events=tuple(events), tcp=tcp)
 
 
