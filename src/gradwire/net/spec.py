@@ -189,7 +189,14 @@ def _duration(value: Any, what: str) -> float:
 
 @dataclass(frozen=True)
 class NetSpec:
-    """Everything the network model needs to price a collective. Build it with :func:`parse_spec`."""
+    """Everything the network model needs to price a collective.
+
+    Build it from the spec grammar with :func:`parse_spec` where a user gives
+    one (a command line, ``$GRADWIRE_NET``), or with :meth:`NetSpec.of` in a
+    constructor that accepts a string or a spec; then pass the object on.
+    ``to_string`` turns it back into text only where it crosses a process
+    boundary.
+    """
 
     name: str = "custom"
     """preset the spec started from, or ``custom``"""
@@ -281,6 +288,14 @@ class NetSpec:
             raise ValueError(f"tcp must be a gradwire.net.tcp.TcpConfig, got {type(self.tcp).__name__}")
         if self.events:
             Schedule(self.events)  # one trace at most
+
+    @classmethod
+    def of(cls, value: "str | NetSpec | None") -> "NetSpec":
+        """The spec ``value`` names: a :class:`NetSpec` as it is, a string parsed (:func:`parse_spec`), None loopback.
+
+        The one way a function that accepts either form turns it into a spec.
+        """
+        return value if isinstance(value, NetSpec) else parse_spec(value)
 
     @property
     def is_local(self) -> bool:
@@ -410,6 +425,10 @@ CHANGING: dict[str, str] = {
 def parse_spec(text: "str | NetSpec | None") -> NetSpec:
     """Parse a spec string (see the module docstring); ``None`` or ``""`` is ``loopback``.
 
+    Called where a user gives the spec (the CLI's argument type, the
+    environment a process inherits) and by :meth:`NetSpec.of`; everything
+    else passes the parsed :class:`NetSpec` on.
+
     Raises ValueError naming the bad token and the valid choices.
     """
     if isinstance(text, NetSpec):
@@ -418,6 +437,11 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         return _apply_preset(NetSpec(), "loopback")
     if not isinstance(text, str):
         raise TypeError(f"a network spec is a string or a NetSpec, got {type(text).__name__}")
+    return _parse_tokens(text)
+
+
+def _parse_tokens(text: str) -> NetSpec:
+    """The grammar itself (:func:`parse_spec` after its checks); a named network that changes expands here."""
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
     events: list[NetworkChange] = []
@@ -433,7 +457,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
             spec = replace(spec, **updates, name="custom", bandwidth=math.inf, latency=0.0, protocol="tcp")
             updates = {}
         elif not sep and key in CHANGING:
-            named = parse_spec(CHANGING[key])
+            named = _parse_tokens(CHANGING[key])
             spec = _apply_preset(replace(spec, **updates), named.name) if named.name in PRESETS else replace(
                 spec, **updates, name="custom", bandwidth=named.bandwidth, latency=named.latency,
                 protocol=named.protocol)
