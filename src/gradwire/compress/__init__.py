@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .auto import AUTO_CANDIDATES, AUTO_EVERY, AutoCompressor, Link, exchange_busbytes, price
+from .auto import AUTO_CANDIDATES, AUTO_EVERY, AlphaBeta, AutoCompressor, exchange_busbytes, price
 from .base import Compressor, Ctx, Pattern, payload_nbytes, roundtrip
 from .bf16 import BF16Compressor
 from .errorfeedback import ErrorFeedback, is_finite
@@ -61,7 +61,7 @@ from .topk import TopKCompressor
 __all__ = [
     "AutoCompressor",
     "COMPRESSORS",
-    "Link",
+    "AlphaBeta",
     "Compressor",
     "Ctx",
     "ErrorFeedback",
