@@ -71,7 +71,7 @@ def one_rank_group() -> Iterator[None]:
 
 
 def test_a_new_compressor_round_trips_through_the_exchange(toy_compressor: str, one_rank_group: None) -> None:
-    from gradwire.hooks import CompressionState
+    from gradwire.exchange import CompressionState
 
     state = CompressionState(toy_compressor, warmup_iters=0, min_compress_numel=0, local_correction=False)
     assert isinstance(state.compressor, Int16Compressor)

@@ -18,7 +18,7 @@ import torch
 from gradwire.compress import COMPRESSORS, get_compressor, roundtrip
 from gradwire.net import parse_spec
 from gradwire.net.schedule import CHANGE_KINDS, Schedule
-from gradwire.overlap import STRATEGIES, parse_strategy
+from gradwire.strategies import STRATEGIES, parse_strategy
 
 TESTS = Path(__file__).parent
 #: files that name every entry by reading the registries (they would count every name as tested)
