@@ -6,7 +6,7 @@
   ``state``, ``apply``, ``to_string`` and ``@register_change``; a spec names
   it and the schedule applies it.
 - A strategy: a class and one ``register_strategy`` call; its name parses,
-  composes with a compressor, and builds.
+  composes with a compressor, is refused where its entry's rules say, and builds.
 
 Every toy is removed from its registry afterwards, so the rest of the suite
 (and tests/test_registries.py) sees the registries as shipped.
@@ -28,6 +28,10 @@ from gradwire.compress import COMPRESSORS, Compressor, Ctx, Pattern, StateKey, r
 from gradwire.net import NetworkModel, parse_spec
 from gradwire.net.schedule import CHANGE_KINDS, RATE, Condition, NetworkChange, register_change
 from gradwire.net.units import format_time, parse_time
+from gradwire.strategies import (
+    NOT_AN_AVERAGE, STRATEGIES, StrategyEntry, build_strategy, parse_strategy, register_strategy,
+)
+from gradwire.strategies.averaging import LocalSGDStrategy
 
 
 # ---- a compressor ------------------------------------------------------------------------------------------
@@ -130,3 +134,40 @@ def test_a_new_kind_of_network_change_is_parsed_and_applied_by_the_schedule(toy_
     before = model.cost("all_reduce", nbytes, start=0.0).seconds
     during = model.cost("all_reduce", nbytes, start=11.0).seconds
     assert during == pytest.approx(2 * before, rel=1e-6)
+
+
+# ---- a strategy --------------------------------------------------------------------------------------------
+
+
+class EveryOtherAverage(LocalSGDStrategy):
+    """Toy: local SGD whose period is given in pairs of steps (``pairs:P`` averages every 2P steps)."""
+
+    name = "pairs"
+
+    def __init__(self, pairs: int, compressor: str | Compressor | None = None, momentum: float = 0.9,
+                 group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(2 * pairs, compressor=compressor, momentum=momentum, group=group)
+        self.pairs = pairs
+
+
+@pytest.fixture
+def toy_strategy() -> Iterator[str]:
+    register_strategy("pairs", StrategyEntry(
+        EveryOtherAverage, ("P",), (), "parameter average every 2P steps",
+        refuses=NOT_AN_AVERAGE, minimums={"P": (2, "one pair is plain localsgd:2")}))
+    try:
+        yield "pairs"
+    finally:
+        STRATEGIES.pop("pairs", None)
+
+
+def test_a_new_strategy_parses_composes_and_builds(toy_strategy: str) -> None:
+    choice = parse_strategy("fp16+pairs:3")
+    assert (choice.compressor, choice.spec.name, str(choice)) == ("fp16", "pairs", "fp16+pairs:3")
+    strategy = build_strategy(choice)
+    assert isinstance(strategy, EveryOtherAverage) and strategy.pairs == 3
+    assert strategy.compressor is not None and strategy.compressor.name == "fp16"
+    with pytest.raises(ValueError, match=r"P must be >= 2 \(one pair is plain localsgd:2\), got 1"):
+        parse_strategy("pairs:1")
+    with pytest.raises(ValueError, match="a vote, not an average"):  # the trait its entry gave it
+        parse_strategy("signum+pairs:2")
