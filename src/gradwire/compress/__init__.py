@@ -101,9 +101,14 @@ COMMON_OPTIONS = ("warmup", "fuse")
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
                         options: tuple[str, ...] = ()) -> None:
-    """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters."""
+    """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters.
+
+    Raises ValueError for a name that cannot be written in the grammar or that is registered already.
+    """
     if ":" in name or not name:
         raise ValueError(f"compressor names must be non-empty and contain no ':', got {name!r}")
+    if name in COMPRESSORS:
+        raise ValueError(f"compressor {name!r} is registered already; pick another name")
     COMPRESSORS[name] = CompressorEntry(factory, param, doc, tuple(options))
 
 
