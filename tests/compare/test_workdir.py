@@ -12,7 +12,8 @@ def test_changes_between_snapshots_created_topmost_modified_removed():
     before = {"data": PathState("dir"), "data/a.csv": f(10), "ckpt.pt": f(5), "old.log": f(3),
               "latest": PathState("link", target="run1")}
     after = {"data": PathState("dir"), "data/a.csv": f(10), "data/b.csv": f(1), "ckpt.pt": f(5, mtime=2),
-             "runs": PathState("dir"), "runs/v0": PathState("dir"), "runs/v0/x": f(1), "latest": PathState("link", target="run2")}
+             "runs": PathState("dir"), "runs/v0": PathState("dir"), "runs/v0/x": f(1),
+             "latest": PathState("link", target="run2")}
     found = changes(before, after)
     assert found.created == ["data/b.csv", "runs"]  # a new folder moves as a whole
     assert found.modified == ["ckpt.pt", "latest"] and found.removed == ["old.log"]

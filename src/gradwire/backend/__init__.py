@@ -28,8 +28,8 @@ from gradwire.net import NetworkModel
 from gradwire.net.spec import resolve_topology
 
 __all__ = [
-    "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpRecord", "OpStats",
-    "Stats",
+    "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
+    "OpRecord",
     "clock", "configure", "current_spec", "events", "export_trace", "group_over", "groups", "is_gradwire", "network",
     "register",
     "report_as", "reset_stats", "stats",

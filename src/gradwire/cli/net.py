@@ -39,7 +39,8 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=lambda args: _usage(parser))
 
     desc = actions.add_parser("describe", help="print a spec's fields and modelled times per collective")
-    desc.add_argument("spec", metavar="SPEC", type=net_spec, help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
+    desc.add_argument("spec", metavar="SPEC", type=net_spec,
+                      help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
     desc.add_argument("--world-size", "-n", type=positive_int(1, MAX_WORLD), nargs="+", metavar="N", default=None,
                       help="world sizes to model (default: 2 4 8, or the one a topology holds)")
     desc.add_argument("--sizes", "-s", type=byte_size, nargs="+", metavar="SIZE",

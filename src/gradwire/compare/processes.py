@@ -116,7 +116,10 @@ def _handling(handlers: dict[int, Any]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_stop(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Inside the block, each of ``signums`` raises :class:`ComparisonStopped` (once; the next is ignored while stopping)."""
+    """Inside the block, each of ``signums`` raises :class:`ComparisonStopped`.
+
+    Once: the next is ignored while stopping.
+    """
 
     def stop(signum: int, frame: FrameType | None) -> None:
         for s in signums:  # stopping takes seconds: a second kill must not cut it short

@@ -353,7 +353,8 @@ def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], 
             for s in strategies:
                 # auto: the fastest of its candidates at this point (what its chooser takes, pricing alike)
                 candidates = [str(c) for c in parse_strategy(s).auto_candidates() or [parse_strategy(s)]]
-                preds[(net, n, s)] = min((predict(profile_for(c), c, spec, n, cost_for(c), pricers) for c in candidates),
+                preds[(net, n, s)] = min((predict(profile_for(c), c, spec, n, cost_for(c), pricers)
+                                          for c in candidates),
                                          key=lambda p: p.step_seconds)
             if target is not None:
                 ratios[(net, n)] = ratio_needed(profile_for("sync"), spec, n, target, pricers)

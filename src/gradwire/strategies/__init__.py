@@ -29,7 +29,8 @@ from .registry import (
 from .sync import SyncStrategy
 
 __all__ = [
-    "NOT_AN_AVERAGE", "STRATEGIES", "StrategyEntry", "register_strategy", "AsyncAverageStrategy", "CannotApply", "ExchangeModel", "ExchangeTraits", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
+    "NOT_AN_AVERAGE", "StrategyEntry", "register_strategy",
+    "STRATEGIES", "AsyncAverageStrategy", "CannotApply", "ExchangeModel", "ExchangeTraits", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
     "HandlerStrategy", "LocalSGDStrategy", "Strategy", "StrategySpec", "SyncStrategy", "broadcast_module",
     "build_strategy", "check_composition", "network_wait", "parse_strategy", "split_exposed",
     "step_comm_seconds",
