@@ -176,6 +176,12 @@ def test_registration_refuses_a_taken_key_and_a_kind_without_a_stage_or_parser()
     with pytest.raises(ValueError, match="'drop' is taken by Drop"):
         register_change(Twin)
 
+    class Bandwidth(Drop):
+        key = "bandwidth"
+
+    with pytest.raises(ValueError, match="'bandwidth' already means something else"):
+        register_change(Bandwidth)
+
     class NoStage(NetworkChange):
         key = "nostage"
 

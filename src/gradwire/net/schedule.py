@@ -54,7 +54,7 @@ from typing import Callable, ClassVar, Iterator, Sequence, TypeVar
 from gradwire.net.units import format_bandwidth, format_time, parse_bandwidth, parse_fraction, parse_time
 
 __all__ = [
-    "CHANGE_KINDS", "Condition", "Cross", "Drop", "NetworkChange", "Outage", "Schedule", "Slow", "Trace",
+    "CHANGE_KINDS", "RESERVED_KEYS", "Condition", "Cross", "Drop", "NetworkChange", "Outage", "Schedule", "Slow", "Trace",
     "finish_time", "parse_event", "register_change",
 ]
 
@@ -147,6 +147,8 @@ class NetworkChange:
 
 #: every kind of network change by its spec key (:func:`register_change` adds one)
 CHANGE_KINDS: dict[str, type[NetworkChange]] = {}
+#: spec keys the grammar uses for something else (:mod:`gradwire.net.spec` fills it): no kind may take one
+RESERVED_KEYS: set[str] = set()
 
 _Kind = TypeVar("_Kind", bound=type[NetworkChange])
 
@@ -154,7 +156,8 @@ _Kind = TypeVar("_Kind", bound=type[NetworkChange])
 def register_change(cls: _Kind) -> _Kind:
     """Class decorator: make ``cls`` a kind of network change the spec grammar and :class:`Schedule` know.
 
-    Raises ValueError if its key is taken by another kind, or if it lacks a key, a stage or a parser.
+    Raises ValueError if its key is taken (by another kind, or by the rest of the spec grammar), or if it lacks
+    a key, a stage or a parser.
     """
     key = getattr(cls, "key", None)
     if not isinstance(key, str) or not key.isidentifier() or key != key.lower():
@@ -163,6 +166,8 @@ def register_change(cls: _Kind) -> _Kind:
         raise ValueError(f"{cls.__name__}: a kind of network change needs a stage (BASE, RATE, LINKS, SHARE or DOWN)")
     if cls.parse.__func__ is NetworkChange.parse.__func__:  # type: ignore[attr-defined]
         raise ValueError(f"{cls.__name__}: a kind of network change reads its own token (classmethod parse)")
+    if key in RESERVED_KEYS:
+        raise ValueError(f"{cls.__name__}: the spec key {key!r} already means something else in a network spec")
     if CHANGE_KINDS.get(key, cls) is not cls:
         raise ValueError(f"{cls.__name__}: the spec key {key!r} is taken by {CHANGE_KINDS[key].__name__}")
     CHANGE_KINDS[key] = cls

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
-from gradwire.net.schedule import CHANGE_KINDS, NetworkChange, Schedule, parse_event
+from gradwire.net.schedule import CHANGE_KINDS, RESERVED_KEYS, NetworkChange, Schedule, parse_event
 from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
@@ -420,6 +420,9 @@ CHANGING: dict[str, str] = {
     "flaky-cloud": "10gbe,drop=1gbit:for=5s:every=30s,outage=1s:at=100s:every=120s",
     "shared-wan": "bandwidth=1gbit,latency=30ms,cross=400mbit:flows=2:on=10s:off=20s",
 }
+
+# a kind of network change may not take a word the grammar already reads (it would shadow it)
+RESERVED_KEYS.update(_PARSERS, ("intra", "straggler", "custom"), TCP_KEYS, PRESETS, CHANGING)
 
 
 def parse_spec(text: "str | NetSpec | None") -> NetSpec:
