@@ -289,17 +289,17 @@ def test_auto_estimate_of_a_measured_link_leaves_out_one_probe_that_read_it_else
 
 
 def test_auto_probe_is_long_enough_that_a_few_milliseconds_of_delay_do_not_move_it() -> None:
-    from gradwire.compress import Link
+    from gradwire.compress import AlphaBeta
     from gradwire.exchange.chooser import PROBE_MAX_NUMEL, PROBE_SECONDS, probe_numel
 
-    gbit = Link(alpha=4e-4, beta=8e-9)  # 1 Gbit/s, 0.4 ms: 8 alphas would be 3.2 ms of bytes
+    gbit = AlphaBeta(alpha=4e-4, beta=8e-9)  # 1 Gbit/s, 0.4 ms: 8 alphas would be 3.2 ms of bytes
     n = probe_numel(gbit, 2, 1 << 20)
     assert n * 4 * gbit.beta == pytest.approx(PROBE_SECONDS, rel=1e-3)
-    slow = Link(alpha=2e-3, beta=8e-8)  # 100 Mbit/s, 2 ms: 8 alphas, 16 ms, are more than PROBE_SECONDS
+    slow = AlphaBeta(alpha=2e-3, beta=8e-8)  # 100 Mbit/s, 2 ms: 8 alphas, 16 ms, are more than PROBE_SECONDS
     assert probe_numel(slow, 2, 1 << 20) * 4 * slow.beta == pytest.approx(16e-3, rel=1e-3)
     assert probe_numel(gbit, 2, 1000) == 1 << 14  # twice a small exchange, but no less than the floor
-    assert probe_numel(Link(alpha=4e-4, beta=8e-11), 4, 1 << 24) == PROBE_MAX_NUMEL  # 100 Gbit/s: the cap
-    for bad in ((gbit, 1, 1000), (gbit, 2, 0), (Link(alpha=4e-4, beta=0.0), 2, 1000)):
+    assert probe_numel(AlphaBeta(alpha=4e-4, beta=8e-11), 4, 1 << 24) == PROBE_MAX_NUMEL  # 100 Gbit/s: the cap
+    for bad in ((gbit, 1, 1000), (gbit, 2, 0), (AlphaBeta(alpha=4e-4, beta=0.0), 2, 1000)):
         with pytest.raises(ValueError, match="a world of 2 or more ranks"):
             probe_numel(*bad)
 

@@ -1,9 +1,13 @@
 """Parsing composed strategy names (pure, one process)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from gradwire.strategies import STRATEGIES, StrategyChoice, StrategySpec, parse_strategy
+from gradwire.strategies import (
+    NOT_AN_AVERAGE, STRATEGIES, StrategyChoice, StrategySpec, parse_strategy, register_strategy,
+)
 
 
 @pytest.mark.parametrize("text, compressor, spec", [
@@ -62,3 +66,42 @@ def test_every_strategy_builds_with_and_without_compressor() -> None:
             # gradient strategies own the momentum when they compress (error feedback + momentum trap)
             expected = 0.0 if compressor and s.averages_gradients else 0.9
             assert s.optimizer_momentum == expected
+
+
+def test_a_compressor_that_is_not_an_average_is_refused_because_it_says_so() -> None:
+    """The refusal reads the compressor's ``averages``; a vote registered later is refused too."""
+    from gradwire.compress import COMPRESSORS, register_compressor
+    from gradwire.compress.signum import SignumCompressor
+
+    class Majority(SignumCompressor):
+        name = "majority"
+
+    assert "signum" in NOT_AN_AVERAGE and "fp16" not in NOT_AN_AVERAGE
+    register_compressor("majority", lambda arg: Majority())
+    try:
+        assert "majority" in NOT_AN_AVERAGE
+        with pytest.raises(ValueError, match="majority.*a vote, not an average"):
+            parse_strategy("majority+localsgd:2")
+        assert str(parse_strategy("majority+delayed:naive")) == "majority+delayed:naive"  # naive lifts it
+    finally:
+        COMPRESSORS.pop("majority", None)
+    assert "majority" not in NOT_AN_AVERAGE
+
+
+def test_torch_powersgd_start_is_a_minimum_on_its_entry() -> None:
+    assert STRATEGIES["torch-powersgd"].minimums["start"][0] == 2
+    with pytest.raises(ValueError, match=r"start must be >= 2 \(PyTorch's PowerSGD compresses from the third"):
+        parse_strategy("torch-powersgd:4:start=1")
+    assert str(parse_strategy("torch-powersgd:4:start=2")) == "torch-powersgd:4:start=2"
+
+
+def test_register_strategy_refuses_a_taken_name_and_rules_on_no_parameter() -> None:
+    entry = STRATEGIES["localsgd"]
+    for taken in ("localsgd", "fp16"):
+        with pytest.raises(ValueError, match="already names a"):
+            register_strategy(taken, entry)
+    with pytest.raises(ValueError, match="without ':'"):
+        register_strategy("a+b", entry)
+    with pytest.raises(ValueError, match=r"\['K'\] are none of its parameters"):
+        register_strategy("toy", replace(entry, minimums={"K": (1, "")}))
+    assert "toy" not in STRATEGIES

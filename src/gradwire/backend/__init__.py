@@ -17,7 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from gradwire.backend import compat, names, teardown, work
-from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
+from gradwire.backend.accounting import LEDGER, OpRecord, OpStats, Stats
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.simclock import SIMCLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
@@ -29,10 +29,14 @@ from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
+    "OpRecord",
     "clock", "configure", "current_spec", "events", "export_trace", "group_over", "groups", "is_gradwire", "network",
     "register",
     "report_as", "reset_stats", "stats",
 ]
+
+#: the name :class:`OpRecord` had before; kept so that ``gradwire.backend.Event`` still works
+Event = OpRecord
 
 BACKEND_NAME = "gradwire"
 _LOG = logging.getLogger("gradwire")
@@ -134,8 +138,13 @@ def reset_stats() -> None:
     LEDGER.reset()
 
 
-def events() -> list[Event]:
-    """This rank's event log (most recent ops, bounded)."""
+def events() -> list[OpRecord]:
+    """This rank's op records, oldest first (the most recent ops, bounded): one :class:`OpRecord` per op.
+
+    These are the ops the backend ran, not the network's changes over time
+    (those are :class:`gradwire.net.schedule.NetworkChange`, and the link's
+    condition over time is :func:`condition_events`).
+    """
     return LEDGER.events()
 
 

@@ -80,7 +80,7 @@ from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
 from gradwire.backend import local
-from gradwire.backend.accounting import Event
+from gradwire.backend.accounting import OpRecord
 from gradwire.backend.completer import CLOCK
 from gradwire.backend.link import Link, link_for
 from gradwire.backend.simclock import SIMCLOCK
@@ -369,7 +369,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
                     cause = self._outage_in(start, done)
                 if self._shared is not None:
                     self._shared.busy_until(done)
-        event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
+        event = OpRecord(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       done - start, now, start, done,
                       floating=not tensors or any(t.is_floating_point() for t in tensors))
         try:
@@ -422,13 +422,13 @@ class GradwireProcessGroup(dist.ProcessGroup):
             seq = self._seq
             self._seq += 1
         now = CLOCK.now()
-        event = Event(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
+        event = OpRecord(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
         done: Future = Future()
         done.set_result(answer())
         work = c10d._create_work_from_future(done)  # type: ignore[attr-defined]  # missing from torch's stub
         return self._track(event, 0, work, None, "local", opts, None)
 
-    def _track(self, event: Event, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
+    def _track(self, event: OpRecord, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
                source_of: Callable[[], int] | None, cause: str = "", tag: Any = None) -> GradwireWork:
         """The Work of a launched op: completes when its inner work and the modelled time are done."""
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from gradwire.backend.accounting import LEDGER, Event
+from gradwire.backend.accounting import LEDGER, OpRecord
 from gradwire.backend.completer import CLOCK, COMPLETER, run_guarded
 from gradwire.backend.simclock import SIMCLOCK, Tag
 
@@ -93,7 +93,7 @@ class Pending:
     __slots__ = ("event", "sent_bytes", "inner", "post", "simulated", "backend", "timeout", "cause", "source", "future",
                  "lock", "inline", "finished", "value", "error", "tag", "observed")
 
-    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, simulated: bool,
+    def __init__(self, event: OpRecord, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, simulated: bool,
                  backend: str, timeout: float, cause: str = "", tag: Tag | None = None) -> None:
         self.event = event
         self.sent_bytes = sent_bytes

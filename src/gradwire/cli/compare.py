@@ -45,7 +45,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import _typed, check_net_fits, command_after_dashes, output_dir, positive_int, seconds
+from gradwire.cli._args import (
+    _typed, check_net_fits, command_after_dashes, default_nets, net_spec, output_dir, positive_int, seconds,
+)
 
 if TYPE_CHECKING:
     from gradwire.compare.config import Tolerance
@@ -66,7 +68,7 @@ def add_parser(sub: Any) -> None:
     d = CompareConfig.__dataclass_fields__
     p = sub.add_parser("compare", help="measure every strategy on real training: ours, or your own script (the main job)",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--net", action="append", default=None,
+    p.add_argument("--net", action="append", type=net_spec, default=None,
                    help=f"network spec or preset; repeat for several (default: {' and '.join(DEFAULT_NETS)}; "
                         f"with a command: {DEFAULT_NET})")
     p.add_argument("--strategies", default=None,
@@ -171,15 +173,14 @@ def _device(text: str) -> str:
 
 
 def _nets(args: argparse.Namespace, default: tuple[str, ...], clock: str = "realtime") -> tuple[NetSpec, ...]:
-    """``--net`` (or ``default``), parsed, on ``--clock`` (or ``clock``) with ``--device``."""
+    """``--net`` (or ``default``, parsed as ``--net`` is), on ``--clock`` (or ``clock``) with ``--device``."""
     from gradwire.compare.config import on_clock
-    from gradwire.net import parse_spec
 
     chosen = args.clock or clock
     if args.device is not None and chosen != "sim":
         raise ValueError(f"--device {args.device} prices compute on the simulated clock: add --clock sim "
                          "(the realtime clock takes compute as this host runs it)")
-    return tuple(on_clock(parse_spec(net), chosen, args.device) for net in args.net or default)
+    return tuple(on_clock(net, chosen, args.device) for net in default_nets(args.net, default))
 
 
 def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[StrategyChoice, ...]:
@@ -301,8 +302,8 @@ def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> 
                             steps)
         calibration = {**measured.as_dict(), "scale": scale}
     curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
-    for net in cfg.net_names:
-        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, net).items()}
+    for net, spec in zip(cfg.net_names, cfg.nets):
+        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, spec).items()}
         curves.step_ms_at_nets[net] = steps_ms
         curves.at_nets[net] = {s: steps_ms[names[0]] / steps_ms[s] for s in names[1:]}
     curves.calibration = calibration
@@ -324,7 +325,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from gradwire.compare import print_table, rows_of, to_markdown
     from gradwire.compare.report import prediction_line
     from gradwire.compare.config import DEFAULT_TOLERANCE
-    from gradwire.compare.processes import Stopped
+    from gradwire.compare.processes import ComparisonStopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
@@ -353,7 +354,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
 
             results = start(done)
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        signum = exc.signum if isinstance(exc, ComparisonStopped) else signal.SIGINT
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)

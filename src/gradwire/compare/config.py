@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradwire.net import NetSpec, parse_spec
+from gradwire.net import NetSpec
 from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["COMPUTE_ONLY", "DEFAULT_CLOCK", "DEFAULT_DEVICE", "ideal_of", "on_clock", "DEFAULT_TOLERANCE", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS",
@@ -63,7 +63,7 @@ def ideal_of(net: NetSpec) -> NetSpec:
     """The network compute-only runs on for ``net``'s table: no communication, on ``net``'s clock and device."""
     from dataclasses import replace
 
-    return replace(parse_spec(IDEAL_NET), clock=net.clock, device=net.device)
+    return replace(NetSpec.of(IDEAL_NET), clock=net.clock, device=net.device)
 
 
 def clock_words(net: NetSpec) -> str:
@@ -180,7 +180,7 @@ class Named:
         """Parse the networks and strategies given as strings, in place (a frozen dataclass's ``__post_init__``)."""
         if not self.nets:
             raise ValueError("at least one --net is needed")
-        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
+        object.__setattr__(self, "nets", tuple(NetSpec.of(net) for net in self.nets))
         if not self.strategies:
             raise ValueError("at least one strategy is needed")
         object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
@@ -214,7 +214,7 @@ class CompareConfig(Named):
     """
 
     nets: tuple[NetSpec, ...] = field(
-        default_factory=lambda: tuple(on_clock(parse_spec(n), DEFAULT_CLOCK, DEFAULT_DEVICE) for n in DEFAULT_NETS))
+        default_factory=lambda: tuple(on_clock(NetSpec.of(n), DEFAULT_CLOCK, DEFAULT_DEVICE) for n in DEFAULT_NETS))
     """networks (spec strings or presets accepted); several make a sweep"""
     strategies: tuple[StrategyChoice, ...] = field(
         default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_STRATEGIES))

@@ -77,7 +77,7 @@ from dataclasses import replace
 from typing import Any, Iterable
 
 from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_TOLERANCE, IDEAL_NOTE, Tolerance
-from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult
+from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult, network_of
 
 __all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SPREAD_SEEDS", "Row", "direction", "judge", "metric_name",
            "prediction_line", "print_table", "relative_target", "rows_of", "reason", "scale", "sound_bound",
@@ -340,15 +340,7 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 def _changing(rows: list[Row]) -> bool:
     """Whether a network of the table changes over time (then the steps' spread is a column)."""
-    from gradwire.net import parse_spec
-
-    def changes(net: str) -> bool:
-        try:
-            return bool(parse_spec(net).events)
-        except ValueError:  # a name, not a spec (a results file from elsewhere)
-            return False
-
-    return any(changes(net) for net in {r.net for r in rows} if net)
+    return any((spec := network_of(net)) is not None and bool(spec.events) for net in {r.net for r in rows} if net)
 
 
 def rows_of(results: Results, tolerance: Tolerance | None = None) -> list[Row]:
@@ -621,12 +613,9 @@ def _title(net: str, rows: list[Row], target: float | None) -> str:
 def _clock_of(net: str) -> str:
     """The clock and device a table's times are in, in words."""
     from gradwire.compare.config import clock_words
-    from gradwire.net import parse_spec
 
-    try:
-        return clock_words(parse_spec(net.strip("`")))
-    except ValueError:  # a name that is no spec (a saved file's label): nothing to say
-        return ""
+    spec = network_of(net.strip("`"))
+    return "" if spec is None else clock_words(spec)  # a name that is no spec (a saved file's label): nothing to say
 
 
 def _metric_title(net: str, rows: list[Row], target: float | None) -> str:

@@ -23,6 +23,7 @@ A run's ``status``:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import statistics
@@ -30,13 +31,27 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gradwire.net.spec import NetSpec
+
 __all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "UNSOUND", "Curve", "Results", "Run", "SeedResult",
-           "TrainingEvent"]
+           "TrainingEvent", "network_of"]
 
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
 TIMED_OUT = "timed out"
 #: a row (never a run) whose final metric is clearly worse than the baseline's (:mod:`gradwire.compare.report`)
 UNSOUND = "unsound"
+
+
+@functools.lru_cache(maxsize=64)
+def network_of(net: str) -> NetSpec | None:
+    """The network a run's ``net`` names (results.json keeps networks as spec strings), or None if it names none.
+
+    A results file written elsewhere may name a network this version cannot read; its table still renders.
+    """
+    try:
+        return NetSpec.of(net)
+    except ValueError:
+        return None
 
 
 class _Status:
@@ -383,13 +398,8 @@ def compact_json(obj: Any, indent: int = 0, digits: int = 6) -> str:
 
 def _clock_record(config: dict[str, Any]) -> dict[str, str]:
     """What every time figure of the file is measured on: the clock, and on the simulated one the device."""
-    from gradwire.net import parse_spec
-
     nets = config.get("nets") or []
-    try:
-        spec = parse_spec(nets[0]) if nets else None
-    except ValueError:
-        spec = None
+    spec = network_of(nets[0]) if nets else None
     if spec is None or spec.clock != "sim":
         return {"clock": "realtime", "device": "this host"}
     from gradwire.device import parse_device

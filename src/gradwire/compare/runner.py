@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from gradwire.compare.config import COMPUTE_ONLY, CompareConfig, ideal_of
 from gradwire.compare.ledger import Ledger, rotation
 from gradwire.compare.results import FAILED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent
-from gradwire.net import parse_spec
 from gradwire.strategies import parse_strategy
 
 if TYPE_CHECKING:

@@ -74,7 +74,7 @@ from gradwire.compare.results import (
 )
 from gradwire.compare.workdir import Changes, WorkDir
 from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
-from gradwire.net import NetSpec, parse_spec
+from gradwire.net import NetSpec
 from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "parse_strategy_args", "run_script_compare",
@@ -129,7 +129,7 @@ class ScriptConfig(Named):
 
     cmd: tuple[str, ...]
     """the command, as after ``--``; ``{seed}`` in it is replaced by the seed"""
-    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (parse_spec(DEFAULT_NET),))
+    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (NetSpec.of(DEFAULT_NET),))
     strategies: tuple[StrategyChoice, ...] = field(
         default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_SCRIPT_STRATEGIES))
     """the first is the baseline"""
@@ -466,7 +466,7 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
     SIGTERM or SIGHUP stop it as Ctrl-C does.
 
     Raises:
-        KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
+        KeyboardInterrupt: (:class:`~gradwire.compare.processes.ComparisonStopped` for
             SIGTERM or SIGHUP) after stopping every process of the training in
             flight, moving what it created in the working directory, and saving
             results.json with the unfinished runs marked ``not finished``.

@@ -37,7 +37,7 @@ import torch
 from .base import Compressor, Ctx, Pattern
 from .twophase import chunk_bounds, chunk_granule
 
-__all__ = ["AUTO_CANDIDATES", "AutoCompressor", "Link", "exchange_busbytes", "price"]
+__all__ = ["AUTO_CANDIDATES", "AlphaBeta", "AutoCompressor", "exchange_busbytes", "price"]
 
 #: what ``auto`` chooses from by default (``none`` is always a candidate)
 AUTO_CANDIDATES = ("fp16", "int8", "onebit")
@@ -85,8 +85,12 @@ class AutoCompressor(Compressor):
 
 
 @dataclass(frozen=True)
-class Link:
-    """``alpha`` seconds per collective plus ``beta`` seconds per bus byte."""
+class AlphaBeta:
+    """A collective's cost as measured: ``alpha`` seconds per collective plus ``beta`` seconds per bus byte.
+
+    What the ``auto`` chooser fits from its probes; the network model's own link is
+    :class:`gradwire.net.link.Link`.
+    """
 
     alpha: float
     beta: float
@@ -138,7 +142,7 @@ def _padded(nbytes: int) -> int:
     return max(8, -(-nbytes // 8) * 8)
 
 
-def price(compressor: Compressor, numel: int, world: int, link: Link, cpu_seconds: float = 0.0,
+def price(compressor: Compressor, numel: int, world: int, link: AlphaBeta, cpu_seconds: float = 0.0,
           element_size: int = 4) -> float:
     """Seconds of one exchange (module doc): its collectives on ``link`` plus ``cpu_seconds`` of coding."""
     return cpu_seconds + sum(link.seconds(b) for b in exchange_busbytes(compressor, numel, world, element_size))

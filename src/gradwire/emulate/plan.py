@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gradwire.emulate.layout import NODE_IF, Layout, port_if
-from gradwire.net.schedule import Cross, Drop, Slow, Trace
+from gradwire.net.schedule import BASE, LINKS, RATE, Cross, Slow, Trace
 from gradwire.net.spec import PRESETS, NetSpec
 from gradwire.net.units import format_fraction, format_time, human_bandwidth
 
@@ -249,8 +249,9 @@ def plan_network(
     return EmulationPlan(layout, spec, tuple(ports), model_spec(spec, layout), burst)
 
 
-def _rates_change(spec: NetSpec) -> bool:
-    return any(isinstance(e, (Drop, Slow, Trace)) for e in spec.events)
+def _rate_changes(spec: NetSpec) -> list[str]:
+    """The keys of the spec's changes that set a shaper's rate: by their stage, so a new kind is covered too."""
+    return list(dict.fromkeys(f"{e.key}=" for e in spec.events if e.stage in (BASE, RATE, LINKS)))
 
 
 def event_refusals(spec: NetSpec, caps: Capabilities, world_size: int, kind: str | None) -> list[str]:
@@ -271,8 +272,9 @@ def event_refusals(spec: NetSpec, caps: Capabilities, world_size: int, kind: str
             need = "netem, which this kernel lacks (sch_netem)" if "netem" not in caps.qdiscs else \
                 "netem changed at run time, which gradwire emulate does not do"
             reasons.append(f"trace {trace.path!r} changes the loss: that needs {need}; drop its loss column")
-    if _rates_change(spec) and kind is None:
-        reasons.append("drop=, slow= and trace= change the rate of a shaper, and this network has none: give the "
+    rate_changes = _rate_changes(spec)
+    if rate_changes and kind is None:
+        reasons.append(f"{', '.join(rate_changes)} change the rate of a shaper, and this network has none: give the "
                        "links a rate to start from, e.g. bandwidth=1gbit")
     outside = sorted({e.rank for e in events if isinstance(e, Slow) and e.rank >= world_size})
     if outside:

@@ -154,7 +154,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gradwire.compress import AutoCompressor, Compressor, Link, Pattern, StateKey, get_compressor, price
+from gradwire.compress import AlphaBeta, AutoCompressor, Compressor, Pattern, StateKey, get_compressor, price
 
 from .futures import Sequencer, then, wait_before_exit
 
@@ -351,13 +351,13 @@ def _states_link(modelled: tuple[float, ...] | None) -> bool:
     return modelled is not None and math.isfinite(modelled[0])
 
 
-def _fitted(numbers: Tensor) -> Link:
+def _fitted(numbers: Tensor) -> AlphaBeta:
     """The link of an agreed probe (its first three numbers: small seconds, large seconds, large bus bytes)."""
     small, large, busbytes = numbers[:3].tolist()
-    return Link(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
+    return AlphaBeta(alpha=max(0.0, small), beta=max(0.0, (large - small) / busbytes) if busbytes else 0.0)
 
 
-def probe_numel(link: Link, world: int, largest: int) -> int:
+def probe_numel(link: AlphaBeta, world: int, largest: int) -> int:
     """Elements of the probe's large all_reduce on ``link``: bytes worth :data:`PROBE_BYTES_SHARE` x alpha, at
     least :data:`PROBE_SECONDS` of them, within :data:`PROBE_MIN_NUMEL` .. :data:`PROBE_MAX_NUMEL` and at most
     twice the ``largest`` exchange."""
@@ -423,7 +423,7 @@ def _condition(modelled: list[float]) -> tuple[float, float] | None:
     return float(f"{modelled[0]:.4g}"), float(f"{modelled[1]:.4g}")
 
 
-def _moved(old: Link, new: Link) -> bool:
+def _moved(old: AlphaBeta, new: AlphaBeta) -> bool:
     """Whether ``new`` differs from ``old`` by :data:`LINK_MOVED` or more (of the larger) in beta, or twice that
     in alpha (one small collective on a busy host is the noisier figure)."""
     def far(a: float, b: float, share: float) -> bool:
@@ -452,11 +452,11 @@ class AutoChooser:
         self._redo = False
         #: every decision that changed something, in order
         self.decisions: list[Decision] = []
-        self.link: Link | None = None
+        self.link: AlphaBeta | None = None
         #: the agreed probes on the link as it is now (their median is ``link``), and a probe that read it moved,
         #: with its step, until the next probe confirms or contradicts it
-        self._readings: list[Link] = []
-        self._far: tuple[Link, int] | None = None
+        self._readings: list[AlphaBeta] = []
+        self._far: tuple[AlphaBeta, int] | None = None
         self._lines: dict[tuple[str, int], tuple[float, float]] = {}
         self._samples: dict[int, Tensor] = {}
         self._probe_numel: int | None = None
@@ -492,13 +492,13 @@ class AutoChooser:
         self._explored = 0
         #: proposals whose trial lost, with the agreed link and the model's condition then (tried again once it moved)
         #: and how many times the winner's median step its own was (:func:`_slower`)
-        self._rejected: dict[tuple[str, ...], tuple[Link, tuple[float, float] | None, int, float]] = {}
+        self._rejected: dict[tuple[str, ...], tuple[AlphaBeta, tuple[float, float] | None, int, float]] = {}
         #: the simulated backend's condition at the last decision (the modelled link, rounded; None elsewhere),
         #: the step at which it next changes, and per condition met: its last standing choice and link estimate
         self._condition: tuple[float, float] | None = None
         self._next_change = math.inf
         self._visit = 0
-        self._conditions: dict[tuple[float, float], tuple[dict[StateKey, Compressor], Link]] = {}
+        self._conditions: dict[tuple[float, float], tuple[dict[StateKey, Compressor], AlphaBeta]] = {}
 
     def in_flight(self) -> list[Future]:
         """The chooser's own collectives that no step has waited for yet (the probe, the agreements)."""
@@ -874,7 +874,7 @@ class AutoChooser:
             moved = previous is None or condition != self._condition
             # an op there ends at max(model, inner backend): no probe can find the link faster than the model's
             # (on a loaded host a probe's small all_reduce read slow put a 100 Mbit/s link at 133 Mbit/s)
-            measured = Link(max(measured.alpha, values[-3]), max(measured.beta, values[-2]))
+            measured = AlphaBeta(max(measured.alpha, values[-3]), max(measured.beta, values[-2]))
             self._next_change = self._step + values[-1] / values[4] if values[4] > 0 else math.inf
         recalled = self._conditions.get(condition) if moved and condition is not None else None
         if condition is not None and moved:
@@ -892,7 +892,7 @@ class AutoChooser:
         else:
             self._far = None
             self._readings = [*self._readings, measured][-ESTIMATE_PROBES:]
-            self.link = Link(statistics.median(r.alpha for r in self._readings),
+            self.link = AlphaBeta(statistics.median(r.alpha for r in self._readings),
                              statistics.median(r.beta for r in self._readings))
         self._exposed_share, period = values[3], values[4]
         since = (self._step - self._first) if self._first is not None else 0

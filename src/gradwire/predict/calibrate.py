@@ -312,7 +312,7 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.net import parse_spec
+    from gradwire.net import NetSpec
     from gradwire.strategies import parse_strategy
     from gradwire.predict.measure import MeasureConfig, run_recorded
     from gradwire.train.loop import TrainConfig, train_rank
@@ -324,7 +324,7 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     gradwire.configure("local")
     dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/local/", store), rank=rank,
                             world_size=world, timeout=_TIMEOUT)
-    run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=parse_spec("local"), model=request.model,
+    run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=NetSpec.of("local"), model=request.model,
                                  epochs=request.epochs,
                                  batch_size=request.batch_size))
     out["compute"], out["full"] = reference_step(run.step_compute, len(run.step_compute) // request.epochs)

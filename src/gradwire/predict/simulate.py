@@ -66,7 +66,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from gradwire.net import NetSpec, NetworkModel, parse_spec
+from gradwire.net import NetSpec, NetworkModel
 from gradwire.net.algorithms import choose
 from gradwire.net.spec import AUTO_TOPOLOGY
 
@@ -150,7 +150,7 @@ def spec_for_world(spec: NetSpec | str, world: int) -> NetSpec:
     Raises:
         ValueError: ``world`` is not a multiple of M, or the topology is ``auto``.
     """
-    spec = parse_spec(spec)
+    spec = NetSpec.of(spec)
     if spec.topology == AUTO_TOPOLOGY:
         raise ValueError("topology=auto is read from torchrun when a job runs; to predict, write "
                          "topology=NODESxRANKS (the ranks per node are kept, the nodes follow the world size)")

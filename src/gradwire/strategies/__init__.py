@@ -22,10 +22,14 @@ from .base import CannotApply, ExchangeModel, ExchangeTraits, Strategy, Timing, 
 from .delayed import DelayedStrategy
 from .handler import AsyncGradientHandler, HandlerStrategy
 from .metrics import network_wait, split_exposed, step_comm_seconds
-from .registry import STRATEGIES, StrategyChoice, StrategySpec, build_strategy, check_composition, parse_strategy
+from .registry import (
+    NOT_AN_AVERAGE, STRATEGIES, StrategyChoice, StrategyEntry, StrategySpec, build_strategy, check_composition,
+    parse_strategy, register_strategy,
+)
 from .sync import SyncStrategy
 
 __all__ = [
+    "NOT_AN_AVERAGE", "StrategyEntry", "register_strategy",
     "STRATEGIES", "AsyncAverageStrategy", "CannotApply", "ExchangeModel", "ExchangeTraits", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",
     "HandlerStrategy", "LocalSGDStrategy", "Strategy", "StrategySpec", "SyncStrategy", "broadcast_module",
     "build_strategy", "check_composition", "network_wait", "parse_strategy", "split_exposed",

@@ -20,11 +20,19 @@ Composition with a compressor uses ``+``: ``onebit+delayed``,
 ``topk:0.01+localsgd:4:warmup=50``. A bare compressor name means ``sync`` with
 that compressor; ``none`` means no compressor. Colons, not commas, separate
 parameters so that a comma-separated list of runs stays unambiguous.
+
+A strategy is one :class:`StrategyEntry` in ``STRATEGIES`` (a new one:
+:func:`register_strategy`, docs/extending.md). The parser asks the entry,
+never the strategy's name: its grammar (``positional``, ``options``,
+``flags``, ``floats``), the compressors it refuses (``refuses``; those that
+are not an average, :data:`NOT_AN_AVERAGE`, are read off each compressor's
+``averages``), its parameters' least values (``minimums``) and the flags
+that lift its refusals (``lifts_refusals``).
 """
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping
 
 import torch.distributed as dist
@@ -40,20 +48,45 @@ from .sync import SyncStrategy
 from .torch_hooks import TorchFP16Strategy, TorchPostLocalSGDStrategy, TorchPowerSGDStrategy
 from .torchft_diloco import TorchFTDiLoCoStrategy
 
-__all__ = ["STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy", "parse_strategy"]
+__all__ = ["NOT_AN_AVERAGE", "STRATEGIES", "StrategyChoice", "StrategyEntry", "StrategySpec", "build_strategy",
+           "parse_strategy", "register_strategy"]
 
-#: compressors whose exchange is not an average (a majority vote): they cannot average parameters
-_NOT_AN_AVERAGE: Mapping[str, str] = MappingProxyType({"signum": "its exchange is a vote, not an average"})
+
+class _NotAnAverage(Mapping[str, str]):
+    """The compressors whose exchange is not an average (``averages`` False: a vote), each with the reason.
+
+    Asked of the compressor registry at each lookup, so a compressor registered later is covered too: the
+    compressor says what it is, this map does not repeat it by name.
+    """
+
+    why = "its exchange is a vote, not an average"
+
+    def __getitem__(self, name: str) -> str:
+        if name in COMPRESSORS and not get_compressor(name).averages:
+            return self.why
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([n for n in COMPRESSORS if n in self])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in COMPRESSORS and not get_compressor(name).averages
+
+
+#: compressors whose exchange is not an average: a strategy that averages cannot take them
+NOT_AN_AVERAGE: Mapping[str, str] = _NotAnAverage()
 
 #: DiLoCo's outer gradient is one round's whole parameter change, sent once per H steps
-_DILOCO_REFUSES: Mapping[str, str] = MappingProxyType({
-    **_NOT_AN_AVERAGE,
+_DILOCO_REFUSES: Mapping[str, str] = ChainMap({
     # benchmarks/diloco_outer_compression.py: diverged on the GPT example, and no variant came within 2%
     "onebit": "a sign-compressed outer gradient misses 60-70% of a round's change (the GPT example); error "
               "feedback carries that miss, as large as a whole round's change, into later rounds taken from "
               "another model, so it grows every round (it diverged), and without error feedback it stays "
               "(18-46% worse at 600 steps); use int8 (4x fewer bytes, the loss of plain diloco)",
-})
+}, NOT_AN_AVERAGE)  # type: ignore[arg-type]  # ChainMap only reads it
 
 
 class _Everything(Mapping[str, str]):
@@ -93,6 +126,10 @@ class StrategyEntry:
     flags: tuple[str, ...] = ()
     #: options that take a number with a fraction (``lr=0.7``); the others are integers
     floats: tuple[str, ...] = ()
+    #: parameters with a least value, each with the reason (checked when a name is parsed)
+    minimums: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    #: flags that lift ``refuses``: with one set, the strategy applies whatever the exchange returns
+    lifts_refusals: tuple[str, ...] = ()
 
     @property
     def timing(self) -> Timing | None:
@@ -113,11 +150,11 @@ class StrategyEntry:
 STRATEGIES: dict[str, StrategyEntry] = {
     "sync": StrategyEntry(SyncStrategy, (), (), "DDP bucketed all_reduce (baseline)"),
     "delayed": StrategyEntry(DelayedStrategy, (), (), "local gradient now, its average one step later",
-                             _NOT_AN_AVERAGE, flags=("naive",)),
+                             NOT_AN_AVERAGE, flags=("naive",), lifts_refusals=("naive",)),
     "localsgd": StrategyEntry(LocalSGDStrategy, ("H",), ("warmup",), "parameter average every H steps",
-                              _NOT_AN_AVERAGE),
+                              NOT_AN_AVERAGE),
     "async-average": StrategyEntry(AsyncAverageStrategy, ("H",), (), "overlapped parameter average every H steps",
-                                   _NOT_AN_AVERAGE),
+                                   NOT_AN_AVERAGE),
     "handler": StrategyEntry(HandlerStrategy, (), (), "AsyncGradientHandler, no DDP"),
     "diloco": StrategyEntry(DiLoCoStrategy, ("H",), ("lr", "mu", "overlap"),
                             "H inner steps, then an outer Nesterov step on the averaged parameter change",
@@ -134,8 +171,28 @@ STRATEGIES: dict[str, StrategyEntry] = {
     # PyTorch's own hooks, as peers; they are the compression, so they take no compressor
     "torch-fp16": StrategyEntry(TorchFP16Strategy, (), (), "DDP + PyTorch's fp16_compress_hook", _ANY_COMPRESSOR),
     "torch-powersgd": StrategyEntry(TorchPowerSGDStrategy, ("R",), ("start",), "DDP + PyTorch's powerSGD_hook, rank R",
-                                    _ANY_COMPRESSOR),
+                                    _ANY_COMPRESSOR,
+                                    minimums={"start": (2, "PyTorch's PowerSGD compresses from the third iteration "
+                                                           "on, after DDP rebuilt its buckets")}),
 }
+
+
+def register_strategy(name: str, entry: StrategyEntry) -> None:
+    """Make ``name`` a strategy: ``parse_strategy``, ``build_strategy`` and the commands know it from now on.
+
+    ``entry.cls`` takes its positional parameters first, then ``compressor``, ``momentum``, ``group`` and its
+    options as keywords (docs/extending.md). Raises ValueError for a name that is taken (by a strategy or a
+    compressor: a composed name must say which part is which) or that the grammar cannot hold.
+    """
+    if not name or name != name.lower() or any(c in name for c in ":+, "):
+        raise ValueError(f"a strategy name is lower case, without ':', '+', ',' or spaces, got {name!r}")
+    if name in STRATEGIES or name in COMPRESSORS:
+        raise ValueError(f"{name!r} already names a {'strategy' if name in STRATEGIES else 'compressor'}")
+    unknown = [k for k in (*entry.minimums, *entry.lifts_refusals)
+               if k not in entry.positional + entry.options + entry.flags]
+    if unknown:
+        raise ValueError(f"strategy {name!r}: {unknown} are none of its parameters")
+    STRATEGIES[name] = entry
 
 
 def _valid_strategies() -> str:
@@ -202,13 +259,13 @@ def _parse_one(text: str) -> StrategySpec:
             raise ValueError(f"strategy {text!r}: unknown option {key!r} (options of {name}: {allowed})")
         params[key] = _float(name, key, value) if key in entry.floats else _int(name, key, value)
     params.update({f: 1 for f in flags})
+    for key, (least, why) in entry.minimums.items():
+        if key in params and params[key] < least:
+            raise ValueError(f"strategy {text!r}: {key} must be >= {least:g} ({why}), got {params[key]:g}")
     if "R" in params and params["R"] < 1:
         raise ValueError(f"strategy {text!r}: R (PowerSGD rank) must be >= 1, got {params['R']}")
     if "H" in params and params["H"] < 1:
         raise ValueError(f"strategy {text!r}: H (steps between averages) must be >= 1, got {params['H']}")
-    if name == "torch-powersgd" and params.get("start", 2) < 2:
-        raise ValueError(f"strategy {text!r}: start must be >= 2 (PyTorch's PowerSGD compresses from the third "
-                         f"iteration on, after DDP rebuilt its buckets), got {params['start']}")
     if params.get("warmup", 0) < 0:
         raise ValueError(f"strategy {text!r}: warmup must be >= 0 steps, got {params['warmup']}")
     return StrategySpec(name, params)
@@ -220,9 +277,9 @@ def check_composition(compressor: str | Compressor | None, spec: StrategySpec) -
         return
     entry = STRATEGIES[spec.name]
     head = compressor.name if isinstance(compressor, Compressor) else compressor.split(":")[0].lower()
-    refuses = entry.refuses
-    if spec.name == "delayed" and spec.params.get("naive"):
-        refuses = MappingProxyType({})  # applies whatever the exchange returns
+    refuses: Mapping[str, str] = entry.refuses
+    if any(spec.params.get(flag) for flag in entry.lifts_refusals):
+        refuses = {}  # applies whatever the exchange returns
     if head in refuses:
         valid = ", ".join(sorted(n for n in COMPRESSORS if n not in refuses)) or "none"
         raise ValueError(

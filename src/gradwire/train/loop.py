@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from gradwire.net import NetSpec, parse_spec
+from gradwire.net import NetSpec
 from gradwire.exchange.chooser import live_choosers
 from gradwire.strategies import StrategyChoice, parse_strategy
 from gradwire.train.data import load_digits, shard_batches
@@ -52,7 +52,7 @@ class TrainConfig:
 
     strategy: StrategyChoice = field(default_factory=lambda: parse_strategy("sync"))
     """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.strategies.registry`)"""
-    net: NetSpec = field(default_factory=lambda: parse_spec("loopback"))
+    net: NetSpec = field(default_factory=lambda: NetSpec.of("loopback"))
     """network of the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
     model: str = "cnn"
     """model name (:data:`gradwire.train.models.MODELS`)"""
@@ -68,7 +68,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", parse_strategy(self.strategy))
-        object.__setattr__(self, "net", parse_spec(self.net))
+        object.__setattr__(self, "net", NetSpec.of(self.net))
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.batch_size < 1:
