@@ -82,7 +82,7 @@ from torch.futures import Future
 from gradwire.backend import local
 from gradwire.backend.accounting import OpRecord
 from gradwire.backend.completer import CLOCK
-from gradwire.backend.link import Link, link_for
+from gradwire.backend.link import NicQueue, link_for
 from gradwire.backend.simclock import SIMCLOCK
 from gradwire.backend.shared import SharedLink
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
@@ -161,7 +161,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         # on the simulated clock each group queues on a link of its own: ops of two groups reach a shared queue in
         # the order their threads really issue them, which varies from run to run, and the simulated clock's
         # figures must not (contention between groups of the same ranks is then not modelled)
-        self._link = Link() if self._simulated else link_for(model, self._ranks)
+        self._link = NicQueue() if self._simulated else link_for(model, self._ranks)
         #: works launched between start_coalescing and end_coalescing
         self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
