@@ -153,8 +153,10 @@ def test_compare_runs_on_the_simulated_clock_and_says_so(tmp_path, capsys):
     (["--device", "a1000"], "unknown device 'a1000'"),
     (["--device", "host:x0"], "the factor must be a positive finite number"),
     (["--device", "step=0ms"], "the step's time must be positive"),
+    (["--device", "step=35ms", "--", "python", "-c", "pass"], "scales compute by a training step, which a command"),
 ])
 def test_compare_refuses_a_bad_clock_or_device_in_one_line(argv, words, tmp_path, capsys):
+    """Refused before anything runs: one line that says what was wrong and what would be right."""
     rc = main(["compare", *argv, "--out", str(tmp_path / "cmp")])
     err = capsys.readouterr().err
     assert rc == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

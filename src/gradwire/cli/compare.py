@@ -243,6 +243,10 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     if given:
         raise ValueError(f"{', '.join(given)}: only for the bundled models; with a command the script decides "
                          "its model and training")
+    if args.device is not None and args.device.startswith("step:"):
+        raise ValueError(f"--device {args.device} scales compute by a training step, which a command's steps do "
+                         "not mark; give the device the step runs on (e.g. a100, 19.5,1555 or host:x0.1), or "
+                         "use step= with the bundled models (without a command)")
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
     cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
