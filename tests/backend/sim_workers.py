@@ -75,3 +75,24 @@ def train(rank: int, world: int, net: str, strategy: str, steps: int) -> dict:
     result = train_worker(rank, world, TrainConfig(strategy=strategy, net=net, model="cnn", epochs=1,
                                                      max_steps=steps))
     return {"steps": result.step_seconds, "exposed": result.step_exposed, "checksum": result.param_checksum}
+
+
+def own_timers(rank: int, world: int, matmuls: int) -> dict:
+    """A script's own time.perf_counter() and time.time() around its compute (GRADWIRE_SIM_TIME=1)."""
+    import threading
+    import time
+
+    _init(rank, world, "local,clock=sim,device=a100")
+    a = torch.randn(512, 512)
+    p0, w0 = time.perf_counter(), time.time()
+    priced = _compute(matmuls, a)
+    seen = {"perf": time.perf_counter() - p0, "time": time.time() - w0, "priced": priced}
+    from gradwire.backend.simclock import _REAL_PERF_COUNTER
+
+    other: list[float] = []
+    thread = threading.Thread(target=lambda: other.append(abs(time.perf_counter() - _REAL_PERF_COUNTER())))
+    thread.start()
+    thread.join()
+    seen["other_thread_is_real"] = other[0] < 0.01
+    dist.destroy_process_group()
+    return seen

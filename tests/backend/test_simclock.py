@@ -35,3 +35,12 @@ def test_the_same_training_gives_the_same_times(strategy: str) -> None:
         assert a["steps"] == pytest.approx(b["steps"], rel=1e-9)
         assert a["exposed"] == pytest.approx(b["exposed"], rel=1e-9, abs=1e-12)
     assert first[0]["checksum"] == first[1]["checksum"]  # the ranks hold the same model
+
+
+def test_a_scripts_own_timers_read_the_simulated_clock_when_asked() -> None:
+    from gradwire.backend.simclock import TIME_ENV
+
+    (seen,) = spawn(sim_workers.own_timers, 1, (50,), timeout=120, env={TIME_ENV: "1"})
+    assert seen["perf"] == pytest.approx(seen["priced"], rel=0.02)
+    assert seen["time"] == pytest.approx(seen["priced"], rel=0.02)
+    assert seen["other_thread_is_real"]  # the backend's threads keep the real clocks

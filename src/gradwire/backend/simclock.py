@@ -44,6 +44,7 @@ Python overhead beyond the per-op cost of the device.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -51,7 +52,12 @@ from typing import Any, Iterator
 
 from gradwire.device import DeviceSpec, RooflineMode
 
-__all__ = ["SIMCLOCK", "SimClock", "Tag"]
+__all__ = ["SIMCLOCK", "SimClock", "Tag", "TIME_ENV"]
+
+#: set to 1: a script's own ``time.perf_counter()`` and ``time.time()`` read the simulated clock on its main thread
+TIME_ENV = "GRADWIRE_SIM_TIME"
+_REAL_PERF_COUNTER = time.perf_counter
+_REAL_TIME = time.time
 
 
 class Tag:
@@ -122,12 +128,29 @@ class SimClock:
             self._backward.clear()
             self._loose.clear()
             self._enter_meter()
+            if os.environ.get(TIME_ENV) == "1":
+                self._patch_time()
 
     def disable(self) -> None:
         with self._lock:
             if self.enabled and self._main == threading.get_ident():
                 self._leave_meter()
             self.enabled = False
+            time.perf_counter, time.time = _REAL_PERF_COUNTER, _REAL_TIME
+
+    def _patch_time(self) -> None:
+        """Opt-in (``GRADWIRE_SIM_TIME=1``): the main thread's ``time.perf_counter()`` and ``time.time()`` read
+        this clock (from the instant it started), so the throughput a script logs itself is the cluster's.
+        Other threads (the backend's, the inner group's) keep the real clocks."""
+        perf0, unix0, main = _REAL_PERF_COUNTER(), _REAL_TIME(), self._main
+
+        def perf_counter() -> float:
+            return perf0 + self.now() if self.enabled and threading.get_ident() == main else _REAL_PERF_COUNTER()
+
+        def wall() -> float:
+            return unix0 + self.now() if self.enabled and threading.get_ident() == main else _REAL_TIME()
+
+        time.perf_counter, time.time = perf_counter, wall
 
     def _enter_meter(self) -> None:
         tls = self._tls
