@@ -47,6 +47,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -109,8 +110,9 @@ class SimClock:
         #: compute charges are multiplied by this: a straggler's factor, times a ``step:TIME`` device's scale
         self._scale = 1.0
         self._straggler = 1.0
-        #: simulated instants futures completed at (stamp), by id
-        self._stamps: dict[int, float] = {}
+        #: simulated instants futures completed at (stamp); weak, so that a future's instant dies with it (an id
+        #: would be reused by a later future, of a later training too, and hand it a stale instant)
+        self._stamps: "weakref.WeakKeyDictionary[Any, float]" = weakref.WeakKeyDictionary()
         #: seconds of compute charged to the main timeline, and at the last step mark
         self.computed = 0.0
         self._marks: list[float] = []
@@ -127,6 +129,7 @@ class SimClock:
             self._main = threading.get_ident()
             self._backward.clear()
             self._loose.clear()
+            self._stamps.clear()
             self._enter_meter()
             if os.environ.get(TIME_ENV) == "1":
                 self._patch_time()
@@ -341,14 +344,16 @@ class SimClock:
         """Remember the simulated instant ``future`` completes at (default: this thread's now)."""
         if not self.enabled:
             return
+        t = self.now() if at is None else at
         with self._lock:
-            if len(self._stamps) > 65536:
-                self._stamps.clear()
-            self._stamps[id(future)] = self.now() if at is None else at
+            self._stamps[future] = t
 
     def instant_of(self, future: Any) -> float | None:
         """The instant :meth:`stamp` gave ``future`` (None: not stamped)."""
-        return self._stamps.get(id(future)) if self.enabled else None
+        if not self.enabled:
+            return None
+        with self._lock:
+            return self._stamps.get(future)
 
     def chain_tag(self) -> Tag | None:
         """The tag a stage chained now belongs to: this thread's context's, or what an op issued now would get."""
