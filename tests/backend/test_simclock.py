@@ -44,3 +44,15 @@ def test_a_scripts_own_timers_read_the_simulated_clock_when_asked() -> None:
     assert seen["perf"] == pytest.approx(seen["priced"], rel=0.02)
     assert seen["time"] == pytest.approx(seen["priced"], rel=0.02)
     assert seen["other_thread_is_real"]  # the backend's threads keep the real clocks
+
+
+def test_trainings_in_turns_in_one_set_of_processes_time_alike() -> None:
+    """compare trains its strategies in turns in one set of processes: a training's clock starts afresh."""
+    from gradwire.train.loop import TrainConfig, run_in_turns
+
+    net = "bandwidth=500mbit,latency=100us,clock=sim,device=cpu-core"
+    configs = [TrainConfig(strategy=s, net=net, model="cnn", epochs=1, max_steps=6)
+               for s in ("onebit", "torch-powersgd:4", "onebit")]
+    first, _, again = run_in_turns(configs, 2, timeout=300)
+    for a, b in zip(first, again):
+        assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
