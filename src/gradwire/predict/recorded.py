@@ -210,10 +210,9 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
                          f"{counts or 'none'}); profile more steps")
     with_buckets = [k for k in aligned if all(s["buckets"] for s in k)]
     if not with_buckets:
-        raise ValueError(f"{name}: no DDP gradient bucket in the profiled steps: no step synchronised its "
-                         "gradients (a DDP model whose every backward ran under no_sync() or with "
-                         "require_backward_grad_sync=False, or no DDP model at all); predict prices the exchange "
-                         "of a DDP job's synchronising step (DistributedDataParallel, with or without a comm hook)")
+        raise ValueError(f"{name}: no step synchronised its gradients (no DDP gradient bucket: every backward ran "
+                         "under no_sync() or with require_backward_grad_sync=False, or the model is not DDP); "
+                         "predict needs DDP steps whose last micro-step exchanges the gradients")
     layout = Counter(_layout(k[0]) for k in with_buckets).most_common(1)[0][0]
     steps = [k for k in with_buckets if all(_layout(s) == layout for s in k)]
     accumulate = Counter(_micro_steps(k[0]) for k in steps).most_common(1)[0][0]
