@@ -6,8 +6,9 @@ the earlier ones skip the exchange as users write it (``ACCUM_MODE``):
 = False``, as many GPT training scripts do). Knows nothing of gradwire (run with torchrun).
 
 ``ACCUM_STEPS`` optimizer steps of an MLP of width ``ACCUM_WIDTH`` on batches
-of ``ACCUM_BATCH``; with ``ACCUM_OUT`` rank 0 writes the wall seconds of each
-optimizer step as the script saw them (after a barrier, so every rank starts together).
+of ``ACCUM_BATCH``; with ``ACCUM_OUT`` (a path with ``{rank}``) each rank writes the
+wall seconds of each optimizer step as the script saw them (after a barrier, so
+every rank starts together).
 """
 import contextlib
 import json
@@ -46,8 +47,8 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         ends.append(time.perf_counter())
-    if dist.get_rank() == 0 and os.environ.get("ACCUM_OUT"):
-        with open(os.environ["ACCUM_OUT"], "w") as f:
+    if os.environ.get("ACCUM_OUT"):
+        with open(os.environ["ACCUM_OUT"].format(rank=dist.get_rank()), "w") as f:
             json.dump({"micro": micro, "mode": mode, "batch": batch,
                        "step_seconds": [b - a for a, b in zip(ends, ends[1:])]}, f)
     dist.destroy_process_group()

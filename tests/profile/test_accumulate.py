@@ -62,7 +62,7 @@ def test_profile_records_one_step_per_optimizer_step_with_its_micro_steps(tmp_pa
             assert all(c["issued"] >= 0 for c in s["collectives"])
     res = _predict(out)
     prof = res["profiles"]["*"]
-    assert prof["accumulate"] == micro and (prof["micro"] is None) == (micro == 1)
+    assert prof["accumulate"] == micro and (micro == 1 or prof["micro"] > 0)
     for p in res["predictions"]:
         assert p["accumulate"] == micro and p["step_seconds"] >= prof["forward"] + prof["backward"]
         assert p["throughput"] == pytest.approx(p["world"] * 32 * micro / p["step_seconds"])

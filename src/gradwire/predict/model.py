@@ -167,7 +167,10 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
     its buckets' ready times are multiplied by the factor that makes the
     replay take the run's median step; a faster run shrinks them. Stretching
     backward rather than adding time after it: compute that a slow network
-    hides stays hidden, as it did in the run. The factor (found by
+    hides stays hidden, as it did in the run. A micro-step of gradient
+    accumulation that does not synchronise runs beside no collective and is
+    not stretched (``micro`` keeps the forward + backward as recorded when
+    the run had none: :meth:`StepProfile.accumulating`). The factor (found by
     bisection: the replay only grows with it) is a property of the job as
     it ran and applies to every strategy and world size predicted from the
     profile.
@@ -216,7 +219,8 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
             else:
                 hi = mid
         stretch = (lo + hi) / 2
-    return replace(profile, backward=profile.backward * stretch,
+    # a micro-step that does not synchronise runs beside no collective: its compute is not stretched
+    return replace(profile, backward=profile.backward * stretch, micro=profile.micro_seconds,
                    buckets=tuple(replace(b, ready=b.ready * stretch) for b in profile.buckets),
                    stretch=profile.stretch * stretch,
                    notes=(*profile.notes, f"backward x{stretch:.2f}: the replay of its own run takes that "

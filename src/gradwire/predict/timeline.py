@@ -135,8 +135,9 @@ class StepProfile:
     accumulate: int = 1
     """micro-steps (backward passes) per optimizer step: gradient accumulation; 1: none"""
     micro: float | None = None
-    """seconds of one micro-step that does not synchronise (its forward and backward), as recorded;
-    None: not recorded (the synchronising micro-step's forward + backward stand in)"""
+    """seconds of one micro-step that does not synchronise (its forward and backward), as recorded (or, for a
+    run without accumulation, its forward + backward before :func:`~gradwire.predict.calibrated` stretched
+    them); None: not recorded (the forward + backward stand in)"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
@@ -201,8 +202,9 @@ class StepProfile:
                              f"accumulation), got {n!r}")
         if n == self.accumulate:
             return self
-        note = (f"{n} micro-steps per optimizer step (what-if; {self.accumulate} recorded, micro-step "
-                f"{self.micro_seconds * 1e3:.2f} ms{'' if self.micro is not None else ': forward + backward'})")
+        source = "recorded" if self.accumulate > 1 else "forward + backward"
+        note = (f"{n} micro-steps per optimizer step (what-if; {self.accumulate} recorded; micro-step "
+                f"{self.micro_seconds * 1e3:.2f} ms: {source})")
         return replace(self, accumulate=n, micro=self.micro_seconds, loop_seconds=None, notes=(*self.notes, note))
 
     @property
