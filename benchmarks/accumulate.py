@@ -14,7 +14,7 @@ and checks:
    first starts the series) with its ``micro`` micro-steps each;
 2. predict's step at 2 ranks on the recorded network against the measured
    optimizer step (the median of the script's own wall seconds per optimizer
-   step on both ranks, after the first 3): within 5%;
+   step on both ranks, over the steps predict takes): within 5%;
 3. ``predict --accumulate 8`` of the profile recorded with 1 micro-step
    against predict of the profile recorded with 8, at 2, 8 and 64 ranks,
    and against the measured step with 8: within 10%.
@@ -24,15 +24,22 @@ runs every count of micro-steps back to back, so that a shared machine's
 drift between tries cancels (a run with 1 and one with 8 that minutes of
 other work separate differ by up to 40% here).
 
-The model: an MLP of width ``--width`` (1.2 MB of gradients at 512, one DDP
-bucket) on batches of ``--batch``, 2 ranks with one thread each; the network
+The model: an MLP of width ``--width`` (1.2 MB of gradients at 512, two DDP
+buckets) on batches of ``--batch``, 2 ranks with one thread each; the network
 is slow enough that the exchange is a large share of a step without
-accumulation. Timings want a quiet machine: the load average is recorded.
+accumulation. ``--sleep-ms F,B`` (default 10,20) adds to each micro-step's
+forward and backward a wait of F and B ms (at the model's input: the
+gradients' exchange runs beside the backward one), as a host thread waits for
+its GPU: compute that other work on a shared host does not stretch, so that
+the figures test the step model and not the host's load. ``--sleep-ms 0,0``
+measures CPU compute alone (``results/accumulate_cpu.json``, a host at load
+6-9: the what-if's runs, minutes apart, computed up to 1.6x faster or slower).
 
 Writes benchmarks/results/accumulate.json.
 
     python benchmarks/accumulate.py [--net bandwidth=500mbit] [--steps 20] [--micro 1,2,8] [--modes no_sync,flag]
-                                    [--repeats 3]
+                                    [--repeats 3] [--sleep-ms 10,20]
+    python benchmarks/accumulate.py --sleep-ms 0,0 --batch 256 --out benchmarks/results/accumulate_cpu.json
 """
 from __future__ import annotations
 
@@ -63,17 +70,20 @@ def _gradwire(*args: str, env: dict[str, str] | None = None, timeout: float = 60
                           capture_output=True, text=True, timeout=timeout)
 
 
-def profile(out: Path, net: str, mode: str, micro: int, steps: int, width: int, batch: int, port: int) -> dict:
+def profile(out: Path, net: str, mode: str, micro: int, steps: int, width: int, batch: int, port: int,
+            sleep_ms: str) -> dict:
     """Run the script under ``gradwire profile``; its records and its own step times."""
     measured = [out / f"measured{r}.json" for r in range(2)]
     env = _env(ACCUM_MODE=mode, ACCUM_MICRO=str(micro), ACCUM_STEPS=str(steps), ACCUM_WIDTH=str(width),
-               ACCUM_BATCH=str(batch), ACCUM_OUT=str(out / "measured{rank}.json"))
+               ACCUM_BATCH=str(batch), ACCUM_OUT=str(out / "measured{rank}.json"), ACCUM_SLEEP_MS=sleep_ms)
     proc = _gradwire("profile", "--net", net, "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run",
                      "--nproc-per-node", "2", f"--master-port={port}", str(SCRIPT), env=env)
     if not all(m.exists() for m in measured):
         raise RuntimeError(f"{mode} x{micro}: the run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-    times = [t for m in measured for t in json.loads(m.read_text())["step_seconds"][3:]]  # both ranks'
+    # both ranks' steps, those predict takes from the profile (its records start at the script's second step
+    # and it skips 3 and the last)
+    times = [t for m in measured for t in json.loads(m.read_text())["step_seconds"][4:-1]]
     return {"recorded_steps": [len(r["steps"]) for r in ranks],
             "micro_steps": sorted({s["micro_steps"] for r in ranks for s in r["steps"]}),
             "measured_step": statistics.median(times), "measured_steps": len(times)}
@@ -96,7 +106,8 @@ def main() -> int:
     ap.add_argument("--modes", default="no_sync,flag")
     ap.add_argument("--repeats", type=int, default=3, help="tries, each running every count back to back")
     ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--sleep-ms", default="10,20", help="F,B: ms each micro-step's forward and backward wait")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "accumulate.json"))
     args = ap.parse_args()
     from gradwire.launch import free_port
@@ -112,7 +123,8 @@ def main() -> int:
                 for micro in micros:
                     out = dirs[micro] = Path(tmp) / f"{mode}{micro}_{repeat}"
                     row = {"repeat": repeat, "mode": mode, "micro": micro,
-                           **profile(out, args.net, mode, micro, args.steps, args.width, args.batch, free_port())}
+                           **profile(out, args.net, mode, micro, args.steps, args.width, args.batch, free_port(),
+                                      args.sleep_ms)}
                     step = predict(out, args.net, args.batch)
                     row["predicted"] = step
                     row["error_2"] = step[2] / row["measured_step"] - 1
@@ -153,6 +165,7 @@ def main() -> int:
     print(f"counts {'ok' if counts else 'WRONG'}; predict within 5% of the measured step: {within_5}; "
           f"--accumulate 8 within 10%: {within_10}")
     write_results(args.out, rows, net=args.net, steps=args.steps, width=args.width, batch=args.batch,
+                  sleep_ms=args.sleep_ms,
                   repeats=args.repeats, load_before=load_before, counts_ok=counts, within_5=within_5,
                   within_10=within_10, median_error_2=median_error_2, median_whatif=median_whatif, whatif=whatif)
     return 0

@@ -27,9 +27,12 @@ iteration on one bucket and rebuilds them after it) and takes medians:
 5. Gradient accumulation: a step is an optimizer step, and its micro-steps
    (the backwards that did not synchronise, :mod:`gradwire.profile.steps`)
    run before its synchronising forward. The steps of the most common
-   count are kept (``accumulate``), the median micro-step is ``micro``, and
-   the ranks are aligned on the step's start: a bucket is ready when the
-   last rank, micro-steps and all, reaches it.
+   count are kept (``accumulate``), and the ranks are aligned on the step's
+   start: a bucket is ready when the last rank, micro-steps and all,
+   reaches it. ``micro`` is a rank's typical micro-step (the mean over
+   ranks, median over steps: ranks wait for each other only at the
+   exchange); without accumulation, the typical forward + backward, which
+   ``predict --accumulate N`` repeats.
 6. Shared cores: when the ranks of a CPU job outnumbered the cores of their
    host (``host`` of each rank's record: hostname, cores, CUDA), every time
    above is that of a rank computing on a share of a core. The profile keeps
@@ -229,8 +232,12 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         # from the step's start, a bucket's collective can start when the last rank has it ready
         b = max(lead[r] + neutral[r][0] for r in range(world)) - f
         forward.append(k[slowest]["forward"])
-        if accumulate > 1:
-            micro.append((f - k[slowest]["forward"]) / (accumulate - 1))
+        # a micro-step: each rank's own, averaged (the ranks wait for each other only at the exchange, so over
+        # many micro-steps a rank's typical one counts, not the slowest rank's); without accumulation, the
+        # synchronising one's forward and backward stand in (what ``--accumulate`` repeats)
+        micro.append(statistics.fmean(
+            (lead[r] - k[r]["forward"]) / (accumulate - 1) if accumulate > 1 else k[r]["forward"] + neutral[r][0]
+            for r in range(world)))
         backward.append(b)
         ready.append([min(b, max(0.0, max(lead[r] + neutral[r][1][i] for r in range(world)) - f))
                       for i in range(len(layout))])
@@ -259,7 +266,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         notes.append(f"{shared:.3g} ranks per CPU core: measured on shared cores")
     return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy, measured, batch_size,
                        source, _median(loop), tuple(notes), net=net, shared=shared, accumulate=accumulate,
-                       micro=_median(micro) if micro else None)
+                       micro=_median(micro))
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:

@@ -135,9 +135,9 @@ class StepProfile:
     accumulate: int = 1
     """micro-steps (backward passes) per optimizer step: gradient accumulation; 1: none"""
     micro: float | None = None
-    """seconds of one micro-step that does not synchronise (its forward and backward), as recorded (or, for a
-    run without accumulation, its forward + backward before :func:`~gradwire.predict.calibrated` stretched
-    them); None: not recorded (the forward + backward stand in)"""
+    """seconds of one micro-step that does not synchronise (its forward and backward) on a typical rank, as
+    recorded (for a run without accumulation: its typical forward + backward, before
+    :func:`~gradwire.predict.calibrated` stretched them); None: not recorded (forward + backward stand in)"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
