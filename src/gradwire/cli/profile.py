@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"results: {out / 'profile.json'}")
     steps = min(len(r.get("steps", [])) for r in results)
     if steps:  # per-step records of a DDP job (gradwire.profile.steps): a step is an optimizer step
-        print(f"{steps} training steps (optimizer steps) recorded per rank{_micro_steps(results)}; "
+        print(f"{steps} training steps recorded per rank (optimizer steps{_micro_steps(results)}); "
               f"larger clusters: gradwire predict --profile {out}")
     return code
 
