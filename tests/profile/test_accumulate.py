@@ -40,7 +40,7 @@ def _predict(out: Path, *extra: str) -> dict:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert main(["predict", "--profile", str(out), "--net", "1gbe", "--worlds", "2,8", "--strategies", "sync",
-                     "--batch-size", "32", "--json", str(js), *extra]) == 0
+                     "--json", str(js), *extra]) == 0
     assert "optimizer steps/s, samples/s" in printed.getvalue()
     return json.loads(js.read_text())
 
@@ -55,12 +55,13 @@ def test_profile_records_one_step_per_optimizer_step_with_its_micro_steps(tmp_pa
         for s in record["steps"]:
             assert s["micro_steps"] == micro and len(s["micro_seconds"]) == micro - 1
             assert all(t > 0 for t in s["micro_seconds"]) and s["buckets"]  # the last one synchronises
+            assert s["batch"] == 32  # the script's batch, seen at the DDP's forward
             parts = sum(s["micro_seconds"]) + s["forward"] + s["backward"] + s["backward_wait"] \
                 + s["after_backward"] + s["optimizer"]
             assert s["step"] == pytest.approx(parts)
             # collectives only in the synchronising backward and after it
             assert all(c["issued"] >= 0 for c in s["collectives"])
-    res = _predict(out)
+    res = _predict(out, "--batch-size", "32")
     prof = res["profiles"]["*"]
     assert prof["accumulate"] == micro and (micro == 1 or prof["micro"] > 0)
     for p in res["predictions"]:
@@ -72,5 +73,6 @@ def test_profile_records_one_step_per_optimizer_step_with_its_micro_steps(tmp_pa
     step = {name: {p["world"]: p["step_seconds"] for p in r["predictions"]}
             for name, r in (("fewer", fewer), ("as", res), ("more", more))}
     assert fewer["profiles"]["*"]["accumulate"] == 1 and more["profiles"]["*"]["accumulate"] == micro + 4
+    assert fewer["profiles"]["*"]["batch_size"] == 32  # without --batch-size: the batch the profile saw
     for world in (2, 8):
         assert step["fewer"][world] < step["as"][world] < step["more"][world]

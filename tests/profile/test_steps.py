@@ -98,3 +98,18 @@ def test_a_backward_that_synchronised_without_an_optimizer_is_a_step_and_trailin
     stamps = [BucketStamp(0, 40, 4, t + 0.5, t + 0.6) for t in (0.0, 10.0, 20.0)]
     got = steps(backwards, [], stamps, [], [])
     assert [s["micro_steps"] for s in got] == [1, 1, 1]  # the last, unsynchronised, has nothing to lead into
+
+
+def test_the_batch_is_the_leading_dimension_of_the_first_tensor_argument():
+    import torch
+
+    from gradwire.profile.steps import batch_of
+
+    assert batch_of((torch.zeros(32, 64),), {}) == 32
+    assert batch_of((), {"input_ids": torch.zeros(8, 64, dtype=torch.long), "labels": None}) == 8  # the HF Trainer's
+    assert batch_of(([torch.zeros(4, 3), torch.zeros(4)], 0), {}) == 4  # Lightning's (batch, batch_idx)
+    assert batch_of((3, "x"), {}) is None and batch_of((torch.tensor(1.0),), {}) is None
+    backwards, optimizer, stamps = _accumulating(2)
+    forwards = [(b[0] - 0.5, 16) for b in backwards]
+    assert [s["batch"] for s in steps(backwards, optimizer, stamps, [], [], forwards=forwards)] == [16, 16]
+    assert [s["batch"] for s in steps(backwards, optimizer, stamps, [], [])] == [None, None]

@@ -228,6 +228,9 @@ def test_profile_counts_optimizer_steps_when_the_stack_accumulates(name, tmp_pat
     for r in json.loads((out / "profile.json").read_text())["ranks"]:
         assert [st["micro_steps"] for st in r["steps"]] == [2] * (optimizer_steps - 1)
         assert all(st["buckets"] and len(st["micro_seconds"]) == 1 for st in r["steps"])
+        # the scripts' --batch (an epoch's last batch of Lightning's sampler is shorter)
+        batches = [st["batch"] for st in r["steps"]]
+        assert max(set(batches), key=batches.count) == (32 if name == "lightning" else 8)
     assert f"{optimizer_steps - 1} training steps recorded per rank (optimizer steps, 2 micro-steps each)" in stdout
 
 

@@ -194,7 +194,8 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     rank that computed longest; bucket ``i`` is ready (and backward ends)
     when the last rank reaches it, counted from each rank's own step start.
     The real collectives' floors are the shortest any rank saw (the last
-    rank to join waited for nobody). ``hosts``: each rank's ``host`` record
+    rank to join waited for nobody). ``batch_size``: samples per rank per
+    micro-step (None: the one the steps recorded, if any). ``hosts``: each rank's ``host`` record
     (:func:`shared_cores`); ``net``: the network spec the run ran on;
     ``per_bucket``: the collectives of each bucket's exchange, when known
     (:func:`exchanges_of`).
@@ -253,6 +254,9 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     b = _median(backward)
     buckets = tuple(Bucket(nbytes, min(_median(col), b), size) for nbytes, col, size in
                     zip(layout, zip(*ready), (x["element_size"] for x in steps[0][0]["buckets"])))
+    if batch_size is None:  # the batch the profile saw (samples per rank per micro-step), the most common
+        seen = Counter(s["batch"] for k in steps for s in k if s.get("batch"))
+        batch_size = seen.most_common(1)[0][0] if seen else None
     notes = [f"{len(steps)} steps of {world} ranks, {len(layout)} buckets"
              + (f", {accumulate} micro-steps each" if accumulate > 1 else "")]
     if by_layout < len(aligned):

@@ -23,6 +23,11 @@ on the thread that trains (the one a :class:`ProfileSession` starts on):
    ``find_unused_parameters=True``, not a bucket).
 4. Collectives: the backend's event log (issue, link start, completion,
    the real inner op's end).
+5. The batch: while recording, every training forward of a DDP model (grad
+   enabled) stamps the leading dimension of its first tensor argument
+   (positional, else by name: the HF Trainer's ``input_ids``; inside a list
+   or dict: Lightning's ``[x, y]``): samples per rank per micro-step, for
+   throughput in samples/s.
 
 :func:`steps` turns these into one dict per step, every time in seconds
 relative to the step's backward call. A step runs from the end of the
@@ -76,7 +81,7 @@ import torch
 
 from gradwire.backend.completer import CLOCK
 
-__all__ = ["BucketStamp", "HookRecorder", "steps", "strategy_label"]
+__all__ = ["BucketStamp", "HookRecorder", "batch_of", "steps", "strategy_label"]
 
 
 class BucketStamp:
@@ -93,6 +98,7 @@ class BucketStamp:
 _lock = threading.Lock()
 _active: list["HookRecorder"] = []
 _original_register: Callable[..., Any] | None = None
+_original_forward: Callable[..., Any] | None = None
 
 
 class HookRecorder:
@@ -107,6 +113,8 @@ class HookRecorder:
         self.buckets: list[BucketStamp] = []
         #: strategy label of each hook registered while recording (:func:`strategy_label`)
         self.hooks: list[str] = []
+        #: every training forward of a DDP model on the thread: (call, samples in its batch)
+        self.forwards: list[tuple[float, int]] = []
         self._handles: list[Any] = []
         self._pre: float | None = None
 
@@ -217,8 +225,24 @@ def _wrap(hook: Callable[..., Any]) -> Callable[..., Any]:
     return recorded
 
 
+def batch_of(args: tuple, kwargs: dict[str, Any]) -> int | None:
+    """Samples in a forward's batch: the leading dimension of its first tensor argument (positional, else by
+    name; inside a list, tuple or dict too: Lightning hands its module the batch as ``[x, y]``), None when it
+    has none."""
+    pending: list[Any] = [*args, *kwargs.values()]
+    while pending:
+        value = pending.pop(0)
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() else None
+        if isinstance(value, (list, tuple)):
+            pending[:0] = list(value)
+        elif isinstance(value, dict):
+            pending[:0] = list(value.values())
+    return None
+
+
 def _patch() -> None:
-    global _original_register
+    global _original_register, _original_forward
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     original = DDP.__dict__["register_comm_hook"]
@@ -232,14 +256,31 @@ def _patch() -> None:
     register_comm_hook.__doc__ = original.__doc__
     setattr(DDP, "register_comm_hook", register_comm_hook)
 
+    real_forward = _original_forward = DDP.__dict__["forward"]
+
+    @functools.wraps(real_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorders = _recorders()
+        if recorders and torch.is_grad_enabled():  # a training forward (an evaluation's is no micro-step)
+            n = batch_of(args, kwargs)
+            if n is not None:
+                for r in recorders:
+                    r.forwards.append((CLOCK.now(), n))
+        return real_forward(self, *args, **kwargs)
+
+    setattr(DDP, "forward", forward)
+
 
 def _unpatch() -> None:
-    global _original_register
+    global _original_register, _original_forward
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if _original_register is not None:
         setattr(DDP, "register_comm_hook", _original_register)
         _original_register = None
+    if _original_forward is not None:
+        setattr(DDP, "forward", _original_forward)
+        _original_forward = None
 
 
 def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -249,7 +290,8 @@ def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
 
 def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[float, float]],
           buckets: list[BucketStamp], events: list[Any], waits: list[tuple[float, float]],
-          closures: list[tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+          closures: list[tuple[float, float]] | None = None,
+          forwards: list[tuple[float, int]] | None = None) -> list[dict[str, Any]]:
     """One dict per step (module doc); times relative to the step's synchronising backward call.
 
     Keys: ``forward``, ``backward`` (compute), ``backward_wait`` (compute end
@@ -259,7 +301,9 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
     the step: more than one where a closure ran several times),
     ``micro_steps`` (backward passes of the step, its micro-steps of
     gradient accumulation and the synchronising one), ``micro_seconds`` (the
-    seconds of each micro-step before the synchronising one), ``origin``
+    seconds of each micro-step before the synchronising one), ``batch`` (samples
+    of the synchronising micro-step's forward, from ``forwards``: (call,
+    samples) of each DDP forward; None: not seen), ``origin``
     (the backward call itself, on the backend's clock: what the step's times
     are relative to, so that two steps' times can be set on one line), ``buckets``
     (index, nbytes, element_size, ready, hook, done) and ``collectives`` (op,
@@ -301,10 +345,11 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
                   "inner": (e.inner_done - e.issued) if e.inner_done else None}
                  for e in events if b0 <= e.issued < nxt]
         o0, o1 = (after, opt[1]) if opt else (returned, returned)
+        batch = next((n for t, n in reversed(forwards or []) if lead <= t <= b0), None)
         out.append({"forward": b0 - lead, "backward": computed - b0, "backward_wait": returned - computed,
                     "after_backward": o0 - returned, "waited": _between(waits, returned, o0),
                     "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations,
-                    "micro_steps": len(micro) + 1, "micro_seconds": micro_seconds, "origin": b0,
+                    "micro_steps": len(micro) + 1, "micro_seconds": micro_seconds, "batch": batch, "origin": b0,
                     "buckets": rows, "collectives": colls})
         prev_end = end
     return out
