@@ -98,7 +98,7 @@ def add_parser(sub: Any) -> None:
                    help="DDP's bucket_cap_mb (default: DDP's default, 25 with a 1 MiB first bucket)")
     p.add_argument("--batch-size", type=positive_int(1), default=None,
                    help="samples per rank per forward (per micro-step with --accumulate), for throughput in "
-                        "samples/s")
+                        "samples/s (default with --profile: the batch its DDP forwards saw)")
     p.add_argument("--accumulate", type=_accumulate, default=None, metavar="N",
                    help="what-if: N micro-steps (backward passes) per optimizer step, the gradients exchanged "
                         "once, after the last (default: as recorded; 1 without accumulation)")
