@@ -8,7 +8,7 @@ same epochs from the same initial weights and data order:
   scheme's frozen variance costs): ``CompressionState(name)`` under
   ``scheme_for(AdamW)`` and ``scheme_hook`` (full-precision warm-up, then the
   preconditioned momentum compressed in the exchange;
-  :mod:`gradwire.hooks.optim`); ``--adam KEY=VALUE`` passes options to the scheme.
+  :mod:`gradwire.exchange.schemes`); ``--adam KEY=VALUE`` passes options to the scheme.
 
 Every rank trains on the ``gradwire`` backend over the loopback network, so
 ``gradwire.stats()`` counts the bytes each rank put on the wire (warm-up and
@@ -55,7 +55,8 @@ def _value(text: str) -> Any:
 
 def train_one(rank: int, world: int, model_name: str, strategy: str, seed: int, args: dict[str, Any]) -> dict:
     import gradwire
-    from gradwire.hooks import CompressionState, scheme_for, scheme_hook
+    from gradwire.exchange import CompressionState, scheme_for
+    from gradwire.hooks import scheme_hook
     from gradwire.train.data import load_digits, shard_batches
     from gradwire.train.loop import evaluate
     from gradwire.train.models import build_model

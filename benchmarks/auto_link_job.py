@@ -14,7 +14,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gradwire.hooks import CompressionState, compression_hook
+from gradwire.exchange import CompressionState
+from gradwire.hooks import compression_hook
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Two ranks on the gradwire backend (10 Gbit/s, 20 us: the default comparison's fast network, where ``auto``
 keeps sync's exchange) each hold four DDP replicas of the default CNN (601 k parameters, one bucket):
 ``sync`` and ``sync-twin`` (PyTorch's ``allreduce_hook``, momentum in SGD: what ``gradwire compare`` runs
-as sync), ``none`` (gradwire's :class:`~gradwire.hooks.CompressionState` without compression, momentum in
+as sync), ``none`` (gradwire's :class:`~gradwire.exchange.CompressionState` without compression, momentum in
 the state) and ``auto``. They train in turns, blocks of ``--block`` steps in an order reversed every block,
 one fixed batch, a barrier before each step; each variant's median step past its first two blocks is the
 figure. The twin's distance from sync is what a tie reads as. Beside it, the training thread's own work
@@ -45,7 +45,8 @@ def _rank(rank: int, world: int, steps: int, block: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradwire
-    from gradwire.hooks import CompressionState, compression_hook
+    from gradwire.exchange import CompressionState
+    from gradwire.hooks import compression_hook
     from gradwire.train.models import build_model
 
     torch.set_num_threads(1)

@@ -6,7 +6,7 @@ accuracy does not depend on the network, only the bytes do):
 
 1. Every gradwire compressor as a DDP comm hook (``sync`` strategy; the hook
    owns the momentum and the optimizer runs without it, see
-   :mod:`gradwire.hooks.state`), plus ``none`` (plain DDP all_reduce).
+   :mod:`gradwire.exchange.state`), plus ``none`` (plain DDP all_reduce).
 2. PyTorch's ``fp16_compress_hook`` and ``powerSGD_hook`` (rank 4) through the
    ``torch-fp16`` / ``torch-powersgd:4`` strategies: DDP with the hook
    registered as PyTorch documents it, the optimizer keeping its momentum.

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _results import write_results  # noqa: E402
 
 from tests.faults import GROUP_TIMEOUT, run_fault  # noqa: E402
-from tests.overlap.test_faults import STRATEGIES  # noqa: E402
+from tests.strategies.test_faults import STRATEGIES  # noqa: E402
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ the caches):
 
 - ``fresh``: every bucket-sized tensor allocated anew each step (clones, the
   approximation, decode outputs), as the code did before it reused buffers;
-- ``reuse``: what :class:`gradwire.overlap.DelayedStrategy` and
-  :class:`gradwire.hooks.CompressionState` do (spent buffers, the residual
+- ``reuse``: what :class:`gradwire.strategies.DelayedStrategy` and
+  :class:`gradwire.exchange.CompressionState` do (spent buffers, the residual
   buffers lent for the approximations, decode into the caller's buffer).
 
 glibc serves a multi-MB allocation from fresh pages whose first touch faults;

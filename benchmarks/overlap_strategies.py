@@ -10,7 +10,7 @@
 2. Train every strategy for every seed on that network; record per run the
    totals of compute, modelled communication and exposed communication, the
    collectives issued, and the test accuracy. Exposed communication is split
-   (:func:`gradwire.overlap.split_exposed`): ``exposed_network`` is the time the
+   (:func:`gradwire.strategies.split_exposed`): ``exposed_network`` is the time the
    training thread waited while the modelled network still carried an awaited
    collective; ``exposed_other`` the rest of its waiting (the other rank late
    to the collective under CPU contention, compression callbacks).

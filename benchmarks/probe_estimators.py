@@ -1,6 +1,6 @@
 """Which figure of a probe's back-to-back all_reduces is the link: on real packets, 2 ranks, tc-shaped.
 
-``auto`` (hooks/auto.py) fits its link from all_reduces of 1 element and of a large
+``auto`` (exchange/chooser.py) fits its link from all_reduces of 1 element and of a large
 tensor, issued back to back. Each rank times each op from issue to completion, and
 the ranks average what they read. This measures, per probe, the estimate of the bus
 bandwidth that each way of reading the large ops gives, against the shaped rate:

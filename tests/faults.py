@@ -45,7 +45,7 @@ def _worker(rank: int, world: int, strategy: str, fault: str, backend: str, port
     from torch import nn
 
     import gradwire
-    from gradwire.overlap import build_strategy
+    from gradwire.strategies import build_strategy
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="")
     torch.set_num_threads(1)

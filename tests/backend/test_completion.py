@@ -109,13 +109,13 @@ def test_an_inner_timeout_of_an_op_the_network_holds_past_its_timeout_names_the_
     import torch.distributed as dist
     from torch.futures import Future
 
-    from gradwire.backend.accounting import Event
+    from gradwire.backend.accounting import OpRecord
     from gradwire.backend.completer import CLOCK
     from gradwire.backend.work import Pending
 
     now = CLOCK.now()
     timeout = 0.2
-    event = Event("all_reduce", "0", 7, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
+    event = OpRecord("all_reduce", "0", 7, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
     inner_future: Future = Future()
     pending = Pending(event, 1100, _InnerWork(inner_future), None, False, "gloo", timeout, "the simulated link is down from 1 s")
     gloo_error = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 200ms for send")
@@ -135,12 +135,12 @@ def test_an_inner_failure_before_the_timeout_is_the_callers_error_even_when_the_
     import torch.distributed as dist
     from torch.futures import Future
 
-    from gradwire.backend.accounting import Event
+    from gradwire.backend.accounting import OpRecord
     from gradwire.backend.completer import CLOCK
     from gradwire.backend.work import Pending
 
     now = CLOCK.now()
-    event = Event("all_reduce", "0", 8, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
+    event = OpRecord("all_reduce", "0", 8, 1024, 1100, "ring", 5.0, now, now, now + 5.0)
     inner_future: Future = Future()
     pending = Pending(event, 1100, _InnerWork(inner_future), None, False, "gloo", 2.0, "")
     inner_future.set_exception(RuntimeError("Connection closed by peer"))

@@ -71,9 +71,9 @@ def test_ops_longer_than_the_group_timeout_raise_in_realtime():
         assert model > 0
 
 
-def test_ops_longer_than_the_group_timeout_raise_at_once_in_virtual_time():
+def test_ops_longer_than_the_group_timeout_raise_at_once_on_the_simulated_clock():
     timeout_s = 30.0
-    res = spawn(fw.timeouts, 2, ("bandwidth=1mbit,latency=1ms,clock=virtual", timeout_s, 8 << 20, 4 << 20, 5.0),
+    res = spawn(fw.timeouts, 2, ("bandwidth=1mbit,latency=1ms,clock=sim", timeout_s, 8 << 20, 4 << 20, 5.0),
                 timeout=90)
     for r in res:
         blocking = r["blocking"]

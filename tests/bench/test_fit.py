@@ -53,7 +53,7 @@ def _synthetic(spec: str, alpha: float, beta: float, algorithm: str) -> BenchRes
 
     rows = [BenchRow("all_reduce", n, n // 4, "float", "sum", -1, "in-place", seconds(n) * 1e6, None, None, 0)
             for n in (1 << 12, 1 << 16, 1 << 20, 1 << 24)]
-    return BenchResult(BenchConfig(), 4, "gradwire", spec, True, [], rows)
+    return BenchResult(BenchConfig(), 4, "gradwire", parse_spec(spec), True, [], rows)
 
 
 @pytest.mark.parametrize("spec, alpha, beta, algorithm", [

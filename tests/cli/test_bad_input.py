@@ -62,6 +62,13 @@ CORPUS = [
     ("compare --target 2", "--target must be in (0, 1]"),
     ("compare --net 10gbe,speed=1", "unknown spec key 'speed'"),
     ("compare --net 1gbe,topology=2x4 --workers 3", "topology 2x4 holds 8 ranks"),
+    ("compare --tolerance 2%", "expected loss=SHARE and/or accuracy=POINTS, got '2%'"),
+    ("compare --tolerance loss=1pt", "loss=1pt: expected a share of the baseline's loss from 0% to 100%"),
+    ("compare --tolerance loss=150%", "from 0% to 100%, such as 2% or 0.02"),
+    ("compare --tolerance accuracy=1%", "accuracy=1%: expected points from 0pt to 100pt, such as 1pt"),
+    ("compare --tolerance accuracy=0.01", "such as 1pt or 0.5pt"),
+    ("compare --tolerance acc=1pt", "got 'acc=1pt' (e.g. --tolerance loss=2%,accuracy=1pt"),
+    ("compare --tolerance loss=1%,loss=2%", "loss is given twice"),
     # compare -- CMD (a script of the user's own)
     ("compare --model cnn -- python x.py", "only for the bundled models"),
     ("compare --epochs 3 --lr 0.1 -- python x.py", "--epochs, --lr: only for the bundled models"),
@@ -76,6 +83,7 @@ CORPUS = [
     ("compare --", "no command after --"),
     ("compare bogus", "unrecognized arguments: bogus"),
     ("compare --strategies sync,bogus -- python x.py", "valid strategies"),
+    ("compare --tolerance loss=-1% -- python x.py", "loss=-1%: expected a share"),
     ("compare --net 1gbe,topology=2x4 -- torchrun --nproc-per-node 3 t.py", "topology 2x4 holds 8 ranks"),
     # profile
     ("profile --out /proc/x -- true", "not writable"),

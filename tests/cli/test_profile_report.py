@@ -1,5 +1,6 @@
 """``gradwire profile``'s report on a network that changes: the steps' spread beside their mean."""
 from gradwire.cli.profile import report
+from gradwire.net import parse_spec
 
 
 def _rank(rank: int, steps: list[float]) -> dict:
@@ -11,8 +12,8 @@ def _rank(rank: int, steps: list[float]) -> dict:
 
 def test_a_changing_network_reports_the_steps_p50_p95_and_max(capsys) -> None:
     steps = [0.010] * 18 + [0.050, 0.200]
-    report([_rank(0, steps), _rank(1, steps)], "bandwidth=1gbit,drop=100mbit:for=5s:every=30s")
+    report([_rank(0, steps), _rank(1, steps)], parse_spec("bandwidth=1gbit,drop=100mbit:for=5s:every=30s"))
     out = capsys.readouterr().out
     assert "rank 0: 20 steps, mean 21.5 ms, p50 10.0 / p95 50.0 / max 200.0 ms" in out
-    report([_rank(0, steps)], "1gbe")
+    report([_rank(0, steps)], parse_spec("1gbe"))
     assert "p95" not in capsys.readouterr().out

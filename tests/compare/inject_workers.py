@@ -33,7 +33,7 @@ def _steps(module: nn.Module, opt: torch.optim.Optimizer, n: int = 3, sched: Any
 
 
 def _case(strategy: str, script: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    from gradwire.overlap.inject import StrategyNotApplied, StrategyRefused, install, uninstall
+    from gradwire.compare.inject import StrategyNotApplied, StrategyRefused, install, uninstall
 
     injection = install(strategy, adam_warmup=2)
     out: dict[str, Any] = {}

@@ -10,10 +10,12 @@ from gradwire.compare import CompareConfig
 
 def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
     out = tmp_path / "cmp"
-    rc = main(["compare", "--workers", "2", "--model", "cnn", "--epochs", "1", "--seeds", "2",
+    # the prediction beside the measurement is calibrated on this host: it belongs to the realtime clock
+    rc = main(["compare", "--workers", "2", "--model", "cnn", "--epochs", "1", "--seeds", "2", "--clock", "realtime",
                "--strategies", "sync,fp16,localsgd:2", "--net", "bandwidth=100mbit,latency=1ms", "--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
+    assert res["clock"] == {"clock": "realtime", "device": "this host"}
     assert [r["strategy"] for r in res["runs"]] == ["compute-only", "sync", "fp16", "localsgd:2"]
     assert all(r["ok"] and r["ranks_agree"] for r in res["runs"])
     rows = {r["strategy"]: r for r in res["rows"]}
@@ -30,7 +32,7 @@ def test_compare_small_run_writes_table_json_and_plots(tmp_path, capsys):
         assert rows[s]["of_ideal"] == pytest.approx(epoch["compute-only"] / epoch[s], **close)
     assert rows["fp16"]["ideal_speedup"] == pytest.approx(epoch["sync"] / epoch["compute-only"], **close)
     # half the bytes per step; the exact fp32 average that makes replicas identical at the end
-    # (local correction, see gradwire.hooks.state) adds one full all_reduce to the short run
+    # (local correction, see gradwire.exchange.state) adds one full all_reduce to the short run
     assert 1.5 < rows["fp16"]["reduction"] <= 2.0  # 11 steps of half the bytes, plus one full average
     assert rows["localsgd:2"]["reduction"] > 1.5  # a parameter average every 2 steps
     # compute-only sends nothing (its time against sync's is a timing: a busy host may reverse it on 12 steps)
@@ -101,7 +103,7 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     def broken(cfg, index, net, strategy, seed):
         t = real(cfg, index, net, strategy, seed)
         if strategy == "fp16" and seed == 1:  # fails inside the ranks, past the parent's checks
-            from gradwire.overlap import StrategyChoice, StrategySpec
+            from gradwire.strategies import StrategyChoice, StrategySpec
 
             object.__setattr__(t.config, "strategy", StrategyChoice("no-such-strategy", StrategySpec("sync")))
         return t
@@ -129,3 +131,32 @@ def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):
     assert all(r.ok and r.ranks_agree and len(r.seeds) == 2 for r in again.runs)
     kept = list(tmp_path.glob("previous-*/results.json"))
     assert len(kept) == 1 and "no-such-strategy" in json.loads(kept[0].read_text())["runs"][2]["error"]
+
+
+def test_compare_runs_on_the_simulated_clock_and_says_so(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    rc = main(["compare", "--workers", "2", "--model", "cnn", "--epochs", "1", "--seeds", "1", "--device", "a100",
+               "--strategies", "sync,onebit", "--net", "bandwidth=100mbit,latency=1ms", "--out", str(out)])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["clock"]["clock"] == "sim" and res["clock"]["device"] == "a100"
+    assert res["config"]["nets"] == ["bandwidth=100mbit,latency=1ms,clock=sim,device=a100"]
+    table = (out / "table.md").read_text()
+    assert "simulated cluster clock; device a100 (19.5 TFLOP/s fp32" in table
+    rows = {r["strategy"]: r for r in res["rows"]}
+    # an a100 computes the small CNN's step in well under a millisecond: the 100 Mbit/s network is all of it
+    assert rows["sync"]["exposed_share"] > 0.5 and rows["onebit"]["speedup"] > 2
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--clock", "realtime", "--device", "a100"], "--device a100 prices compute on the simulated clock"),
+    (["--device", "a1000"], "unknown device 'a1000'"),
+    (["--device", "host:x0"], "the factor must be a positive finite number"),
+    (["--device", "step=0ms"], "the step's time must be positive"),
+    (["--device", "step=35ms", "--", "python", "-c", "pass"], "scales compute by a training step, which a command"),
+])
+def test_compare_refuses_a_bad_clock_or_device_in_one_line(argv, words, tmp_path, capsys):
+    """Refused before anything runs: one line that says what was wrong and what would be right."""
+    rc = main(["compare", *argv, "--out", str(tmp_path / "cmp")])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

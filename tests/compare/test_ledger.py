@@ -6,7 +6,7 @@ import json
 import pytest
 
 from gradwire.compare.ledger import Ledger, rotation
-from gradwire.compare.processes import Stopped
+from gradwire.compare.processes import ComparisonStopped
 from gradwire.compare.results import FAILED, SeedResult
 
 RUNS = [("net", "compute-only"), ("net", "sync"), ("net", "fp16")]
@@ -41,7 +41,7 @@ def test_books_as_trainings_end_drop_a_failed_runs_seeds_and_keep_an_earlier_com
     assert (kept / "runs").is_dir() and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Stopped(15)])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), ComparisonStopped(15)])
 def test_an_interrupt_keeps_what_finished_and_marks_the_rest(tmp_path, stop):
     ledger = Ledger(tmp_path, ("results.json",), {}, RUNS, (0, 1))
     with pytest.raises(KeyboardInterrupt):

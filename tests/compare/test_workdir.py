@@ -4,15 +4,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gradwire.compare.workdir import Entry, WorkDir, changes
+from gradwire.compare.workdir import PathState, WorkDir, changes
 
 
 def test_changes_between_snapshots_created_topmost_modified_removed():
-    f = lambda size, mtime=1, ino=1: Entry("file", size, mtime, ino)  # noqa: E731
-    before = {"data": Entry("dir"), "data/a.csv": f(10), "ckpt.pt": f(5), "old.log": f(3),
-              "latest": Entry("link", target="run1")}
-    after = {"data": Entry("dir"), "data/a.csv": f(10), "data/b.csv": f(1), "ckpt.pt": f(5, mtime=2),
-             "runs": Entry("dir"), "runs/v0": Entry("dir"), "runs/v0/x": f(1), "latest": Entry("link", target="run2")}
+    f = lambda size, mtime=1, ino=1: PathState("file", size, mtime, ino)  # noqa: E731
+    before = {"data": PathState("dir"), "data/a.csv": f(10), "ckpt.pt": f(5), "old.log": f(3),
+              "latest": PathState("link", target="run1")}
+    after = {"data": PathState("dir"), "data/a.csv": f(10), "data/b.csv": f(1), "ckpt.pt": f(5, mtime=2),
+             "runs": PathState("dir"), "runs/v0": PathState("dir"), "runs/v0/x": f(1),
+             "latest": PathState("link", target="run2")}
     found = changes(before, after)
     assert found.created == ["data/b.csv", "runs"]  # a new folder moves as a whole
     assert found.modified == ["ckpt.pt", "latest"] and found.removed == ["old.log"]

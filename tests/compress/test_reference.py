@@ -613,6 +613,8 @@ def test_register_compressor_adds_a_name_and_refuses_bad_ones() -> None:
         assert parse_compressor("half-again:1:k=2:warmup=3") == ("half-again", "1", {"k": 2, "warmup": 3})
         assert get_compressor("half-again:warmup=3").warmup == 3
         assert "half-again:x[:k=N]" in str(pytest.raises(ValueError, get_compressor, "zip").value)
+        with pytest.raises(ValueError, match="registered already"):
+            register_compressor("half-again", lambda arg: get_compressor("none"))
     finally:
         del COMPRESSORS["half-again"]
     for bad in ("", "a:b"):

@@ -101,12 +101,12 @@ def test_netem_carries_latency_jitter_and_loss_on_upload_only():
 
 
 def test_every_refusal_is_named_at_once():
-    spec = parse_spec("ib-hdr,jitter=1us,jitter_dist=normal,intra=nvlink,clock=virtual,straggler=1:compute=2,"
+    spec = parse_spec("ib-hdr,jitter=1us,jitter_dist=normal,intra=nvlink,clock=sim,straggler=1:compute=2,"
                       "straggler=9:link=0.5,topology=4x1")
     with pytest.raises(Unsupported) as err:
         plan_network(spec, layout(2, 2), ALL)
     reasons = " | ".join(err.value.reasons)
-    for part in ("protocol=rdma", "jitter_dist=normal", "intra-node link", "clock=virtual", "compute stragglers",
+    for part in ("protocol=rdma", "jitter_dist=normal", "intra-node link", "clock=sim", "compute stragglers",
                  "straggler ranks [9]", "topology=4x1"):
         assert part in reasons, part
     assert len(err.value.reasons) == 7

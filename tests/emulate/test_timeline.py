@@ -181,3 +181,36 @@ def test_apply_orders_down_rates_up():
 def _take(it, n):
     for _, x in zip(range(n), it):
         yield x
+
+
+def test_a_new_kind_that_sets_a_rate_is_refused_on_an_unshaped_network_by_its_stage():
+    """The refusal asks each change's stage, not a list of kinds: one registered later is covered."""
+    from dataclasses import dataclass, replace
+
+    from gradwire.net.schedule import CHANGE_KINDS, RATE, NetworkChange, register_change
+
+    @register_change
+    @dataclass(frozen=True)
+    class Halve(NetworkChange):
+        key = "halve"
+        stage = RATE
+
+        @classmethod
+        def parse(cls, head, rest):
+            return cls()
+
+        def state(self, t):
+            return t >= 1.0, 1.0 if t < 1.0 else math.inf
+
+        def apply(self, cond, bandwidth):
+            return replace(cond, bandwidth=bandwidth / 2)
+
+        def to_string(self):
+            return "halve=1"
+
+    try:
+        with pytest.raises(Unsupported, match="halve= change the rate of a shaper, and this network has none"):
+            plan("halve=1")
+        plan("bandwidth=1gbit,halve=1")
+    finally:
+        CHANGE_KINDS.pop("halve", None)

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradwire.net import NetworkModel, parse_spec
-from gradwire.net.schedule import Condition, Schedule, Trace, finish_time
+from gradwire.net.schedule import (
+    CHANGE_KINDS, RATE, Condition, Drop, NetworkChange, Schedule, Trace, finish_time, register_change,
+)
 
 GBIT = 1e9
 #: 16 MB all_reduce on 2 ranks without framing: 2 (p-1)/p * 16e6 bytes at 1 Gbit/s
@@ -148,3 +151,52 @@ def test_a_bad_shared_link_says_what_is_wrong(text: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         parse_spec(text)
     assert parse_spec("1gbe,link=sw-1.a").link == "sw-1.a"
+
+
+def test_a_kind_of_change_that_is_not_registered_fails_loudly() -> None:
+    @dataclass(frozen=True)
+    class Unregistered(NetworkChange):
+        key = "unregistered"
+        stage = RATE
+
+        def state(self, t: float) -> tuple[bool, float]:
+            return True, math.inf
+
+        def apply(self, cond: Condition, bandwidth: float) -> Condition:
+            return cond
+
+    with pytest.raises(TypeError, match="Unregistered is not a registered kind.*@register_change"):
+        Schedule((Unregistered(),))
+
+
+def test_registration_refuses_a_taken_key_and_a_kind_without_a_stage_or_parser() -> None:
+    class Twin(Drop):
+        pass
+
+    with pytest.raises(ValueError, match="'drop' is taken by Drop"):
+        register_change(Twin)
+
+    class Bandwidth(Drop):
+        key = "bandwidth"
+
+    with pytest.raises(ValueError, match="'bandwidth' already means something else"):
+        register_change(Bandwidth)
+
+    class NoStage(NetworkChange):
+        key = "nostage"
+
+    with pytest.raises(ValueError, match="needs a stage"):
+        register_change(NoStage)
+
+    class NoParser(NetworkChange):
+        key = "noparser"
+        stage = RATE
+
+    with pytest.raises(ValueError, match="reads its own token"):
+        register_change(NoParser)
+    assert {"nostage", "noparser"}.isdisjoint(CHANGE_KINDS)
+
+
+def test_an_unknown_kind_of_change_is_refused_with_the_valid_keys() -> None:
+    with pytest.raises(ValueError, match="unknown spec key 'flap'.*drop"):
+        parse_spec("1gbe,flap=5s")

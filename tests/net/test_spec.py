@@ -58,7 +58,7 @@ def test_all_keys():
         "straggler=1:compute=3")
     assert spec.jitter_dist == "pareto" and spec.protocol == "rdma" and spec.algorithm == "ring"
     assert spec.topology == (2, 4) and spec.intra_bandwidth == 2.4e12 and spec.intra_latency == 3e-6
-    assert spec.intra_protocol == "none" and spec.clock == "virtual" and spec.seed == 7
+    assert spec.intra_protocol == "none" and spec.clock == "sim" and spec.seed == 7
     assert spec.stragglers == (Straggler(3, link=0.5, compute=2.0), Straggler(1, compute=3.0))
 
 
@@ -100,7 +100,7 @@ def test_default_intra_link_is_inter_link():
     ("intra_protocol=udp", "unknown intra_protocol"),
     ("jitter_dist=cauchy", "unknown jitter_dist 'cauchy'; valid: uniform, normal, pareto"),
     ("algorithm=magic", "unknown algorithm 'magic'; valid: auto, ring, tree"),
-    ("clock=wall", "unknown clock 'wall'; valid: realtime, virtual"),
+    ("clock=wall", "unknown clock 'wall'; valid: realtime, sim"),
     ("seed=abc", "seed must be an integer"),
     ("seed=-1", "seed must be an int >= 0"),
     ("intra=fast", "unknown intra preset 'fast'"),

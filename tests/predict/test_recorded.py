@@ -137,7 +137,8 @@ def test_steps_are_cut_at_backward_and_the_optimizer():
 def test_strategy_labels():
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook, fp16_compress_hook
 
-    from gradwire.hooks import CompressionState, compression_hook
+    from gradwire.exchange import CompressionState
+    from gradwire.hooks import compression_hook
 
     assert strategy_label(allreduce_hook, None) == "sync"
     assert strategy_label(fp16_compress_hook, None) == "torch-fp16"

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gradwire.overlap import parse_strategy
-from gradwire.overlap.torch_exchanges import TorchFP16Exchange, TorchPowerSGDExchange
+from gradwire.strategies import parse_strategy
+from gradwire.strategies.torch_exchanges import TorchFP16Exchange, TorchPowerSGDExchange
 from gradwire.predict import Bucket, MeasuredExchange, StepProfile, predict
 from gradwire.predict.calibrate import Calibration, reference_step
 from gradwire.predict.codec import CodecCost, HookCost, Line

@@ -36,7 +36,8 @@ def recorded_ddp(rank: int, world: int, hooks: list[str], out: str, steps: int =
         with ProfileSession() as session:
             ddp = DDP(net, bucket_cap_mb=0.25)
             if hook == "onebit":
-                from gradwire.hooks import CompressionState, compression_hook
+                from gradwire.exchange import CompressionState
+                from gradwire.hooks import compression_hook
 
                 ddp.register_comm_hook(CompressionState("onebit", momentum=0.9), compression_hook)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.01)

@@ -17,20 +17,26 @@ from typing import Any
 import torch.distributed as dist
 
 from gradwire.backend import compat, names, teardown, work
-from gradwire.backend.accounting import LEDGER, Event, OpStats, Stats
+from gradwire.backend.accounting import LEDGER, OpRecord, OpStats, Stats
 from gradwire.backend.completer import CLOCK
+from gradwire.backend.simclock import SIMCLOCK
 from gradwire.backend.config import ENV_VAR, configure, current_spec
 from gradwire.backend.names import is_gradwire, report_as
 from gradwire.backend.process_group import GradwireProcessGroup, GradwireWork
+from gradwire.device import parse_device
 from gradwire.net import NetworkModel
 from gradwire.net.spec import resolve_topology
 
 __all__ = [
     "BACKEND_NAME", "ENV_VAR", "condition_events", "Event", "GradwireProcessGroup", "GradwireWork", "OpStats", "Stats",
+    "OpRecord",
     "clock", "configure", "current_spec", "events", "export_trace", "group_over", "groups", "is_gradwire", "network",
     "register",
     "report_as", "reset_stats", "stats",
 ]
+
+#: the name :class:`OpRecord` had before; kept so that ``gradwire.backend.Event`` still works
+Event = OpRecord
 
 BACKEND_NAME = "gradwire"
 _LOG = logging.getLogger("gradwire")
@@ -55,6 +61,12 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
             _LOG.warning("gradwire: the local network has no links; %s in the spec have no effect",
                          ", ".join(spec.unused_by_local()))
         _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
+        if spec.clock == "sim":  # each training starts at t = 0 of its simulated cluster
+            SIMCLOCK.enable(parse_device(spec.device or "host"))
+            rank = opts.group_rank if not global_ranks else dist.get_rank()
+            SIMCLOCK.slow_down(_model.compute_factor(rank))
+        else:
+            SIMCLOCK.disable()
         _origin = CLOCK.now()
         if _model.spec.link is not None:
             _job = _job_id(opts.store, opts.group_rank)
@@ -126,8 +138,13 @@ def reset_stats() -> None:
     LEDGER.reset()
 
 
-def events() -> list[Event]:
-    """This rank's event log (most recent ops, bounded)."""
+def events() -> list[OpRecord]:
+    """This rank's op records, oldest first (the most recent ops, bounded): one :class:`OpRecord` per op.
+
+    These are the ops the backend ran, not the network's changes over time
+    (those are :class:`gradwire.net.schedule.NetworkChange`, and the link's
+    condition over time is :func:`condition_events`).
+    """
     return LEDGER.events()
 
 
@@ -164,11 +181,49 @@ def condition_events(until: float | None = None) -> list[dict[str, Any]]:
 
 
 def clock() -> float:
-    """This rank's clock in seconds: wall time, plus simulated waiting in virtual mode.
+    """This rank's clock in seconds: wall time (``time.perf_counter()``), or its simulated cluster time (``clock=sim``).
 
-    Reading it observes every completed point-to-point op (see :mod:`gradwire.backend.completer`).
+    On the simulated clock a reading is the rank's time on the cluster it
+    simulates: its compute priced on the device, and every completion it has
+    observed (:mod:`gradwire.backend.simclock`).
     """
     return CLOCK.observe()
+
+
+def mark_step() -> None:
+    """Tell the simulated clock a training step ended (a ``step:TIME`` device scales compute by the steps)."""
+    SIMCLOCK.mark_step()
+
+
+def exposed() -> float:
+    """Seconds this rank's simulated clock has jumped to a completion: communication not hidden behind compute.
+
+    0 on the realtime clock (strategies measure their waits there).
+    """
+    return SIMCLOCK.exposed if SIMCLOCK.enabled else 0.0
+
+
+def detached(name: str = "background") -> Any:
+    """A context for ops a strategy exchanges in the background: on the simulated clock they are observed
+    only where it calls :func:`observe` with the yielded tag (see :mod:`gradwire.backend.simclock`)."""
+    return SIMCLOCK.detached(name)
+
+
+def arrived(tag: Any, future: Any) -> bool:
+    """Whether a background op has arrived: on the simulated clock, its end is not after the rank's time;
+    on the realtime clock, its future is done."""
+    if SIMCLOCK.enabled and tag is not None:
+        return bool(tag.end <= SIMCLOCK.now())
+    return bool(future.done())
+
+
+def observe(tag: Any = None) -> None:
+    """The rank waited for every op issued under ``tag`` (from :func:`detached`), and for ops that no tag
+    names and that really ended; no-op on the realtime clock."""
+    if SIMCLOCK.enabled:
+        if tag is not None:
+            SIMCLOCK.observe(tag)
+        SIMCLOCK.observe_loose()
 
 
 register()

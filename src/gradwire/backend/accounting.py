@@ -1,6 +1,6 @@
 """Per-op accounting and the event log of the simulated network.
 
-Every collective the ``gradwire`` backend runs leaves one :class:`Event`
+Every collective the ``gradwire`` backend runs leaves one :class:`OpRecord`
 (what, how many bytes, when it was issued, when the link started it, when the
 model said it was done, when the real inner collective finished) and adds to
 the per-op counters in :class:`OpStats`. Both are per process (per rank) and
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["Event", "OpStats", "Stats", "Ledger", "LEDGER"]
+__all__ = ["OpRecord", "OpStats", "Stats", "OpAccounts", "LEDGER"]
 
 #: offset that turns ``time.perf_counter()`` into Unix seconds, fixed at import,
 #: so traces of several ranks on one machine line up.
@@ -69,7 +69,7 @@ class Stats:
 
 
 @dataclass
-class Event:
+class OpRecord:
     """One op as the simulated network saw it (times in perf_counter seconds)."""
 
     op: str
@@ -91,16 +91,16 @@ class Event:
     floating: bool = True
 
 
-class Ledger:
+class OpAccounts:
     """Thread-safe counters plus a bounded event log for this process."""
 
     def __init__(self, max_events: int = 200_000) -> None:
         self._lock = threading.Lock()
         self._ops: dict[str, OpStats] = {}
-        self._events: deque[Event] = deque(maxlen=max_events)
+        self._events: deque[OpRecord] = deque(maxlen=max_events)
         self.rank = 0
 
-    def record(self, event: Event, sent_bytes: int, inner_seconds: float) -> None:
+    def record(self, event: OpRecord, sent_bytes: int, inner_seconds: float) -> None:
         with self._lock:
             s = self._ops.get(event.op)
             if s is None:
@@ -121,7 +121,7 @@ class Ledger:
         with self._lock:
             return Stats({op: OpStats(**asdict(s)) for op, s in self._ops.items()})
 
-    def events(self) -> list[Event]:
+    def events(self) -> list[OpRecord]:
         with self._lock:
             return list(self._events)
 
@@ -154,4 +154,4 @@ class Ledger:
 
 
 #: the ledger of this process; every gradwire process group records here
-LEDGER = Ledger()
+LEDGER = OpAccounts()

@@ -7,18 +7,9 @@ yet, one daemon thread per process (:class:`Completer`) completes the op's
 future at its deadline. Compute placed between issue and wait therefore
 overlaps the simulated transfer, as on a real NIC.
 
-Virtual clock: nothing waits. The simulated clock of this rank is wall time
-plus an offset; when an op completes, the offset grows so that the clock shows
-at least the op's modelled completion. Communication is therefore never
-hidden behind compute in virtual mode (a conservative what-if); realtime mode
-is the one that measures overlap.
-
-Point-to-point ops are the exception: a program overlaps ``isend`` with the
-``recv`` it issues next (full duplex), and an isend that completes in the
-background before that recv is issued must not move the clock under it (the
-recv would then start one transfer late). Their completion is *deferred*
-(:meth:`Clock.defer`) and applied when the program observes it: waiting on
-that op's Work, or reading :func:`gradwire.clock`.
+Simulated clock (``clock=sim``): nothing waits and no wall time is read;
+:mod:`gradwire.backend.simclock` keeps each rank's time, and :data:`CLOCK`
+reads it.
 """
 from __future__ import annotations
 
@@ -29,46 +20,34 @@ import threading
 import time
 from typing import Callable
 
+from gradwire.backend.simclock import SIMCLOCK
+
 __all__ = ["Completer", "Clock", "COMPLETER", "CLOCK", "run_guarded"]
 
 _LOG = logging.getLogger("gradwire")
 
 
 class Clock:
-    """This rank's clock: ``time.perf_counter()`` plus the virtual offset."""
+    """This rank's clock: ``time.perf_counter()`` (realtime), or the simulated cluster clock once enabled.
 
-    def __init__(self) -> None:
-        self._offset = 0.0
-        self._deferred = 0.0
-        self._lock = threading.Lock()
+    On the simulated clock (``clock=sim``, :mod:`gradwire.backend.simclock`) every
+    reading is that clock's: code that times with ``CLOCK.now()`` (the
+    profiler, compare's child) measures the simulated cluster unchanged.
+    """
 
     def now(self) -> float:
-        return time.perf_counter() + self._offset
+        if SIMCLOCK.enabled:
+            return SIMCLOCK.now()
+        return time.perf_counter()
 
     def advance_to(self, t: float) -> None:
-        """Make the clock read at least ``t`` from now on (virtual mode)."""
-        with self._lock:
-            lag = t - (time.perf_counter() + self._offset)
-            if lag > 0:
-                self._offset += lag
-
-    def defer(self, t: float) -> None:
-        """Remember a completion at ``t`` that the program has not observed yet (point-to-point)."""
-        with self._lock:
-            self._deferred = max(self._deferred, t)
+        """An observed completion at ``t``: the simulated clock moves there; the wall clock moves by itself."""
+        if SIMCLOCK.enabled:
+            SIMCLOCK.observe_op(t)
 
     def observe(self) -> float:
-        """Apply every deferred completion; return the clock."""
-        with self._lock:
-            t, self._deferred = self._deferred, 0.0
-        if t:
-            self.advance_to(t)
+        """The clock's reading, after every completion the rank has observed (what ``gradwire.clock()`` returns)."""
         return self.now()
-
-    def reset(self) -> None:
-        with self._lock:
-            self._offset = 0.0
-            self._deferred = 0.0
 
 
 class Completer:

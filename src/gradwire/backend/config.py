@@ -30,12 +30,16 @@ def configure(net: str | NetSpec | None = None) -> NetSpec:
         The parsed spec. A bad spec raises ValueError here, not at init time.
     """
     global _configured
-    _configured = None if net is None else parse_spec(net)
+    _configured = None if net is None else NetSpec.of(net)
     return current_spec()
 
 
 def current_spec() -> NetSpec:
-    """The spec a process group created now would use."""
+    """The spec a process group created now would use.
+
+    ``$GRADWIRE_NET`` is where a spec crosses into a process (torchrun, spawned
+    ranks, a command's children) as a string: it is parsed here, once per call.
+    """
     if _configured is not None:
         return _configured
     return parse_spec(os.environ.get(ENV_VAR) or None)

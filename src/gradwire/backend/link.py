@@ -5,7 +5,7 @@ starts at ``max(now, busy_until)`` of the sides it uses (full duplex: a send
 holds the transmit side, a receive the receive side, a collective both) and
 holds them for its modelled seconds.
 
-Groups whose rank sets are equal share one :class:`Link`: the NIC is one.
+Groups whose rank sets are equal share one :class:`NicQueue`: the NIC is one.
 A strategy that gives its collectives a group of their own
 (``dist.new_group(ranks)``, so that gloo can never pair them with DDP's) puts
 them on the same wire as DDP's all_reduces, and an op of one group waits for
@@ -30,10 +30,10 @@ import threading
 import weakref
 from typing import Callable, Iterable
 
-__all__ = ["Link", "link_for"]
+__all__ = ["NicQueue", "link_for"]
 
 
-class Link:
+class NicQueue:
     """One NIC: the instants until which its transmit and receive sides are busy."""
 
     __slots__ = ("_lock", "_tx_busy", "_rx_busy", "__weakref__")
@@ -62,10 +62,10 @@ class Link:
 
 _lock = threading.Lock()
 #: live links by (network model, rank set); a link lives as long as a group holds it
-_links: "weakref.WeakValueDictionary[tuple[int, frozenset[int]], Link]" = weakref.WeakValueDictionary()
+_links: "weakref.WeakValueDictionary[tuple[int, frozenset[int]], NicQueue]" = weakref.WeakValueDictionary()
 
 
-def link_for(model: object, ranks: Iterable[int]) -> Link:
+def link_for(model: object, ranks: Iterable[int]) -> NicQueue:
     """The link of the global ``ranks`` on ``model``'s network: one per rank set (module doc).
 
     The model's id is safe as a key: every group that holds the link holds the model too.
@@ -74,5 +74,5 @@ def link_for(model: object, ranks: Iterable[int]) -> Link:
     with _lock:
         link = _links.get(key)
         if link is None:
-            link = _links[key] = Link()
+            link = _links[key] = NicQueue()
         return link

@@ -18,8 +18,15 @@ is *when* the op completes:
 2. The inner collective is launched at once; the caller gets a
    :class:`GradwireWork` whose future is not yet complete.
 3. When the inner collective finishes, its callback completes our future at
-   the modelled time (realtime clock, via the completer thread) or at once,
-   moving the simulated clock (virtual clock). The caller's thread never sleeps.
+   the modelled time (realtime clock, via the completer thread) or at once
+   (simulated clock: the rank's clock moves to the modelled end where the rank
+   observes the op, simclock.py). The caller's thread never sleeps.
+
+On the simulated clock an op starts at the instant the *last* rank of the
+group issued it: at issue the ranks agree on that instant with a MAX
+all_reduce of one number on a gloo group of their own (the clock group), in
+the same order as the ops themselves. Point-to-point ops start at the
+issuing rank's own instant.
 
 On the ``local`` network none of this runs for a reduction: it is answered at
 once from the rank's own data (``local.py``), at 0 s and 0 bytes on the wire;
@@ -29,10 +36,10 @@ Traps:
 - Ranks price ops independently and identically: the modelled time is a pure
   function of (op, bytes, group, seq, spec), and jitter is drawn from
   (seed, seq), so a collective completes as one event for the whole group.
-- A rank that arrives early at a collective completes at
-  ``max(own start + model, real end of the inner op)``: the simulation does not
-  exchange issue times (that would be an extra collective per op), so skew
-  between ranks is not added to the modelled time.
+- Realtime clock: a rank that arrives early at a collective completes at
+  ``max(own start + model, real end of the inner op)``: the realtime clock does
+  not exchange issue times, so skew between ranks is not added to the modelled
+  time (the real inner op's wait for the late rank shows it).
 - CUDA: an inner work's future completes when its kernels are queued, and our
   futures carry no CUDA events; a helper thread waits for the device before
   our future completes (``work.Pending._on_inner``). Without that, a hook reading
@@ -73,9 +80,10 @@ from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
 from gradwire.backend import local
-from gradwire.backend.accounting import Event
+from gradwire.backend.accounting import OpRecord
 from gradwire.backend.completer import CLOCK
-from gradwire.backend.link import link_for
+from gradwire.backend.link import NicQueue, link_for
+from gradwire.backend.simclock import SIMCLOCK
 from gradwire.backend.shared import SharedLink
 from gradwire.backend.work import CoalescedWork, GradwireWork, Pending, seconds_of, translate
 from gradwire.net import NetSpec, NetworkModel, OpCost, busbw_factor
@@ -132,12 +140,17 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._last_end: float | None = None
         #: an idle this short never restarts TCP's window (the RTO is at least rto_min)
         self._warm_idle = tcp.rto_min if tcp is not None else math.inf
-        self._virtual = model.spec.clock == "virtual"
+        self._simulated = model.spec.clock == "sim"
         #: the ``local`` network: ops answered from this rank's data, no inner op runs (local.py)
         self._local = model.spec.is_local
         gloo = ProcessGroupGloo(dist.PrefixStore("gradwire/gloo/", store), rank, size, timeout)
         self._gloo_backend = gloo
         self._gloo = _inner_group(gloo, "cpu", store, rank, size, timeout)
+        #: the simulated clock's agreement on issue instants, apart from the data's ops (module doc)
+        self._clock_group: Any = (ProcessGroupGloo(dist.PrefixStore("gradwire/clock/", store), rank, size, timeout)
+                             if self._simulated and size > 1 else None)
+        #: an op's clock agreement and its launch are one step: every rank enqueues both in the same order
+        self._issue_lock = threading.Lock()
         self._nccl: Any = None
         #: the inner backend of CUDA tensors, chosen at the first CUDA op: "nccl" or "gloo"
         self.cuda_inner: str | None = None
@@ -145,7 +158,10 @@ class GradwireProcessGroup(dist.ProcessGroup):
         self._cuda_lock = threading.Lock()
         self._seq = 0
         #: the rank set's NIC, shared with every group of the same ranks (link.py)
-        self._link = link_for(model, self._ranks)
+        # on the simulated clock each group queues on a link of its own: ops of two groups reach a shared queue in
+        # the order their threads really issue them, which varies from run to run, and the simulated clock's
+        # figures must not (contention between groups of the same ranks is then not modelled)
+        self._link = NicQueue() if self._simulated else link_for(model, self._ranks)
         #: works launched between start_coalescing and end_coalescing
         self._coalesced: list[GradwireWork] | None = None
         # a plain dict, not functools.lru_cache on a bound method: that would make
@@ -186,7 +202,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
         of its own worker threads, which aborts the process at exit
         ("terminate called without an active exception").
         """
-        for inner in (self._gloo, self._nccl):
+        for inner in (self._gloo, self._nccl, self._clock_group):
             if inner is not None:
                 inner.shutdown()
 
@@ -210,7 +226,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         beta are ``inf``. What an op takes on this backend is at least this:
         it also waits for the inner backend (``max`` of the two, completer.py).
         """
-        now = CLOCK.now() - self._origin
+        with SIMCLOCK.backend_work():
+            now = CLOCK.now() - self._origin
         cond, change = self._model.condition(now)
         if cond.down:
             return math.inf, math.inf, change - now
@@ -301,6 +318,33 @@ class GradwireProcessGroup(dist.ProcessGroup):
         network (local.py), which runs it instead of the inner op, at 0 s
         and 0 bytes on the wire.
         """
+        if not self._simulated or (self._local and answer is not None and op in local.ANSWERED):
+            return self._launch_now(op, nbytes, tensors, start_inner, post, src, dst, opts, source_of, label, answer)
+        with SIMCLOCK.backend_work():
+            issued = SIMCLOCK.now()
+            tag = SIMCLOCK.tag_for_issue()
+            with self._issue_lock:
+                now = self._agreed(issued) if op != "send" else issued
+                work = self._launch_now(op, nbytes, tensors, start_inner, post, src, dst, opts, source_of, label,
+                                        answer, now, tag)
+        SIMCLOCK.issued(work._pending, tag, work._pending.event.modelled_done)
+        return work
+
+    def _agreed(self, issued: float) -> float:
+        """The simulated instant the last rank of the group issued this op (a MAX over the clock group)."""
+        if self._clock_group is None:
+            return issued
+        t = torch.tensor([issued], dtype=torch.float64)
+        opts = c10d.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX  # type: ignore[assignment]  # torch's stub types the field as ReduceOp
+        self._clock_group.allreduce([t], opts).wait()
+        return float(t.item())
+
+    def _launch_now(self, op: str, nbytes: int, tensors: Sequence[torch.Tensor], start_inner: Callable[[Any], Any],
+                    post: Callable[[], Any] | None, src: int | None, dst: int | None, opts: Any,
+                    source_of: Callable[[], int] | None, label: str | None, answer: Callable[[], Any] | None,
+                    now: float | None = None, tag: Any = None) -> GradwireWork:
+        """:meth:`_launch` from the instant ``now`` the op is issued at (default: the clock's now)."""
         if self._local and answer is not None and op in local.ANSWERED:
             return self._answer_locally(label or op, nbytes, answer, opts)
         inner = self._inner(tensors, collective=op != "send")
@@ -313,7 +357,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
             cost = self._price(op, nbytes, seq, src, dst)
             # a full-duplex NIC: a send holds the transmit side, a recv the
             # receive side, a collective both; groups of the same ranks share it
-            now = CLOCK.now()
+            if now is None:
+                now = CLOCK.now()
             if not self._priced_at_start:
                 start, done = self._link.reserve(now, cost.seconds, sends, receives)
             else:  # priced from the instant the queue lets it start: a changing network, TCP's idle restart
@@ -324,7 +369,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
                     cause = self._outage_in(start, done)
                 if self._shared is not None:
                     self._shared.busy_until(done)
-        event = Event(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
+        event = OpRecord(label or op, self._group_id, seq, cost.payload_bytes, cost.wire_bytes, cost.algorithm,
                       done - start, now, start, done,
                       floating=not tensors or any(t.is_floating_point() for t in tensors))
         try:
@@ -335,7 +380,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 raise
             raise new from exc
         return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of,
-                           cause)
+                           cause, tag)
 
     def _price_at(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None, at: float) -> float:
         """Modelled seconds of an op that starts at ``at`` (the clock's time) on the network's schedule.
@@ -377,17 +422,17 @@ class GradwireProcessGroup(dist.ProcessGroup):
             seq = self._seq
             self._seq += 1
         now = CLOCK.now()
-        event = Event(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
+        event = OpRecord(op, self._group_id, seq, nbytes, 0, "local", 0.0, now, now, now)
         done: Future = Future()
         done.set_result(answer())
         work = c10d._create_work_from_future(done)  # type: ignore[attr-defined]  # missing from torch's stub
         return self._track(event, 0, work, None, "local", opts, None)
 
-    def _track(self, event: Event, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
-               source_of: Callable[[], int] | None, cause: str = "") -> GradwireWork:
+    def _track(self, event: OpRecord, sent: int, work: Any, post: Callable[[], Any] | None, backend: str, opts: Any,
+               source_of: Callable[[], int] | None, cause: str = "", tag: Any = None) -> GradwireWork:
         """The Work of a launched op: completes when its inner work and the modelled time are done."""
         timeout = seconds_of(getattr(opts, "timeout", None)) or self._timeout_s
-        pending = Pending(event, sent, work, post, self._virtual, backend, timeout, cause)
+        pending = Pending(event, sent, work, post, self._simulated, backend, timeout, cause, tag)
         if getattr(opts, "asyncOp", True):  # async callers get background completion
             pending.chain()
         result = GradwireWork(pending, event.op, source_of)

@@ -1,8 +1,9 @@
 """One op in flight: its completion, its failure, its timeout, and the Work torch sees.
 
 An op completes exactly once, at ``max(modelled completion, real end of the
-inner op)`` (realtime clock) or when the inner op ends (virtual clock, which
-then moves the simulated clock). It fails when the inner op fails, or when the
+inner op)`` (realtime clock) or when the inner op ends (simulated clock: the
+rank's clock moves to the modelled completion where the rank observes it,
+simclock.py). It fails when the inner op fails, or when the
 simulated network would need longer than the op's timeout.
 
 Traps:
@@ -18,12 +19,12 @@ Traps:
   ``Timed out waiting``): the clock runs from the op's issue, so time queued
   behind earlier ops on the link counts. An op whose modelled completion lies
   past ``issue + timeout`` fails with :class:`torch.distributed.DistBackendError`
-  at ``issue + timeout`` (realtime), or at once with the simulated clock moved
-  to that instant (virtual); the ranks price the op identically, so they all
-  raise on the same op. A wait with a timeout (``work.wait(timeout=...)``)
-  raises once that much time passed without completion (realtime: wall time;
-  virtual: simulated time first, then wall time for an inner op that is really
-  late), and leaves the op in flight, as gloo does.
+  at ``issue + timeout`` (realtime), or at once (simulated clock); the ranks
+  price the op identically, so they all raise on the same op. A wait with a
+  timeout (``work.wait(timeout=...)``) raises once that much time passed
+  without completion (realtime: wall time; simulated: simulated time first,
+  then wall time for an inner op that is really late), and leaves the op in
+  flight, as gloo does.
 """
 from __future__ import annotations
 
@@ -38,16 +39,14 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from gradwire.backend.accounting import LEDGER, Event
+from gradwire.backend.accounting import LEDGER, OpRecord
 from gradwire.backend.completer import CLOCK, COMPLETER, run_guarded
+from gradwire.backend.simclock import SIMCLOCK, Tag
 
 __all__ = ["CoalescedWork", "DELIVERIES", "GradwireWork", "Pending", "WAITERS", "close_threads", "seconds_of",
            "translate"]
 
 _LOG = logging.getLogger("gradwire")
-
-#: ops whose virtual-clock completion is deferred until observed (see completer.py)
-_POINT_TO_POINT = ("send", "recv")
 
 
 class _Failed:
@@ -91,16 +90,21 @@ class Pending:
     timeout) is not held up until the op ends.
     """
 
-    __slots__ = ("event", "sent_bytes", "inner", "post", "virtual", "backend", "timeout", "cause", "source", "future",
-                 "lock", "inline", "finished", "value", "error")
+    __slots__ = ("event", "sent_bytes", "inner", "post", "simulated", "backend", "timeout", "cause", "source", "future",
+                 "lock", "inline", "finished", "value", "error", "tag", "observed")
 
-    def __init__(self, event: Event, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, virtual: bool,
-                 backend: str, timeout: float, cause: str = "") -> None:
+    def __init__(self, event: OpRecord, sent_bytes: int, inner: Any, post: Callable[[], Any] | None, simulated: bool,
+                 backend: str, timeout: float, cause: str = "", tag: Tag | None = None) -> None:
         self.event = event
         self.sent_bytes = sent_bytes
         self.inner = inner
         self.post = post
-        self.virtual = virtual
+        #: on the simulated clock: completes when the inner op does, at the modelled instant of that clock
+        self.simulated = simulated
+        #: where the rank observes this op's completion on the simulated clock (simclock.py)
+        self.tag = tag
+        #: the rank waited for it (``Work.wait()``): the simulated clock took its end there
+        self.observed = False
         self.backend = backend
         #: seconds from issue after which the op fails (the group's or the op's timeout)
         self.timeout = timeout
@@ -123,6 +127,8 @@ class Pending:
             if self.future is None:
                 self.source = Future()
                 self.future = self.source.then(_unwrap)
+                if self.simulated:  # a chain's stage on it starts no earlier than the op's end
+                    SIMCLOCK.stamp(self.future, self.event.modelled_done)
                 # completed already: hand over the outcome; being completed inline: that
                 # thread delivers; else follow the inner op
                 deliver, attach = self.finished, not self.finished and not self.inline
@@ -183,23 +189,19 @@ class Pending:
             self._settle(None, self._fail(exc))
             return
         e = self.event
-        e.inner_done = CLOCK.now()
+        e.inner_done = e.modelled_done if self.simulated else CLOCK.now()
         if self._late():
             at = e.issued + self.timeout
-            if self.virtual:
-                CLOCK.advance_to(at)
-            if self.virtual or at <= time.perf_counter():
+            if self.simulated or at <= time.perf_counter():
                 self._time_out()
             else:
                 COMPLETER.at(at, lambda: DELIVERIES.submit(self._time_out, on_error=self._failed), self._failed)
             return
         done = e.modelled_done
-        if self.virtual:
-            if e.op in _POINT_TO_POINT:  # applied when observed (see completer.py)
-                CLOCK.defer(done)
-            else:
-                CLOCK.advance_to(done)
-            self._finish(value)
+        if self.simulated:
+            # callbacks are user code (they may wait on another op): off the inner backend's thread, run at the
+            # op's simulated end, their compute charged there (simclock.py)
+            DELIVERIES.submit(self._finish_at_end, value, on_error=self._failed)
         elif done <= time.perf_counter():
             self._finish(value)
         else:
@@ -211,6 +213,10 @@ class Pending:
     def _finish(self, value: Any) -> None:
         self._record()
         self._settle(value, None)
+
+    def _finish_at_end(self, value: Any) -> None:
+        with SIMCLOCK.delivering(self.event.modelled_done, self.tag):
+            self._finish(value)
 
     def _time_out(self) -> None:
         self._settle(None, self._fail(self.timeout_error()))
@@ -249,7 +255,8 @@ class Pending:
         e = self.event
         # "at its own timeout": the inner op was issued just after this one, so its timeout ends a little later;
         # 50 ms of slack takes a clock read a little early, and an earlier failure (a dead peer) stays its own
-        if self._late() and not isinstance(exc, NotImplementedError) and CLOCK.now() >= e.issued + self.timeout - 0.05:
+        if self._late() and not isinstance(exc, NotImplementedError) and (
+                self.simulated or CLOCK.now() >= e.issued + self.timeout - 0.05):
             timed_out = self.timeout_error()
             timed_out.__cause__ = exc
             exc = timed_out
@@ -309,18 +316,13 @@ class Pending:
                 raise
             raise error from exc
         e = self.event
-        e.inner_done = CLOCK.now()
+        e.inner_done = e.modelled_done if self.simulated else CLOCK.now()
         if self._late():
-            at = e.issued + self.timeout
-            if self.virtual:
-                CLOCK.advance_to(at)
-            else:
-                time.sleep(max(0.0, at - time.perf_counter()))
+            if not self.simulated:
+                time.sleep(max(0.0, e.issued + self.timeout - time.perf_counter()))
             self._settle(None, self._fail(self.timeout_error()))
             return
-        if self.virtual:
-            CLOCK.advance_to(e.modelled_done)
-        else:
+        if not self.simulated:
             lag = e.modelled_done - time.perf_counter()
             if lag > 0:
                 time.sleep(lag)
@@ -328,9 +330,9 @@ class Pending:
         self._settle(value, None)
 
     def wait_for(self, limit: float) -> None:
-        """Block at most ``limit`` seconds (simulated in virtual mode); raise if the op is not done by then."""
+        """Block at most ``limit`` seconds (simulated ones on the simulated clock); raise if the op is not done by then."""
         e = self.event
-        if self.virtual and not self.finished:
+        if self.simulated and not self.finished:
             # when would the op end in simulated time: its completion, or its timeout failure
             end = min(e.modelled_done, e.issued + self.timeout)
             now = CLOCK.now()
@@ -344,8 +346,6 @@ class Pending:
             raise self._wait_timeout(limit, e.modelled_done - CLOCK.now())
         if self.error is not None:
             raise self.error
-        if self.virtual and e.op in _POINT_TO_POINT:
-            CLOCK.advance_to(e.modelled_done)
 
     def _wait_timeout(self, limit: float, remaining: float) -> BaseException:
         e = self.event
@@ -369,13 +369,20 @@ class GradwireWork(dist._Work):
         """Wait for the op; ``timeout`` (a timedelta) bounds the wait and raises past it, as gloo's does."""
         t0 = time.perf_counter()
         limit = seconds_of(timeout)
+        pending = self._pending
+        pending.observed = True
         try:
-            if limit is None:
-                self._pending.wait_inline()
-                if self._pending.virtual:  # a deferred point-to-point completion is observed here
-                    CLOCK.advance_to(self._pending.event.modelled_done)
-            else:
-                self._pending.wait_for(limit)
+            with SIMCLOCK.backend_work():
+                if limit is None:
+                    pending.wait_inline()
+                else:
+                    pending.wait_for(limit)
+            if pending.simulated:  # the rank observes the completion: its clock moves to the op's end
+                SIMCLOCK.observe_op(pending.event.modelled_done)
+        except Exception:
+            if pending.simulated and pending.finished and pending._late():  # the op's timeout: seen at its deadline
+                SIMCLOCK.observe_op(pending.event.issued + pending.timeout)
+            raise
         finally:
             LEDGER.add_blocked(self._op, time.perf_counter() - t0)
         return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gradwire.net.spec import NetSpec
 from gradwire.net.units import parse_buffer_size
 
 __all__ = ["BACKENDS", "COLLECTIVE_NAMES", "DTYPES", "REDOPS", "BenchConfig", "parse_bench_size", "sweep_sizes"]
@@ -51,8 +52,8 @@ class BenchConfig:
     """collectives to measure, names from :data:`gradwire.bench.collectives.COLLECTIVES`"""
     backend: str = "gloo"
     """torch.distributed backend: gloo, nccl or gradwire"""
-    net: str | None = None
-    """network spec: simulated by the gradwire backend; with gloo/nccl only priced (model column)"""
+    net: NetSpec | None = None
+    """network: simulated by the gradwire backend; with gloo/nccl only priced (model column); a spec string is parsed"""
     world_size: int = 2
     """ranks to spawn (ignored under torchrun, which fixes its own)"""
     min_bytes: int = 32 << 20
@@ -112,10 +113,8 @@ class BenchConfig:
             raise ValueError(f"-r (root) must be a rank >= 0, got {self.root}")
         if not 0 < self.timeout < math.inf:  # also rejects NaN
             raise ValueError(f"--timeout must be a finite number of seconds > 0, got {self.timeout!r}")
-        if self.net is not None:
-            from gradwire.net import parse_spec
-
-            parse_spec(self.net)  # a bad spec fails here, before any rank starts
+        if self.net is not None:  # a bad spec fails here, before any rank starts
+            object.__setattr__(self, "net", NetSpec.of(self.net))
 
     @property
     def device_type(self) -> str:

@@ -24,7 +24,7 @@ from gradwire.bench.collectives import COLLECTIVES, Buffers, Collective, RankSet
 from gradwire.bench.config import DTYPES, BenchConfig
 
 if TYPE_CHECKING:
-    from gradwire.net import NetworkModel
+    from gradwire.net import NetSpec, NetworkModel
 
 __all__ = ["BenchResult", "CORRUPT_ENV", "BenchRow", "run", "run_in_group", "run_rank", "under_torchrun"]
 
@@ -69,8 +69,8 @@ class BenchResult:
     config: BenchConfig
     world_size: int
     backend: str
-    net: str | None
-    """spec of the network that priced the model column (None: no model column)"""
+    net: NetSpec | None
+    """the network that priced the model column (None: no model column)"""
     simulated: bool
     """whether the backend simulated that network (gradwire) or it only priced rows"""
     ranks: list[str] = field(default_factory=list)
@@ -149,7 +149,7 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.net import NetworkModel, parse_spec
+    from gradwire.net import NetworkModel
     from gradwire.net.spec import resolve_topology
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -160,8 +160,8 @@ def run_in_group(config: BenchConfig) -> BenchResult:
     if model is not None and model.is_zero:
         model = None
     if model is None and config.net and config.backend != "gradwire":  # the model column of a real network
-        model = NetworkModel(resolve_topology(parse_spec(config.net), world, os.environ), world)
-    result = BenchResult(config, world, config.backend, model.spec.to_string() if model else None,
+        model = NetworkModel(resolve_topology(config.net, world, os.environ), world)
+    result = BenchResult(config, world, config.backend, model.spec if model else None,
                          simulated=model is not None and config.backend == "gradwire")
     me = f"Rank {rank:2d} Group 0 Pid {os.getpid():6d} on {socket.gethostname():>10} device {device}"
     names: list[str | None] = [None] * world

@@ -23,7 +23,7 @@ import numpy as np
 
 from gradwire.bench.collectives import COLLECTIVES
 from gradwire.bench.driver import BenchResult
-from gradwire.net import ALGORITHMS, DEFAULT_ALGORITHM, FRAMINGS, NetworkModel, parse_spec
+from gradwire.net import ALGORITHMS, DEFAULT_ALGORITHM, FRAMINGS, NetworkModel
 from gradwire.net.algorithms import Group, choose
 from gradwire.net.link import Link
 
@@ -153,7 +153,7 @@ def fit_result(result: BenchResult, algorithm: str | None = None, protocol: str 
         protocol: framing of the fitted spec; default the simulated network's,
             else ``tcp``.
     """
-    spec = parse_spec(result.net) if result.net else None
+    spec = result.net
     model = NetworkModel(spec, result.world_size) if spec is not None and result.simulated else None
     algorithm = algorithm or (model.spec.algorithm if model is not None else "ring")
     protocol = protocol or (spec.protocol if spec is not None and model is not None else "tcp")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 from gradwire.bench.driver import IN_PLACE, OUT_OF_PLACE, BenchResult, BenchRow
+from gradwire.net.spec import NetSpec
 
 __all__ = ["format_table", "plot", "to_dict", "write_csv", "write_json"]
 
@@ -46,7 +47,7 @@ def _header(result: BenchResult) -> list[str]:
     ]
     if result.net:
         how = "simulated by the gradwire backend" if result.simulated else "priced by the model only"
-        lines.append(f"#  network: {result.net} ({how}; model(us) = its price of one call)")
+        lines.append(f"#  network: {result.net.to_string()} ({how}; model(us) = its price of one call)")
     lines += ["#", "# Using devices", *(f"#  {r}" for r in result.ranks), "#"]
     return lines
 
@@ -88,13 +89,18 @@ def format_table(result: BenchResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _text(spec: NetSpec | None) -> str | None:
+    """A spec as results files keep it: its string (None stays None)."""
+    return None if spec is None else spec.to_string()
+
+
 def to_dict(result: BenchResult, fit: Any = None) -> dict[str, Any]:
     """A JSON-ready dict: config, run facts, one entry per row, and the fit if given."""
     out = {
-        "config": asdict(result.config),
+        "config": {**asdict(replace(result.config, net=None)), "net": _text(result.config.net)},
         "world_size": result.world_size,
         "backend": result.backend,
-        "net": result.net,
+        "net": _text(result.net),
         "simulated": result.simulated,
         "wrong": result.wrong,
         "rows": [asdict(r) for r in result.rows],
@@ -155,7 +161,7 @@ def plot(result: BenchResult, path: str | Path) -> Path:
             ax_b.plot(sizes, [size / (us * 1e3) * factor.get(size, 0.0) if us else 0.0
                               for size, us in zip(sizes, model_us)],
                       "--", color=color, alpha=0.6, label=f"{op} model")
-    net = f", net {result.net}" if result.net else ""
+    net = f", net {result.net.to_string()}" if result.net else ""
     title = f"{result.backend}, {result.world_size} ranks{net}"
     ax_t.set(xscale="log", yscale="log", xlabel="size (bytes)", ylabel="time per call (us)", title=title)
     ax_b.set(xscale="log", xlabel="size (bytes)", ylabel="bus bandwidth (GB/s)", title=title)

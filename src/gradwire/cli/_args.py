@@ -14,14 +14,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from gradwire._files import OutputPathError, check_output_dir, check_output_file
 
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
 
-__all__ = ["MAX_SIZE", "Parser", "byte_size", "check_command", "check_net_fits", "command_after_dashes", "fail", "one_line", "input_file", "output_dir", "output_file", "positive_int", "seconds"]
+__all__ = ["MAX_SIZE", "Parser", "byte_size", "check_command", "check_net_fits", "command_after_dashes", "default_nets", "fail", "one_line", "input_file", "net_spec", "output_dir", "output_file", "positive_int", "seconds"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -154,15 +154,34 @@ def command_after_dashes(remainder: list[str], usage: str, required: bool = True
     return cmd
 
 
-def check_net_fits(net: str | NetSpec, world: int) -> None:
+def net_spec(text: str) -> NetSpec:
+    """``type=`` of every ``--net`` (and ``net describe SPEC``): the spec the user gave, parsed once, here.
+
+    The commands pass the :class:`~gradwire.net.spec.NetSpec` on; its text
+    form goes only to a process boundary (``$GRADWIRE_NET`` of a child).
+    A bad spec is refused while argparse parses, in one line.
+    """
+    from gradwire.net import parse_spec
+
+    try:
+        return parse_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def default_nets(given: "list[NetSpec] | None", default: "Sequence[str]") -> "list[NetSpec]":
+    """A repeatable ``--net``'s specs, or the command's ``default`` (spec strings) parsed as ``--net`` would be."""
+    return list(given) if given else [net_spec(text) for text in default]
+
+
+def check_net_fits(spec: NetSpec, world: int) -> None:
     """Refuse a network that cannot hold ``world`` ranks: a topology of another size, a straggler past the last rank.
 
     The network model's own check, run before any rank starts (a spec whose
     topology is resolved later, ``topology=auto``, is left to the backend).
     """
-    from gradwire.net import NetworkModel, parse_spec
+    from gradwire.net import NetworkModel
 
-    spec = parse_spec(net)
     if not isinstance(spec.topology, str):
         NetworkModel(spec, world)  # ValueError naming what the world size must be
 

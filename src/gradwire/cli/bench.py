@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from gradwire.bench.config import BACKENDS, COLLECTIVE_NAMES, DTYPES, REDOPS, BenchConfig
-from gradwire.cli._args import byte_size, check_net_fits, output_file, positive_int, seconds
+from gradwire.cli._args import byte_size, check_net_fits, net_spec, output_file, positive_int, seconds
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--op", action="append", metavar="OP",
                    help=f"collective, repeatable: {', '.join(COLLECTIVE_NAMES)} or all (default all_reduce)")
     p.add_argument("--backend", default="gloo", help=f"{', '.join(BACKENDS)} (default gloo)")
-    p.add_argument("--net", metavar="SPEC",
+    p.add_argument("--net", metavar="SPEC", type=net_spec,
                    help="network spec: simulated with --backend gradwire; with gloo/nccl only priced in model(us)")
     p.add_argument("--world-size", type=positive_int(1), default=2, metavar="N", help="ranks to spawn (default 2)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),

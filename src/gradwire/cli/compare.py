@@ -25,8 +25,12 @@ folder, ``<out>/runs/<nnn>-.../workdir/``, and a training that modifies a
 file that was there before stops the comparison, saying which.
 
 A row is ``ok`` only if its final metric is not clearly worse than the
-baseline's (:mod:`gradwire.compare.report`); an unsound strategy keeps its
-figures but is never named fastest.
+baseline's (:mod:`gradwire.compare.report`): past the baseline's worst seed
+by more than ``--tolerance`` (a loss 2% above the baseline's, an accuracy 1
+point below, by default), or than the baseline seeds' spread where 3 seeds
+or more show a wider one; with fewer the table says the verdict rests on
+the tolerance alone. An unsound strategy keeps its figures but is never
+named fastest.
 
 Ctrl-C (or SIGTERM, SIGHUP) stops it with one line: every process of the
 training in flight is stopped, in whatever session it runs (torchrun's
@@ -41,11 +45,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import _typed, check_net_fits, command_after_dashes, output_dir, positive_int, seconds
+from gradwire.cli._args import (
+    _typed, check_net_fits, command_after_dashes, default_nets, net_spec, output_dir, positive_int, seconds,
+)
 
 if TYPE_CHECKING:
+    from gradwire.compare.config import Tolerance
     from gradwire.net import NetSpec
-    from gradwire.overlap import StrategyChoice
+    from gradwire.strategies import StrategyChoice
 
 #: options of the bundled models only, and of a command only (for the refusals)
 _MODEL_ONLY = ("model", "epochs", "batch_size", "lr")
@@ -53,14 +60,15 @@ _CMD_ONLY = ("adam_warmup", "metric", "allow_modified", "target_within", "strate
 
 
 def add_parser(sub: Any) -> None:
-    from gradwire.compare.config import DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, CompareConfig
+    from gradwire.compare.config import (DEFAULT_NET, DEFAULT_NETS, DEFAULT_STRATEGIES, DEFAULT_TOLERANCE, CompareConfig,
+                                         Tolerance)
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES
-    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+    from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 
     d = CompareConfig.__dataclass_fields__
     p = sub.add_parser("compare", help="measure every strategy on real training: ours, or your own script (the main job)",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--net", action="append", default=None,
+    p.add_argument("--net", action="append", type=net_spec, default=None,
                    help=f"network spec or preset; repeat for several (default: {' and '.join(DEFAULT_NETS)}; "
                         f"with a command: {DEFAULT_NET})")
     p.add_argument("--strategies", default=None,
@@ -78,6 +86,14 @@ def add_parser(sub: Any) -> None:
                         "row says 'timed out' (default, with a command: 900 for the baseline, which trains first, "
                         "and compute-only before it, then max(120, 4 x the baseline's longest measured seed); "
                         "bundled models: 900 per strategy)")
+    p.add_argument("--clock", choices=("sim", "realtime"), default=None,
+                   help="sim: every time is the simulated cluster's (compute priced on --device, communication on "
+                        "the network model; the same on any host, busy or not); realtime: this host's wall clock "
+                        "(default: sim for the bundled models, realtime with a command)")
+    p.add_argument("--device", type=_typed("device", _device), default=None,
+                   help="what the simulated cluster computes on: cpu-core, t4, v100, a100, h100 (datasheet "
+                        "rooflines), TFLOPS,GB/s (e.g. 19.5,1555), host (this rank's thread CPU time), host:x0.1 "
+                        "(scaled), step=35ms (a step as you measured it) (default: cpu-core; needs --clock sim)")
     models = p.add_argument_group("the bundled digits models (without a command)")
     models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
     models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
@@ -89,6 +105,14 @@ def add_parser(sub: Any) -> None:
                         f"that reached it soonest on every seed (bundled models: test accuracy, default "
                         f"{d['target_accuracy'].default}; with a command: the table's metric, reached from above "
                         f"for a loss; default: none)")
+    p.add_argument("--tolerance", type=_typed("tolerance", Tolerance.parse), default=None,
+                   metavar="loss=SHARE,accuracy=POINTS",
+                   help="how much worse than the baseline's a final metric may end and its row still be sound: a "
+                        "loss (loss, perplexity, MSE) relative to the baseline's, a share (accuracy, F1, AUC, error "
+                        "rate) in absolute points (1pt: 0.91 may end at 0.90; 91.0 at 90.0 for a percentage); give "
+                        "either or both, e.g. 'loss=1%%' or 'loss=1%%,accuracy=0.5pt' (default: "
+                        f"{str(DEFAULT_TOLERANCE).replace('%', '%%')}). Past the baseline's worst seed by more, or by "
+                        "more than its seeds' spread where 3 or more show a wider one, a row is UNSOUND")
     models.add_argument("--no-interleave", dest="interleave", action="store_false",
                         help="run each strategy in processes of its own, one after another (default: take turns)")
     script = p.add_argument_group("your own script (after --)")
@@ -142,16 +166,26 @@ def run(args: argparse.Namespace) -> int:
     return _run_models(args)
 
 
-def _nets(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[NetSpec, ...]:
-    """``--net`` (or ``default``), parsed: the configs take what they keep."""
-    from gradwire.net import parse_spec
+def _device(text: str) -> str:
+    from gradwire.device import parse_device
 
-    return tuple(parse_spec(net) for net in args.net or default)
+    return parse_device(text).text
+
+
+def _nets(args: argparse.Namespace, default: tuple[str, ...], clock: str = "realtime") -> tuple[NetSpec, ...]:
+    """``--net`` (or ``default``, parsed as ``--net`` is), on ``--clock`` (or ``clock``) with ``--device``."""
+    from gradwire.compare.config import on_clock
+
+    chosen = args.clock or clock
+    if args.device is not None and chosen != "sim":
+        raise ValueError(f"--device {args.device} prices compute on the simulated clock: add --clock sim "
+                         "(the realtime clock takes compute as this host runs it)")
+    return tuple(on_clock(net, chosen, args.device) for net in default_nets(args.net, default))
 
 
 def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[StrategyChoice, ...]:
     """``--strategies`` (or ``default``), parsed."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
     names = default if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     return tuple(parse_strategy(name) for name in names)
@@ -159,7 +193,7 @@ def _strategies(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[Str
 
 def _run_models(args: argparse.Namespace) -> int:
     from gradwire.compare import CompareConfig, run_compare
-    from gradwire.compare.config import DEFAULT_NETS, DEFAULT_STRATEGIES, default_workers, usable_cores
+    from gradwire.compare.config import DEFAULT_CLOCK, DEFAULT_NETS, DEFAULT_STRATEGIES, default_workers, usable_cores
 
     given = _given(args, _CMD_ONLY)
     if given:
@@ -173,7 +207,7 @@ def _run_models(args: argparse.Namespace) -> int:
         return d[name].default if value is None else value
 
     cfg = CompareConfig(
-        nets=_nets(args, DEFAULT_NETS), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
+        nets=_nets(args, DEFAULT_NETS, DEFAULT_CLOCK), strategies=_strategies(args, DEFAULT_STRATEGIES), workers=workers,
         model=pick(args.model, "model"), epochs=pick(args.epochs, "epochs"),
         seeds=tuple(range(3 if args.seeds is None else args.seeds)), batch_size=pick(args.batch_size, "batch_size"),
         lr=pick(args.lr, "lr"), target_accuracy=pick(args.target, "target_accuracy"), out=Path(args.out),
@@ -181,12 +215,13 @@ def _run_models(args: argparse.Namespace) -> int:
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
-    if workers > usable_cores():
+    if workers > usable_cores() and cfg.nets[0].clock != "sim":
         print(f"gradwire compare: warning: {workers} workers on {usable_cores()} cores: ranks will wait for peers "
               "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
-                           "accuracy.png", predict_for=cfg)
+                           "accuracy.png", args.tolerance,
+                           predict_for=cfg if cfg.nets[0].clock == "realtime" else None)
 
 
 def _world_of(cmd: list[str]) -> int | None:
@@ -202,12 +237,16 @@ def _world_of(cmd: list[str]) -> int | None:
 def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
     from gradwire.compare.config import DEFAULT_NET
     from gradwire.compare.script import DEFAULT_SCRIPT_STRATEGIES, ScriptConfig, launch_form, run_script_compare
-    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+    from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 
     given = _given(args, _MODEL_ONLY) + ([] if args.interleave else ["--no-interleave"])
     if given:
         raise ValueError(f"{', '.join(given)}: only for the bundled models; with a command the script decides "
                          "its model and training")
+    if args.device is not None and args.device.startswith("step:"):
+        raise ValueError(f"--device {args.device} scales compute by a training step, which a command's steps do "
+                         "not mark; give the device the step runs on (e.g. a100, 19.5,1555 or host:x0.1), or "
+                         "use step= with the bundled models (without a command)")
     seeds = args.seeds if args.seeds is not None else 3 if any("{seed}" in a for a in cmd) else 1
     cfg = ScriptConfig(cmd=tuple(cmd), nets=_nets(args, (DEFAULT_NET,)), strategies=_strategies(args, DEFAULT_SCRIPT_STRATEGIES),
                        seeds=tuple(range(seeds)), workers=args.workers, out=Path(args.out),
@@ -221,7 +260,7 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
             check_net_fits(net, world)
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, cfg.target,
-                           "metric.png")
+                           "metric.png", args.tolerance)
 
 
 def _pace(runs: list[Any], per_epoch: int) -> float | None:
@@ -240,7 +279,7 @@ def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> 
     a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
     from gradwire.compare.config import COMPUTE_ONLY
     from gradwire.compare.crossover import hook_buckets, replay_for, replayed, speedup_curves
-    from gradwire.overlap import Timing, parse_strategy
+    from gradwire.strategies import Timing, parse_strategy
     from gradwire.predict.calibrate import calibrate
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
@@ -267,8 +306,8 @@ def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> 
                             steps)
         calibration = {**measured.as_dict(), "scale": scale}
     curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
-    for net in cfg.net_names:
-        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, net).items()}
+    for net, spec in zip(cfg.net_names, cfg.nets):
+        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, spec).items()}
         curves.step_ms_at_nets[net] = steps_ms
         curves.at_nets[net] = {s: steps_ms[names[0]] / steps_ms[s] for s in names[1:]}
     curves.calibration = calibration
@@ -282,14 +321,15 @@ def _with_predictions(rows: list[Any], at_nets: dict[str, dict[str, float]]) -> 
 
 
 def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
-                    predict_for: Any = None) -> int:
+                    tolerance: Tolerance | None, predict_for: Any = None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
     from gradwire.compare.report import prediction_line
-    from gradwire.compare.processes import Stopped
+    from gradwire.compare.config import DEFAULT_TOLERANCE
+    from gradwire.compare.processes import ComparisonStopped
     from gradwire.compare.report import reason
     from gradwire.compare.plots import plot_breakdown, plot_metric
     from gradwire.compare.results import FAILED, TIMED_OUT, TrainingEvent
@@ -318,12 +358,14 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
 
             results = start(done)
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        signum = exc.signum if isinstance(exc, ComparisonStopped) else signal.SIGINT
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         print(f"gradwire compare: interrupted{by}; {trained[0]} of {total} trainings finished and kept in "
               f"{out / 'results.json'} (unfinished runs marked \"finished\": false)", file=sys.stderr)
         return 128 + signum
-    rows = rows_of(results)
+    tolerance = tolerance or DEFAULT_TOLERANCE
+    rows = rows_of(results, tolerance)
+    results.tolerance = str(tolerance)
     say = lambda line: console.print(escape(line))  # noqa: E731
     curves = _predicted(predict_for, rows, results.runs, say) if predict_for is not None else None
     if curves is not None:

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import check_net_fits, positive_int
+from gradwire.cli._args import check_net_fits, net_spec, positive_int
+
+if TYPE_CHECKING:
+    from gradwire.net import NetSpec
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="run a collective sweep and a few DDP steps on a simulated network")
-    p.add_argument("--net", default="1gbe", help="network spec or preset (default: 1gbe)")
+    p.add_argument("--net", type=net_spec, default="1gbe", help="network spec or preset (default: 1gbe)")
     p.add_argument("--world-size", "-n", type=positive_int(2, 8), default=2, help="ranks to spawn, 2-8 (default: 2)")
     p.add_argument("--steps", type=positive_int(1), default=5, help="DDP training steps, >= 1 (default: 5)")
     p.set_defaults(func=run)
 
 
-def _worker(rank: int, world: int, net: str, steps: int) -> dict:
+def _worker(rank: int, world: int, net: NetSpec, steps: int) -> dict:
     import datetime
 
     import torch
@@ -66,14 +69,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from gradwire.launch import spawn
-    from gradwire.net import parse_spec
     from gradwire.net.units import human_size
 
-    spec = parse_spec(args.net)
-    check_net_fits(args.net, args.world_size)
+    spec = args.net
+    check_net_fits(spec, args.world_size)
     console = Console(emoji=False)
     console.print(f"[bold]gradwire demo[/]: {args.world_size} ranks on [cyan]{spec.to_string()}[/]")
-    res = spawn(_worker, args.world_size, (args.net, args.steps), timeout=300)[0]
+    res = spawn(_worker, args.world_size, (spec, args.steps), timeout=300)[0]
     table = Table(title="all_reduce (fp32, blocking, median of 3)")
     for col in ("size", "measured (ms)", "model (ms)", "wire bytes / rank"):
         table.add_column(col, justify="right")

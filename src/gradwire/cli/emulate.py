@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from gradwire.cli._args import command_after_dashes
+from gradwire.cli._args import command_after_dashes, net_spec
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
         "under one torchrun agent per node (multi-node rendezvous). Nothing is simulated: the command's own "
         "backend carries the packets.",
     )
-    p.add_argument("--net", default="custom",
+    p.add_argument("--net", type=net_spec, default="custom",
                    help="network spec: bandwidth (tbf/htb); latency, jitter, loss only where the kernel has netem; "
                         "events drop=, slow=, outage=, trace= (bandwidth) are applied as the run goes (default: unshaped)")
     p.add_argument("--nodes", type=int, metavar="K", help="nodes (default: the spec's topology, else 1)")
@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     """Refuse what cannot run (one line, exit 2), else build, run the command, tear down."""
     from gradwire.emulate import EmulationUnavailable, clean, prepare
     from gradwire.emulate import run as run_emulation
-    from gradwire.net import parse_spec
     from gradwire.net.units import parse_size
 
     def say(line: str) -> None:
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         cmd = command_after_dashes(args.cmd, "gradwire emulate --net SPEC --nodes K -- python train.py ...",
                                    required=not args.plan, scripts=True)
-        spec = parse_spec(args.net)
+        spec = args.net
         topo = spec.topology if isinstance(spec.topology, tuple) else (None, None)
         nodes = args.nodes or topo[0] or 1
         per_node = args.nproc_per_node or topo[1] or 1

@@ -16,10 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gradwire.cli._args import byte_size, check_net_fits, positive_int
-from gradwire.net import OPS, PRESETS, Link, NetSpec, describe, parse_spec
+from gradwire.cli._args import byte_size, check_net_fits, net_spec, positive_int
+from gradwire.net import OPS, PRESETS, Link, NetSpec, describe
 from gradwire.net.model import DESCRIBE_SIZES
-from gradwire.net.spec import CHANGING, SPEC_KEYS
+from gradwire.net.spec import CHANGING, spec_keys
 from gradwire.net.schedule import Condition
 from gradwire.net.units import human_bandwidth, human_size, human_time
 
@@ -33,13 +33,14 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "net", help="inspect a simulated network: its spec and modelled collective times",
         description="Inspect a simulated network. SPEC is comma-separated tokens: a preset "
-        f"({', '.join(PRESETS)}) and/or key=value with keys {', '.join(SPEC_KEYS)}.",
+        f"({', '.join(PRESETS)}) and/or key=value with keys {', '.join(spec_keys())}.",
     )
     actions = parser.add_subparsers(dest="net_action", metavar="ACTION")
     parser.set_defaults(func=lambda args: _usage(parser))
 
     desc = actions.add_parser("describe", help="print a spec's fields and modelled times per collective")
-    desc.add_argument("spec", metavar="SPEC", help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
+    desc.add_argument("spec", metavar="SPEC", type=net_spec,
+                      help="e.g. '10gbe,latency=200us' or 'bandwidth=1gbit,loss=0.01%%'")
     desc.add_argument("--world-size", "-n", type=positive_int(1, MAX_WORLD), nargs="+", metavar="N", default=None,
                       help="world sizes to model (default: 2 4 8, or the one a topology holds)")
     desc.add_argument("--sizes", "-s", type=byte_size, nargs="+", metavar="SIZE",
@@ -132,9 +133,9 @@ def _gbps(value: float) -> str:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the spec and, per world size, the modelled time of every op and size."""
-    spec = parse_spec(args.spec)
+    spec = args.spec
     for world in args.world_size or ():  # a topology holds one world size: say so rather than price another
-        check_net_fits(args.spec, world)
+        check_net_fits(spec, world)
     console = Console(emoji=False)
     console.print(spec_table(spec))
     if spec.events:
@@ -164,8 +165,8 @@ def run_presets(args: argparse.Namespace) -> int:
         table.add_column(name)
     for p in PRESETS.values():
         table.add_row(p.name, human_bandwidth(p.bandwidth), human_time(p.latency), p.protocol, p.description)
-    for name, text in CHANGING.items():
-        spec = parse_spec(text)
+    for name in CHANGING:
+        spec = net_spec(name)
         table.add_row(name, human_bandwidth(spec.bandwidth), human_time(spec.latency), spec.protocol,
                       "changes: " + ", ".join(e.to_string() for e in spec.events))
     Console(emoji=False).print(table)

@@ -26,9 +26,12 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import input_file, output_file, positive_int
+from gradwire.cli._args import default_nets, input_file, net_spec, output_file, positive_int
+
+if TYPE_CHECKING:
+    from gradwire.net import NetSpec
 
 DEFAULT_STRATEGIES = "sync,fp16,onebit,delayed,onebit+delayed"
 
@@ -75,7 +78,7 @@ def add_parser(sub: Any) -> None:
 
     p = sub.add_parser("predict", help="predict step time and scaling efficiency on larger clusters",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--net", action="append", default=None,
+    p.add_argument("--net", action="append", type=net_spec, default=None,
                    help=f"network spec or preset; repeat for several (default: compare's first network, "
                         f"{DEFAULT_NET}). GPU clusters: e.g. 25gbe,topology=1x8,intra=nvlink")
     p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
@@ -132,9 +135,9 @@ def _worlds(text: str) -> list[int]:
     return worlds
 
 
-def _check_inputs(args: argparse.Namespace, nets: list[str], strategies: list[str]) -> dict[str, list[int]]:
-    """Refuse bad input before any work; the world sizes of each network."""
-    from gradwire.overlap import parse_strategy
+def _check_inputs(args: argparse.Namespace, specs: list[NetSpec], strategies: list[str]) -> dict[str, list[int]]:
+    """Refuse bad input before any work; the world sizes of each network (by its spec string)."""
+    from gradwire.strategies import parse_strategy
     from gradwire.predict import check_fits, default_worlds
     from gradwire.predict.describe import is_factory
     from gradwire.predict.plans import check_planned
@@ -151,9 +154,9 @@ def _check_inputs(args: argparse.Namespace, nets: list[str], strategies: list[st
         raise ValueError(f"--profile {args.profile!r} is not a folder; give the --out folder of gradwire profile")
     explicit = _worlds(args.worlds) if args.worlds else None
     worlds = {}
-    for net in nets:
-        worlds[net] = explicit or default_worlds(net)
-        check_fits(net, worlds[net])
+    for spec in specs:
+        sizes = worlds[spec.to_string()] = explicit or default_worlds(spec)
+        check_fits(spec, sizes)
     return worlds
 
 
@@ -183,14 +186,14 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
     if args.compute_ms is not None:
         return {"*": describe_model(args.model, args.compute_ms, args.bucket_cap_mb, args.forward_ratio,
                                     args.optimizer_ms, args.input_shape, args.batch_size)}
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict.measure import measure_profiles
     from gradwire.train.models import MODELS
 
     if args.model not in MODELS and not is_factory(args.model):
         raise ValueError(f"unknown model {args.model!r}; valid models: {', '.join(sorted(MODELS))}, or "
                          "PKG.MODULE:FACTORY / path/file.py:FACTORY with --compute-ms")
-    from gradwire.overlap import Timing
+    from gradwire.strategies import Timing
 
     averaging = (Timing.AVERAGE, Timing.AVERAGE_OVERLAPPED)
     ddp = [s for s in strategies if parse_strategy(s).timing not in averaging]
@@ -203,17 +206,17 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
 
 def run(args: argparse.Namespace) -> int:
     from gradwire.compare.config import DEFAULT_NET
-    from gradwire.net import parse_spec
     from gradwire.predict import calibrated, sweep
     from gradwire.predict.codec import FREE
     from gradwire.predict.plans import codec_of, exchange_cost
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
-    nets = [parse_spec(n).to_string() for n in (args.net or [DEFAULT_NET])]
+    specs = default_nets(args.net, [DEFAULT_NET])
+    nets = [spec.to_string() for spec in specs]  # the names the report and results.json show
     strategies = [str(parse_strategy(s.strip())) for s in args.strategies.split(",") if s.strip()]
     if not strategies:
         raise ValueError("--strategies is empty; e.g. sync,fp16,onebit,delayed")
-    worlds = _check_inputs(args, nets, strategies)
+    worlds = _check_inputs(args, specs, strategies)
     device = _codec_device(args) if args.codec == "measure" else "cpu"
 
     def cost_for(s: str) -> Any:
@@ -232,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
     def profile_for(s: str) -> Any:
         return profiles.get(s) or profiles.get("sync") or profiles["*"]
 
-    preds, ratios = sweep(profile_for, strategies, nets, worlds.__getitem__, cost_for, args.target_efficiency)
+    preds, ratios = sweep(profile_for, strategies, specs, worlds.__getitem__, cost_for, args.target_efficiency)
     from gradwire.predict.report import plot, report
 
     report(preds, ratios, strategies, nets, worlds, args.target_efficiency, profile_for("sync"))

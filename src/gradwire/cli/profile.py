@@ -13,15 +13,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import command_after_dashes, output_dir
+from gradwire.cli._args import command_after_dashes, net_spec, output_dir
+
+if TYPE_CHECKING:
+    from gradwire.net import NetSpec
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("profile", help="run a training command under a simulated network and break down its communication",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--net", default="loopback", help="network spec or preset (default: loopback)")
+    p.add_argument("--net", type=net_spec, default="loopback", help="network spec or preset (default: loopback)")
     p.add_argument("--out", type=output_dir, default=None,
                    help="folder for per-rank results and trace.json, created if missing (default: a temp folder)")
     p.add_argument("--torch-profiler", action="store_true", help="also record torch.profiler events into the trace")
@@ -31,11 +34,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gradwire._files import keep_previous
-    from gradwire.net import parse_spec
     from gradwire.profile.bootstrap import child_env
 
     cmd = command_after_dashes(args.cmd, "gradwire profile --net SPEC -- python train.py ...")
-    spec = parse_spec(args.net)  # reject a bad spec before launching anything
+    spec = args.net
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gradwire profile: the command wrote no results (exit code {code}); "
               "did it call torch.distributed.init_process_group?", file=sys.stderr)
         return code or 1
-    report(results, spec.to_string())
+    report(results, spec)
     traces = sorted(out.glob("trace.rank*.json"))
     if traces:
         events: list = []
@@ -74,7 +76,7 @@ def _micro_steps(results: list[dict]) -> str:
         str(c) for c in sorted(counts) if c != common) + ")")
 
 
-def report(results: list[dict], net: str) -> None:
+def report(results: list[dict], spec: NetSpec) -> None:
     """Print the per-op table (rank 0) and compute/exposed shares of every rank."""
     from rich.console import Console
     from rich.table import Table
@@ -83,7 +85,7 @@ def report(results: list[dict], net: str) -> None:
 
     console = Console(width=max(Console().width, 120), emoji=False)  # a pipe's 80 columns cut op names short
     r0 = min(results, key=lambda r: r["rank"])
-    table = Table(title=f"communication of rank {r0['rank']} on {net}")
+    table = Table(title=f"communication of rank {r0['rank']} on {spec.to_string()}")
     for col in ("op", "calls", "payload", "on the wire", "modelled (s)", "inner (s)", "exposed (s)"):
         table.add_column(col, justify="right")
     for op, s in r0["ops"].items():
@@ -98,9 +100,7 @@ def report(results: list[dict], net: str) -> None:
         shares.add_row(str(r["rank"]), f"{r['wall_seconds']:.3f}", f"{r['comm_seconds']:.3f}",
                        f"{r['exposed_seconds']:.3f}", f"{r['hidden_seconds']:.3f}", f"{share:.0%}")
     console.print(shares)
-    from gradwire.net import parse_spec
-
-    if parse_spec(net).events:  # a network that changes: how the steps spread, beside their mean
+    if spec.events:  # a network that changes: how the steps spread, beside their mean
         for r in sorted(results, key=lambda r: r["rank"]):
             times = sorted(step["step"] for step in r.get("steps", []))
             if times:

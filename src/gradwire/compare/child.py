@@ -6,7 +6,7 @@ backend and the run's network) when ``GRADWIRE_STRATEGY`` is set, and
 :func:`summary` when it writes the rank's results, at
 ``destroy_process_group`` or at exit. It:
 
-1. installs the strategy (:func:`gradwire.overlap.inject.install`) and writes
+1. installs the strategy (:func:`gradwire.compare.inject.install`) and writes
    ``status.rank<N>.json`` whenever its status changes, so that a refusal is
    on disk before it is raised;
 2. times the steps: a step ends when the optimizer that owns the DDP's
@@ -56,7 +56,7 @@ class Child:
         import torch.distributed as dist
 
         from gradwire.backend.completer import CLOCK
-        from gradwire.overlap.inject import install
+        from gradwire.compare.inject import install
         from gradwire.profile.waits import WaitRecorder
 
         self.out = out
@@ -131,7 +131,7 @@ class Child:
     def summary(self, how: str) -> dict[str, Any]:
         """Everything the parent needs from this rank; ``how`` the script ended (destroy_process_group / exit)."""
         import gradwire
-        from gradwire.overlap import network_wait
+        from gradwire.strategies import network_wait
         from gradwire.profile.session import communication
 
         if self.ended == "running":
@@ -201,7 +201,7 @@ def start(out: Path) -> Child:
 
 
 def _default_warmup() -> int:
-    from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
+    from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
 
     return DEFAULT_ADAM_WARMUP
 

@@ -1,16 +1,17 @@
 """What `gradwire compare` runs: the experiment as a validated dataclass."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradwire.net import NetSpec, parse_spec
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.net import NetSpec
+from gradwire.strategies import StrategyChoice, parse_strategy
 
-__all__ = ["COMPUTE_ONLY", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS", "DEFAULT_STRATEGIES", "FAST_NET",
-           "Named", "default_workers", "usable_cores"]
+__all__ = ["COMPUTE_ONLY", "DEFAULT_CLOCK", "DEFAULT_DEVICE", "ideal_of", "on_clock", "DEFAULT_TOLERANCE", "IDEAL_NET", "IDEAL_NOTE", "CompareConfig", "DEFAULT_NET", "DEFAULT_NETS",
+           "DEFAULT_STRATEGIES", "FAST_NET", "Named", "Tolerance", "default_workers", "usable_cores"]
 
 #: The communication-bound default network: slow enough that the baseline
 #: waits on the network for more than half of each step of the default model
@@ -21,8 +22,19 @@ DEFAULT_NET = "bandwidth=500mbit,latency=100us"
 #: The compute-bound default network: the baseline waits on it for 15% of a
 #: step or less, where compression does not pay for its CPU work.
 FAST_NET = "bandwidth=10gbit,latency=20us"
+#: The communication-bound network of the bundled models' default comparison. On the simulated clock's
+#: default device (cpu-core) the bundled CNN computes a step in about 57 ms, and its 2.4 MB of gradients take
+#: about 0.1 s at 200 Mbit/s (the baseline waits for most of its step); at 500 Mbit/s it would wait for
+#: about 40%, between the two regimes.
+SLOW_NET = "bandwidth=200mbit,latency=100us"
 #: ``gradwire compare``'s default networks: both regimes, one table each.
-DEFAULT_NETS = (DEFAULT_NET, FAST_NET)
+DEFAULT_NETS = (SLOW_NET, FAST_NET)
+
+#: The device a default comparison's ranks compute on, on the simulated cluster clock: a roofline device,
+#: so that every time figure is the same on any host, busy or not (gradwire.device.catalog)
+DEFAULT_DEVICE = "cpu-core"
+#: the clock of a default comparison of the bundled models: the simulated cluster's
+DEFAULT_CLOCK = "sim"
 
 #: baseline, ours, and PyTorch's own DDP hooks as peers
 DEFAULT_STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-fp16", "torch-powersgd:4")
@@ -36,6 +48,108 @@ IDEAL_NET = "local"
 IDEAL_NOTE = ("compute-only: the baseline with every gradient all_reduce answered on the rank itself (no network, no "
               "real collective; other ops at 0 s): a bound on every strategy's time. Its ranks train apart, so its "
               "accuracy is rank 0's own.")
+
+
+def on_clock(net: NetSpec, clock: str, device: str | None) -> NetSpec:
+    """``net`` on ``clock`` (``sim``: compute priced on ``device``; ``realtime``: this host's wall clock)."""
+    from dataclasses import replace
+
+    if clock == "realtime":
+        return replace(net, clock="realtime", device=None)
+    return replace(net, clock="sim", device=device or net.device or DEFAULT_DEVICE)
+
+
+def ideal_of(net: NetSpec) -> NetSpec:
+    """The network compute-only runs on for ``net``'s table: no communication, on ``net``'s clock and device."""
+    from dataclasses import replace
+
+    return replace(NetSpec.of(IDEAL_NET), clock=net.clock, device=net.device)
+
+
+def clock_words(net: NetSpec) -> str:
+    """What a table's times are: ``simulated cluster clock, cpu-core (...)`` or ``this host's wall clock``."""
+    if net.clock != "sim":
+        return "this host's wall clock (realtime)"
+    from gradwire.device import parse_device
+
+    return f"simulated cluster clock; device {parse_device(net.device or 'host').describe()}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How much worse than the baseline's a final metric may end and still be sound (:mod:`gradwire.compare.report`).
+
+    A loss is judged relative to the baseline's, a share (an accuracy) in
+    points, each on its own scale. Spelled as ``--tolerance`` takes it:
+    ``loss=2%,accuracy=1pt`` (:meth:`parse`, ``str()``).
+    """
+
+    loss: float = 0.02
+    """a loss-like metric (loss, perplexity, MSE, ...): a share of the baseline's mean (0.02: up to 2% higher)"""
+    accuracy: float = 1.0
+    """a share-like metric (accuracy, F1, AUC, error rate, ...): percentage points (1: 0.91 may end at 0.90;
+    a metric reported in percent, 91.0 at 90.0)"""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.loss <= 1:
+            raise ValueError(f"a loss tolerance is a share from 0 to 1 of the baseline's loss (0.02: 2%), got {self.loss}")
+        if not 0 <= self.accuracy <= 100:
+            raise ValueError(f"an accuracy tolerance is from 0 to 100 points (1: 0.91 may end at 0.90), got "
+                             f"{self.accuracy}")
+
+    def spelled(self, kind: str) -> str:
+        """One part as ``--tolerance`` spells it: ``loss=2%`` or ``accuracy=1pt``."""
+        return f"loss={self.loss * 100:.4g}%" if kind == "loss" else f"accuracy={self.accuracy:.4g}pt"
+
+    def __str__(self) -> str:
+        return f"{self.spelled('loss')},{self.spelled('accuracy')}"
+
+    @classmethod
+    def parse(cls, text: str) -> Tolerance:
+        """``loss=2%,accuracy=1pt``; either part alone, the other keeping its default.
+
+        A loss takes a share (``2%`` or ``0.02``), an accuracy points (``1pt``):
+        a bare number or a percent of an accuracy would be ambiguous (relative,
+        or absolute?), so it is refused.
+        """
+        example = "e.g. --tolerance loss=2%,accuracy=1pt, or one of the two"
+        given: dict[str, float] = {}
+        for part in text.split(","):
+            name, eq, value = (x.strip() for x in part.partition("="))
+            if not eq or name not in ("loss", "accuracy"):
+                raise ValueError(f"expected loss=SHARE and/or accuracy=POINTS, got {part.strip()!r} ({example})")
+            if name in given:
+                raise ValueError(f"{name} is given twice ({example})")
+            given[name] = _loss_share(value) if name == "loss" else _points(value)
+        return cls(**given)
+
+
+def _loss_share(text: str) -> float:
+    """``2%`` or ``0.02`` as 0.02, from 0 to 1."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise ValueError(f"loss={text}: expected a share of the baseline's loss from 0% to 100%, such as 2% or 0.02 "
+                         "(a loss is judged relative to the baseline's)")
+    return value
+
+
+def _points(text: str) -> float:
+    """``1pt`` as 1.0, from 0 to 100 points."""
+    try:
+        value = float(text[:-2]) if text.endswith("pt") else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:
+        raise ValueError(f"accuracy={text}: expected points from 0pt to 100pt, such as 1pt or 0.5pt (an accuracy is "
+                         "judged in absolute points: 1pt lets 0.91 end at 0.90)")
+    return value
+
+
+#: the tolerance of ``gradwire compare`` unless ``--tolerance`` says otherwise
+DEFAULT_TOLERANCE = Tolerance()
 
 
 def usable_cores() -> int:
@@ -66,7 +180,7 @@ class Named:
         """Parse the networks and strategies given as strings, in place (a frozen dataclass's ``__post_init__``)."""
         if not self.nets:
             raise ValueError("at least one --net is needed")
-        object.__setattr__(self, "nets", tuple(parse_spec(net) for net in self.nets))
+        object.__setattr__(self, "nets", tuple(NetSpec.of(net) for net in self.nets))
         if not self.strategies:
             raise ValueError("at least one strategy is needed")
         object.__setattr__(self, "strategies", tuple(parse_strategy(s) for s in self.strategies))
@@ -99,7 +213,8 @@ class CompareConfig(Named):
     here, and kept parsed (``str(strategy)`` and ``net.to_string()`` name them).
     """
 
-    nets: tuple[NetSpec, ...] = field(default_factory=lambda: tuple(parse_spec(n) for n in DEFAULT_NETS))
+    nets: tuple[NetSpec, ...] = field(
+        default_factory=lambda: tuple(on_clock(NetSpec.of(n), DEFAULT_CLOCK, DEFAULT_DEVICE) for n in DEFAULT_NETS))
     """networks (spec strings or presets accepted); several make a sweep"""
     strategies: tuple[StrategyChoice, ...] = field(
         default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_STRATEGIES))

@@ -9,7 +9,7 @@ What it replays:
 1. The step: the compute-only run's measured compute, split into forward,
    backward and optimizer by their shares in a plain step of the model; the
    model's DDP buckets on the meta device, at each strategy's own bucket
-   size (:class:`~gradwire.overlap.ExchangeTraits`), ready as backward
+   size (:class:`~gradwire.strategies.ExchangeTraits`), ready as backward
    reaches them (backward spread by the layers' forward FLOPs).
 2. Each strategy's exchange as it runs: its rounds and their bytes, the
    order of its collectives, one bucket at a time where its hook does that,
@@ -164,7 +164,7 @@ class Replay:
 def replayed(strategy: str) -> list[str]:
     """What ``strategy`` is replayed as: itself, or for ``auto`` its candidates, of which the fastest at each
     point (the choice its chooser makes when it prices every exchange alike)."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
     choice = parse_strategy(strategy)
     return [str(c) for c in choice.auto_candidates() or [choice]]
@@ -173,7 +173,7 @@ def replayed(strategy: str) -> list[str]:
 def _layout(model: str, strategy: str, backward_ms: float, forward_ms: float = 0.0, optimizer_ms: float = 0.0,
             batch_size: int | None = None) -> "StepProfile":
     """``model``'s step with ``strategy``'s DDP buckets, backward spread by the layers' FLOPs."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict.describe import describe_model
     from gradwire.train.data import IMAGE_SHAPE
     from gradwire.train.models import MODELS
@@ -194,7 +194,7 @@ def _with_shapes(ran: "StepProfile", described: "StepProfile") -> tuple[Any, ...
 
 def hook_buckets(model: str, strategies: Sequence[str], world: int) -> dict[Any, list[tuple[Any, ...]]]:
     """The buckets each hook of PyTorch's among ``strategies`` exchanges (what a calibration times)."""
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
 
     out: dict[Any, list[tuple[Any, ...]]] = {}
     for s in (c for name in strategies for c in replayed(name)):
@@ -213,7 +213,7 @@ def replay_for(model: str, compute_ms: float, strategies: Sequence[str], world: 
     Without a ``calibration``, forward is taken as half of backward and the
     exchanges' CPU is timed here (no host: the network alone prices the rest).
     """
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict import calibrated
     from gradwire.predict.plans import exchange_cost
 

@@ -16,7 +16,7 @@ way; a :class:`Ledger` is those books:
    and error and drops its remaining seeds (:meth:`Ledger.pending` says
    no); the other runs go on.
 4. :meth:`Ledger.running` is the block the trainings run in: SIGTERM and
-   SIGHUP stop it as Ctrl-C does (:class:`~gradwire.compare.processes.Stopped`);
+   SIGHUP stop it as Ctrl-C does (:class:`~gradwire.compare.processes.ComparisonStopped`);
    on the way out every unfinished run says after how many seeds it was
    interrupted, ``"interrupted": true`` is saved, and the interrupt goes on
    to the caller. :meth:`Ledger.stop` ends a comparison early for a reason

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gradwire.compare.config import COMPUTE_ONLY
 from gradwire.compare.report import Row, metric_name
-from gradwire.compare.results import UNSOUND, Results
+from gradwire.compare.results import UNSOUND, Results, network_of
 
 __all__ = ["plot_accuracy", "plot_bandwidth", "plot_breakdown", "plot_metric"]
 
@@ -65,14 +65,10 @@ def _shade_conditions(ax, net: str) -> None:  # type: ignore[no-untyped-def]
     The schedule's t = 0 is each training's process group creation, just before its first step: the time
     axis of the training, to a fraction of a second.
     """
-    from gradwire.net import parse_spec
     from gradwire.net.schedule import Schedule
 
-    try:
-        spec = parse_spec(net)
-    except ValueError:
-        return
-    if not spec.events:
+    spec = network_of(net)
+    if spec is None or not spec.events:
         return
     right = ax.get_xlim()[1]
     t, labelled = 0.0, set()
@@ -116,10 +112,9 @@ def plot_breakdown(rows: list[Row], path: Path) -> Path:
     return path
 
 
-def _bits(spec: str) -> float:
-    from gradwire.net import parse_spec
-
-    return parse_spec(spec).bandwidth
+def _bits(net: str) -> float:
+    spec = network_of(net)
+    return math.nan if spec is None else spec.bandwidth
 
 
 def plot_bandwidth(predicted: dict, rows: list[Row], path: Path) -> Path:

@@ -26,7 +26,7 @@ So:
 Without a subreaper (not Linux) step 2 still covers every process seen
 while its parent was alive; :func:`become_subreaper` says what is missing.
 Signals the comparing process gets (SIGTERM, SIGHUP) become
-:class:`Stopped`, a ``KeyboardInterrupt``, so one path stops a training on
+:class:`ComparisonStopped`, a ``KeyboardInterrupt``, so one path stops a training on
 Ctrl-C, on ``kill`` and on a closed terminal.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any, Iterator
 
 import psutil
 
-__all__ = ["GRACE", "ProcessTree", "Stopped", "become_subreaper", "deferred_signals", "signals_stop", "subreaper"]
+__all__ = ["GRACE", "ProcessTree", "ComparisonStopped", "become_subreaper", "deferred_signals", "signals_stop", "subreaper"]
 
 #: seconds between SIGTERM and SIGKILL
 GRACE = 3.0
@@ -52,7 +52,7 @@ GRACE = 3.0
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
-class Stopped(KeyboardInterrupt):
+class ComparisonStopped(KeyboardInterrupt):
     """The comparing process got a signal that asks it to stop (SIGTERM, SIGHUP; SIGINT stays KeyboardInterrupt)."""
 
     def __init__(self, signum: int) -> None:
@@ -116,12 +116,15 @@ def _handling(handlers: dict[int, Any]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_stop(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Inside the block, each of ``signums`` raises :class:`Stopped` (once; the next is ignored while stopping)."""
+    """Inside the block, each of ``signums`` raises :class:`ComparisonStopped`.
+
+    Once: the next is ignored while stopping.
+    """
 
     def stop(signum: int, frame: FrameType | None) -> None:
         for s in signums:  # stopping takes seconds: a second kill must not cut it short
             signal.signal(s, signal.SIG_IGN)
-        raise Stopped(signum)
+        raise ComparisonStopped(signum)
 
     with _handling({s: stop for s in signums}):
         yield

@@ -43,16 +43,25 @@ gradwire does not know):
   metric, with ``--target``, reached from above for a lower-is-better
   one), averaged over the seeds that reach it;
 - sound: a strategy's row is ``ok`` only if its final metric is not clearly
-  worse than the baseline's on that network. The metric's direction comes
-  from its name (:func:`direction`: ``acc``, ``accuracy``, ``f1``, ...
-  higher is better; ``loss``, ``error``, ``perplexity``, ... lower); a
-  metric of neither kind is not judged. *Clearly worse*: the strategy's
-  mean over seeds lies outside the baseline's [min, max] over seeds widened
-  by a tolerance, the larger of :data:`SOUND_TOLERANCE` x |baseline mean|
-  and the baseline's own spread (max - min): with 1 seed only the relative
-  tolerance (one seed says nothing of the run-to-run noise, so 10% is
-  wide: more seeds judge more sharply). Accuracy 0.414 against sync's
-  0.958 is unsound, 0.80 too; 0.90 is not.
+  worse than the baseline's on that network. The metric's name says which
+  way is better and on which scale it is judged (:func:`direction`,
+  :func:`scale`): a loss (``loss``, ``perplexity``, ``mse``, ...: lower is
+  better) relative to the baseline's mean; a share (``acc``, ``f1``,
+  ``auc``, ... higher is better; ``error``, ``wer``, ... lower) in absolute
+  points, a point being 0.01 of a metric in [0, 1] and 1 of one in percent
+  (a baseline above 1). A metric of neither kind is not judged.
+  *Clearly worse*: the strategy's mean over its seeds lies past the
+  baseline's worst seed by more than a margin. The margin is the
+  tolerance (:class:`~gradwire.compare.config.Tolerance`, ``--tolerance``,
+  by default ``loss=2%,accuracy=1pt``: a loss up to 2% above the
+  baseline's mean, an accuracy up to 1 point below), or, with at least
+  :data:`SPREAD_SEEDS` baseline seeds, their spread (max - min) where it is
+  wider: the run-to-run noise they show is not called unsound. With fewer
+  seeds there is no spread to judge by, and the row says its soundness
+  rests on the tolerance alone (``sound_by``, and a line under the table).
+  With one seed of sync at a loss of 0.914, 0.932 is the bound: 0.977
+  (6.8% worse) is unsound, and so is a loss 2.5% worse; an accuracy 0.5
+  points below sync's is not.
   Such a row keeps its figures, is marked ``unsound`` (its ``error`` says
   by how much), and is never named fastest: the verdict names the fastest
   sound strategy, and a faster unsound one as unsound. With a target (time
@@ -67,81 +76,148 @@ import statistics
 from dataclasses import replace
 from typing import Any, Iterable
 
-from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NOTE
-from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult
+from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_TOLERANCE, IDEAL_NOTE, Tolerance
+from gradwire.compare.results import TIMED_OUT, UNSOUND, Results, Row, Run, SeedResult, network_of
 
-__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SOUND_TOLERANCE", "Row", "direction", "judge", "metric_name",
-           "prediction_line", "print_table", "relative_target", "rows_of", "reason", "to_markdown", "unsound_reason",
-           "verdict", "why"]
+__all__ = ["COMM_BOUND", "COMPUTE_BOUND", "SPREAD_SEEDS", "Row", "direction", "judge", "metric_name",
+           "prediction_line", "print_table", "relative_target", "rows_of", "reason", "scale", "sound_bound",
+           "soundness_line", "to_markdown", "unsound_reason", "verdict", "why"]
 
 #: the metric gradwire computes itself for a script that reports none
 TRAIN_LOSS = "train_loss"
 
 
-#: a metric clearly worse than the baseline's by more than this share of its mean (and its seeds' spread) is unsound
-SOUND_TOLERANCE = 0.10
+#: baseline seeds from which their spread (max - min) counts as the run-to-run noise; fewer say too little of it
+SPREAD_SEEDS = 3
 
-#: words of a metric's name that say which way is better (the name split at ``_``, ``/``, ``-``, ``.``)
+#: words of a metric's name that say which way is better (the name split at ``_``, ``/``, ``-``, ``.``) and its
+#: scale: a loss is judged relative to the baseline's, a share (higher or lower is better) in points
 _HIGHER = frozenset({"acc", "accuracy", "f1", "auc", "auroc", "precision", "recall", "bleu", "rouge", "iou", "map",
                      "top1", "top5", "r2", "correct", "dice", "mcc"})
-_LOWER = frozenset({"loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "wer", "cer", "bpb",
-                    "bpc"})
+_LOWER_SHARE = frozenset({"error", "err", "wer", "cer"})
+_LOSS = frozenset({"loss", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "bpb", "bpc"})
+
+
+def _words(metric: str) -> set[str]:
+    words = {w for w in re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", metric).lower()) if w}
+    return words | {w.rstrip("0123456789") for w in words}  # acc5, loss2
 
 
 def direction(metric: str) -> int | None:
     """+1 when higher is better (an accuracy), -1 when lower is (a loss), None when the name does not say."""
-    words = {w for w in re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", metric).lower()) if w}
-    words |= {w.rstrip("0123456789") for w in words}  # acc5, loss2
-    if words & _LOWER:
+    words = _words(metric)
+    if words & (_LOSS | _LOWER_SHARE):
         return -1
     if words & _HIGHER:
         return 1
     return None
 
 
-def unsound_reason(metric: str, values: list[float], baseline: list[float], baseline_name: str) -> str:
+def scale(metric: str) -> str | None:
+    """The tolerance ``metric`` is judged by: ``loss`` (relative), ``accuracy`` (points), None when not judged."""
+    words = _words(metric)
+    if words & _LOSS:
+        return "loss"
+    return "accuracy" if words & (_HIGHER | _LOWER_SHARE) else None
+
+
+def _finite(xs: Iterable[float]) -> list[float]:
+    return [x for x in xs if not math.isnan(x)]
+
+
+def sound_bound(metric: str, baseline: list[float], tolerance: Tolerance = DEFAULT_TOLERANCE
+                ) -> tuple[float, str, float] | None:
+    """(bound, what it rests on, margin) for a final ``metric`` against the baseline's seeds (module doc).
+
+    The bound is the baseline's worst seed moved by the margin in the worse
+    direction; a strategy whose mean is past it is unsound. What it rests on:
+    ``tolerance alone`` (fewer than :data:`SPREAD_SEEDS` baseline seeds), else
+    ``tolerance`` or ``spread``, whichever is wider. None when not judged
+    (a metric of neither kind, or no baseline value).
+    """
+    sign, kind, baseline = direction(metric), scale(metric), _finite(baseline)
+    if sign is None or kind is None or not baseline:
+        return None
+    lo, hi = min(baseline), max(baseline)
+    if kind == "loss":
+        margin = tolerance.loss * abs(statistics.fmean(baseline))
+    else:  # a point: a hundredth of [0, 1], or 1 of a percentage
+        margin = tolerance.accuracy * (0.01 if max(abs(v) for v in baseline) <= 1 else 1.0)
+    by = "tolerance alone" if len(baseline) < SPREAD_SEEDS else "spread" if hi - lo > margin else "tolerance"
+    margin = hi - lo if by == "spread" else margin
+    return (lo - margin if sign > 0 else hi + margin), by, margin
+
+
+def unsound_reason(metric: str, values: list[float], baseline: list[float], baseline_name: str,
+                   tolerance: Tolerance = DEFAULT_TOLERANCE) -> str:
     """Why a strategy's final metric is clearly worse than the baseline's (module doc), or '' when it is not.
 
     Args:
-        metric: its name, which gives its direction (:func:`direction`).
+        metric: its name, which gives its direction and scale (:func:`direction`, :func:`scale`).
         values: the strategy's final value, one per seed.
         baseline: the baseline's, one per seed.
         baseline_name: the baseline strategy, for the sentence.
+        tolerance: the margin where the baseline's seeds do not show a wider spread.
     """
-    sign = direction(metric)
-    values = [v for v in values if not math.isnan(v)]
-    baseline = [v for v in baseline if not math.isnan(v)]
-    if sign is None or not values or not baseline:
+    judged, values = sound_bound(metric, baseline, tolerance), _finite(values)
+    if judged is None or not values:
         return ""
-    mean, lo, hi = statistics.fmean(values), min(baseline), max(baseline)
-    tolerance = max(SOUND_TOLERANCE * abs(statistics.fmean(baseline)), hi - lo)
-    worse = mean < lo - tolerance if sign > 0 else mean > hi + tolerance
-    if not worse:
+    bound, by, margin = judged
+    mean, higher = statistics.fmean(values), direction(metric) == 1
+    if not (mean < bound if higher else mean > bound):
         return ""
+    baseline = _finite(baseline)
+    lo, hi, n = min(baseline), max(baseline), len(baseline)
     spread = f"{lo:.4g}" if lo == hi else f"[{lo:.4g}, {hi:.4g}]"
-    bound = lo - tolerance if sign > 0 else hi + tolerance
-    return (f"{metric} {mean:.4g} is clearly worse than {baseline_name}'s {spread} ({'higher' if sign > 0 else 'lower'} "
-            f"is better; {'below' if sign > 0 else 'above'} {bound:.4g}, the bound with a tolerance of {tolerance:.3g})")
+    kind = scale(metric) or "loss"
+    allowed = tolerance.spelled(kind) + (" of its mean" if kind == "loss" else "")
+    seeds = f"{n} seed{'s' * (n > 1)}"
+    margin_is = {"tolerance alone": f"{allowed}, the tolerance alone as {baseline_name} ran {seeds}",
+                 "tolerance": f"{allowed}, wider than its {seeds}' spread {hi - lo:.3g}",
+                 "spread": f"its {seeds}' spread {margin:.3g}, wider than {allowed}"}[by]
+    return (f"{metric} {mean:.4g} is clearly worse than {baseline_name}'s {spread} ({'higher' if higher else 'lower'} "
+            f"is better; unsound {'below' if higher else 'above'} {bound:.4g}: {baseline_name}'s worst seed "
+            f"{'less' if higher else 'plus'} {margin_is})")
 
 
-def judge(rows: list[Row], values: dict[tuple[str, str], list[float]], baseline: str) -> None:
+def judge(rows: list[Row], values: dict[tuple[str, str], list[float]], baseline: str,
+          tolerance: Tolerance = DEFAULT_TOLERANCE) -> None:
     """Mark ``unsound`` each ok row whose final metric is clearly worse than ``baseline``'s on its network.
 
-    ``values``: (net, strategy) -> the final metric of each seed. compute-only is
-    not judged: nothing is exchanged, so its ranks train apart and its metric is
-    rank 0's alone (a bound on time, not a training to compare).
+    ``values``: (net, strategy) -> the final metric of each seed. Every judged
+    row gets its ``sound_bound`` and ``sound_by`` (what the bound rests on).
+    compute-only is not judged: nothing is exchanged, so its ranks train
+    apart and its metric is rank 0's alone (a bound on time, not a training
+    to compare).
     """
     for r in rows:
         base = values.get((r.net, baseline))
         if not r.ok or r.strategy in (baseline, COMPUTE_ONLY) or base is None:
             continue
-        said = unsound_reason(r.metric, values.get((r.net, r.strategy), []), base, baseline)
+        judged = sound_bound(r.metric, base, tolerance)
+        if judged is None:
+            continue
+        r.sound_bound, r.sound_by, _ = judged
+        said = unsound_reason(r.metric, values.get((r.net, r.strategy), []), base, baseline, tolerance)
         if said:
             r.status, r.error = UNSOUND, said
 
 
+def soundness_line(rows: list[Row], net: str) -> str:
+    """The line under a network's table when its rows' soundness rests on the tolerance alone ('' otherwise)."""
+    mine = [r for r in rows if r.net == net]
+    alone = next((r for r in mine if r.sound_by == "tolerance alone"), None)
+    if alone is None:
+        return ""
+    base = next(r for r in mine if r.strategy == rows_baseline(mine))
+    worse = "below" if direction(alone.metric) == 1 else "above"
+    return (f"Soundness rests on the tolerance alone here: {base.strategy} ran {base.seeds} seed"
+            f"{'s' * (base.seeds > 1)} ({SPREAD_SEEDS} or more add their spread); a {alone.metric} {worse} "
+            f"{alone.sound_bound:.4g} is unsound.")
+
+
 def _mean(xs: Iterable[float]) -> float:
-    xs = [x for x in xs if not math.isnan(x)]
+    xs = _finite(xs)
     return statistics.fmean(xs) if xs else float("nan")
 
 
@@ -264,19 +340,15 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 def _changing(rows: list[Row]) -> bool:
     """Whether a network of the table changes over time (then the steps' spread is a column)."""
-    from gradwire.net import parse_spec
-
-    def changes(net: str) -> bool:
-        try:
-            return bool(parse_spec(net).events)
-        except ValueError:  # a name, not a spec (a results file from elsewhere)
-            return False
-
-    return any(changes(net) for net in {r.net for r in rows} if net)
+    return any((spec := network_of(net)) is not None and bool(spec.events) for net in {r.net for r in rows} if net)
 
 
-def rows_of(results: Results) -> list[Row]:
-    """One row per run, with speedups and reductions against each network's baseline."""
+def rows_of(results: Results, tolerance: Tolerance | None = None) -> list[Row]:
+    """One row per run, with speedups and reductions against each network's baseline, judged sound or not.
+
+    ``tolerance``: how much worse than the baseline a final metric may be
+    (module doc); None: the one ``results`` records, else the default.
+    """
     cfg = results.config
     unit = "epoch" if cfg.get("mode", "models") == "models" else "step"
     metric = metric_name(results)
@@ -321,10 +393,9 @@ def rows_of(results: Results) -> list[Row]:
             _against_baseline(base, [r for r in rows if r.ok and r.net == net])
     finals = {(run.net, run.strategy): [s.metrics.get(metric, float("nan")) for s in run.seeds]
               for run in results.runs if run.ok}
-    ideal_finals = next((v for (_, name), v in finals.items() if name == COMPUTE_ONLY), None)
-    if ideal_finals is not None:  # compute-only is judged on each network's table
-        finals.update({(net, COMPUTE_ONLY): ideal_finals for net in dict.fromkeys(r.net for r in rows)})
-    judge(rows, finals, strategies[0])
+    if tolerance is None:
+        tolerance = Tolerance.parse(results.tolerance) if results.tolerance else DEFAULT_TOLERANCE
+    judge(rows, finals, strategies[0], tolerance)
     return rows
 
 
@@ -535,6 +606,19 @@ def prediction_line(rows: list[Row]) -> str:
 
 
 def _title(net: str, rows: list[Row], target: float | None) -> str:
+    clock = _clock_of(net)
+    return _metric_title(net, rows, target) + (f"; {clock}" if clock else "")
+
+
+def _clock_of(net: str) -> str:
+    """The clock and device a table's times are in, in words."""
+    from gradwire.compare.config import clock_words
+
+    spec = network_of(net.strip("`"))
+    return "" if spec is None else clock_words(spec)  # a name that is no spec (a saved file's label): nothing to say
+
+
+def _metric_title(net: str, rows: list[Row], target: float | None) -> str:
     if rows and rows[0].unit == "step":
         metric = rows[0].metric
         how = ("the loss gradwire saw (scalars .backward() was called on), last tenth of the steps"
@@ -559,7 +643,7 @@ def to_markdown(rows: list[Row], target: float | None) -> str:
             if r.net == net:
                 out.append("| " + " | ".join(_cells(r, shown, spread, peaks, predicted)) + " |")
         out.append("")
-        said = verdict(rows, net, aim)
+        said = " ".join(line for line in (verdict(rows, net, aim), soundness_line(rows, net)) if line)
         if said:
             out += [said, ""]
     if any(r.strategy == COMPUTE_ONLY for r in rows):
@@ -585,7 +669,7 @@ def print_table(rows: list[Row], target: float | None) -> None:
             if r.net == net:
                 table.add_row(*(escape(c) for c in _cells(r, shown, spread, peaks, predicted)))
         console.print(table)
-        said = verdict(rows, net, aim)
+        said = " ".join(line for line in (verdict(rows, net, aim), soundness_line(rows, net)) if line)
         if said:
             console.print(escape(said))
     if any(r.strategy == COMPUTE_ONLY for r in rows):

@@ -23,6 +23,7 @@ A run's ``status``:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import statistics
@@ -30,13 +31,27 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gradwire.net.spec import NetSpec
+
 __all__ = ["FAILED", "NOT_APPLIED", "NOT_FINISHED", "OK", "REFUSED", "TIMED_OUT", "UNSOUND", "Curve", "Results", "Run", "SeedResult",
-           "TrainingEvent"]
+           "TrainingEvent", "network_of"]
 
 OK, FAILED, REFUSED, NOT_APPLIED, NOT_FINISHED = "ok", "failed", "refused", "not applied", "not finished"
 TIMED_OUT = "timed out"
 #: a row (never a run) whose final metric is clearly worse than the baseline's (:mod:`gradwire.compare.report`)
 UNSOUND = "unsound"
+
+
+@functools.lru_cache(maxsize=64)
+def network_of(net: str) -> NetSpec | None:
+    """The network a run's ``net`` names (results.json keeps networks as spec strings), or None if it names none.
+
+    A results file written elsewhere may name a network this version cannot read; its table still renders.
+    """
+    try:
+        return NetSpec.of(net)
+    except ValueError:
+        return None
 
 
 class _Status:
@@ -93,7 +108,7 @@ class SeedResult:
     exposed_network_seconds: float | None = None
     """the part of ``exposed_seconds`` spent waiting for the modelled network; the rest is waiting for a
     peer to reach the collective (compute on a shared core, a straggler) or CPU work in completion
-    callbacks (:func:`gradwire.overlap.split_exposed`). None in results that did not record it."""
+    callbacks (:func:`gradwire.strategies.split_exposed`). None in results that did not record it."""
     epoch_seconds: list[float] = field(default_factory=list)
     epoch_accuracy: list[float] = field(default_factory=list)
     wire_bytes: float = 0.0
@@ -247,6 +262,12 @@ class Row(_Status):
     """the baseline's bytes to target / this row's"""
     vs_baseline: float = float("nan")
     """the final metric's mean relative to the baseline's: ``mean / baseline mean - 1``"""
+    sound_bound: float = float("nan")
+    """the final metric past which this row is unsound: the baseline's worst seed moved by the margin in the
+    worse direction (:mod:`gradwire.compare.report`); NaN where not judged"""
+    sound_by: str = ""
+    """what that margin is: ``tolerance alone`` (the baseline ran fewer than 3 seeds, no spread to judge by),
+    else ``tolerance`` or ``spread`` (the baseline seeds' max - min), whichever is wider; '' where not judged"""
     peak_kib_per_step: float = float("nan")
     """the most KiB one step put on the wire, over every seed (an averaging round's burst)"""
     compute_ms: float = float("nan")
@@ -309,6 +330,9 @@ class Results:
     ``workdir/``), and what was there before that it ``modified`` or ``removed`` (:mod:`gradwire.compare.workdir`)"""
     stopped: str = ""
     """why the comparison stopped before its last training, when it did (not a Ctrl-C: see ``interrupted``)"""
+    tolerance: str = ""
+    """the tolerance the rows' soundness was judged with, as ``--tolerance`` spells it
+    (``loss=2%,accuracy=1pt``); filled with the rows"""
 
     def run(self, net: str, strategy: str) -> Run:
         return next(r for r in self.runs if r.net == net and r.strategy == strategy)
@@ -325,6 +349,9 @@ class Results:
             d["workdir"] = self.workdir
         if self.stopped:
             d["stopped"] = self.stopped
+        if self.tolerance:
+            d["tolerance"] = self.tolerance
+        d["clock"] = _clock_record(self.config)
         return d
 
     def save(self, path: Path) -> None:
@@ -335,7 +362,7 @@ class Results:
         rows = [Row.from_json(r) for r in d.get("rows", [])]
         return cls(d["config"], d.get("started", ""), [Run.from_json(r) for r in d["runs"]],
                    bool(d.get("interrupted", False)), rows, d.get("predicted"), list(d.get("workdir", [])),
-                   d.get("stopped", ""))
+                   d.get("stopped", ""), d.get("tolerance", ""))
 
 
 def _scalar(x: Any) -> bool:
@@ -367,3 +394,15 @@ def compact_json(obj: Any, indent: int = 0, digits: int = 6) -> str:
             return "{" + ", ".join(items) + "}"
         return "{\n" + ",\n".join(inner + item for item in items) + "\n" + pad + "}"
     raise TypeError(f"not JSON: {type(obj).__name__}")
+
+
+def _clock_record(config: dict[str, Any]) -> dict[str, str]:
+    """What every time figure of the file is measured on: the clock, and on the simulated one the device."""
+    nets = config.get("nets") or []
+    spec = network_of(nets[0]) if nets else None
+    if spec is None or spec.clock != "sim":
+        return {"clock": "realtime", "device": "this host"}
+    from gradwire.device import parse_device
+
+    device = parse_device(spec.device or "host")
+    return {"clock": "sim", "device": device.text, "device_described": device.describe()}

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gradwire.compare.config import COMPUTE_ONLY, IDEAL_NET, CompareConfig
+from gradwire.compare.config import COMPUTE_ONLY, CompareConfig, ideal_of
 from gradwire.compare.ledger import Ledger, rotation
 from gradwire.compare.results import FAILED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent
-from gradwire.net import parse_spec
-from gradwire.overlap import parse_strategy
+from gradwire.strategies import parse_strategy
 
 if TYPE_CHECKING:
     from gradwire.train.loop import TrainConfig
@@ -72,7 +71,7 @@ def _training(cfg: CompareConfig, index: int, net: str, strategy: str, seed: int
     from gradwire.train.loop import TrainConfig
 
     if strategy == COMPUTE_ONLY:
-        train_strategy, train_net = parse_strategy("sync"), parse_spec(IDEAL_NET)
+        train_strategy, train_net = parse_strategy("sync"), ideal_of(cfg.nets[0])
     else:
         train_strategy = cfg.strategies[cfg.strategy_names.index(strategy)]
         train_net = cfg.nets[cfg.net_names.index(net)]

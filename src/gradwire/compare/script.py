@@ -66,16 +66,16 @@ from typing import Any, Callable
 
 from gradwire.compare import child
 from gradwire.compare.child import ADAM_WARMUP_ENV, RECORD_KEY, SEED_ENV, STRATEGY_ENV
-from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, IDEAL_NET, Named
+from gradwire.compare.config import COMPUTE_ONLY, DEFAULT_NET, Named, ideal_of
 from gradwire.compare.ledger import Ledger
 from gradwire.compare.processes import ProcessTree, deferred_signals, subreaper
 from gradwire.compare.results import (
     FAILED, NOT_APPLIED, OK, REFUSED, TIMED_OUT, Curve, Results, SeedResult, TrainingEvent,
 )
 from gradwire.compare.workdir import Changes, WorkDir
-from gradwire.hooks.optim import DEFAULT_ADAM_WARMUP
-from gradwire.net import NetSpec, parse_spec
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP
+from gradwire.net import NetSpec
+from gradwire.strategies import StrategyChoice, parse_strategy
 
 __all__ = ["DEFAULT_SCRIPT_STRATEGIES", "ScriptConfig", "launch_form", "parse_strategy_args", "run_script_compare",
            "training_timeout"]
@@ -129,7 +129,7 @@ class ScriptConfig(Named):
 
     cmd: tuple[str, ...]
     """the command, as after ``--``; ``{seed}`` in it is replaced by the seed"""
-    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (parse_spec(DEFAULT_NET),))
+    nets: tuple[NetSpec, ...] = field(default_factory=lambda: (NetSpec.of(DEFAULT_NET),))
     strategies: tuple[StrategyChoice, ...] = field(
         default_factory=lambda: tuple(parse_strategy(s) for s in DEFAULT_SCRIPT_STRATEGIES))
     """the first is the baseline"""
@@ -443,7 +443,7 @@ def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Pa
     """Run one training and stop all it started, however it ends: (exit code, why it was stopped, seconds)."""
     from gradwire.profile.bootstrap import child_env
 
-    name, spec = ("sync", IDEAL_NET) if strategy == COMPUTE_ONLY else (strategy, net.to_string())
+    name, spec = ("sync", ideal_of(net).to_string()) if strategy == COMPUTE_ONLY else (strategy, net.to_string())
     env = child_env(spec, folder, after_init=child.__name__)
     env.update({STRATEGY_ENV: name, ADAM_WARMUP_ENV: str(cfg.adam_warmup), SEED_ENV: str(seed)})
     try:
@@ -466,7 +466,7 @@ def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent],
     SIGTERM or SIGHUP stop it as Ctrl-C does.
 
     Raises:
-        KeyboardInterrupt: (:class:`~gradwire.compare.processes.Stopped` for
+        KeyboardInterrupt: (:class:`~gradwire.compare.processes.ComparisonStopped` for
             SIGTERM or SIGHUP) after stopping every process of the training in
             flight, moving what it created in the working directory, and saving
             results.json with the unfinished runs marked ``not finished``.

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Changes", "Entry", "WorkDir", "changes", "snapshot"]
+__all__ = ["Changes", "PathState", "WorkDir", "changes", "snapshot"]
 
 #: folder names never looked into: version control, and the caches of Python and its tools (they change
 #: as the tools like, while a comparison runs too, and no training reads them)
@@ -45,7 +45,7 @@ SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pyte
 
 
 @dataclass(frozen=True)
-class Entry:
+class PathState:
     """What a path was when looked at: ``kind`` is ``file``, ``dir`` or ``link``."""
 
     kind: str
@@ -101,14 +101,14 @@ def _listed(paths: list[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, Entry]:
-    """Every entry below ``root`` (relative path -> :class:`Entry`), without following links.
+def snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, PathState]:
+    """Every entry below ``root`` (relative path -> :class:`PathState`), without following links.
 
     ``skip``: folders left out with all they hold (the comparison's output).
     """
     root = Path(root)
     skipped = {os.path.realpath(p) for p in skip}
-    out: dict[str, Entry] = {}
+    out: dict[str, PathState] = {}
 
     def walk(folder: str, rel: str) -> None:
         try:
@@ -120,14 +120,14 @@ def snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, Entry]:
             try:
                 st = e.stat(follow_symlinks=False)
                 if e.is_symlink():
-                    out[name] = Entry("link", target=os.readlink(e.path))
+                    out[name] = PathState("link", target=os.readlink(e.path))
                 elif e.is_dir(follow_symlinks=False):
                     if e.name in SKIPPED or os.path.realpath(e.path) in skipped:
                         continue
-                    out[name] = Entry("dir")
+                    out[name] = PathState("dir")
                     walk(e.path, name + "/")
                 else:
-                    out[name] = Entry("file", st.st_size, st.st_mtime_ns, st.st_ino)
+                    out[name] = PathState("file", st.st_size, st.st_mtime_ns, st.st_ino)
             except OSError:
                 continue
 
@@ -135,7 +135,7 @@ def snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, Entry]:
     return out
 
 
-def changes(before: dict[str, Entry], after: dict[str, Entry]) -> Changes:
+def changes(before: dict[str, PathState], after: dict[str, PathState]) -> Changes:
     """What happened between two snapshots: created (topmost), modified, removed (each sorted)."""
     new = sorted(p for p in after if p not in before)
     fresh = set(new)

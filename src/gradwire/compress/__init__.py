@@ -10,7 +10,7 @@ follow, each after a colon::
     <compressor onebit pattern=two_phase block=1024>
 
 Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
-(:class:`~gradwire.hooks.CompressionState` reads ``compressor.warmup``), and
+(:class:`~gradwire.exchange.CompressionState` reads ``compressor.warmup``), and
 ``fuse=N``: buckets of fewer than N elements are sent together as one
 exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``).
 
@@ -36,14 +36,14 @@ for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
 ``warmup=N``, ``fuse=N`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
-implemented in :mod:`gradwire.hooks`.
+implemented in :mod:`gradwire.exchange`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from .auto import AUTO_CANDIDATES, AUTO_EVERY, AutoCompressor, Link, exchange_busbytes, price
+from .auto import AUTO_CANDIDATES, AUTO_EVERY, AlphaBeta, AutoCompressor, exchange_busbytes, price
 from .base import Compressor, Ctx, Pattern, payload_nbytes, roundtrip
 from .bf16 import BF16Compressor
 from .errorfeedback import ErrorFeedback, is_finite
@@ -61,7 +61,7 @@ from .topk import TopKCompressor
 __all__ = [
     "AutoCompressor",
     "COMPRESSORS",
-    "Link",
+    "AlphaBeta",
     "Compressor",
     "Ctx",
     "ErrorFeedback",
@@ -80,7 +80,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Entry:
+class CompressorEntry:
     """A registry entry: ``factory(arg, **options)`` builds the compressor.
 
     ``arg`` is the positional parameter (None when absent); ``options`` names the
@@ -93,7 +93,7 @@ class Entry:
     options: tuple[str, ...] = ()
 
 
-COMPRESSORS: dict[str, Entry] = {}
+COMPRESSORS: dict[str, CompressorEntry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
 COMMON_OPTIONS = ("warmup", "fuse")
@@ -101,13 +101,18 @@ COMMON_OPTIONS = ("warmup", "fuse")
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
                         options: tuple[str, ...] = ()) -> None:
-    """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters."""
+    """Add ``name`` to the registry; ``factory(arg, **options)`` receives the parsed parameters.
+
+    Raises ValueError for a name that cannot be written in the grammar or that is registered already.
+    """
     if ":" in name or not name:
         raise ValueError(f"compressor names must be non-empty and contain no ':', got {name!r}")
-    COMPRESSORS[name] = Entry(factory, param, doc, tuple(options))
+    if name in COMPRESSORS:
+        raise ValueError(f"compressor {name!r} is registered already; pick another name")
+    COMPRESSORS[name] = CompressorEntry(factory, param, doc, tuple(options))
 
 
-def _syntax(name: str, entry: Entry) -> str:
+def _syntax(name: str, entry: CompressorEntry) -> str:
     return name + (f":{entry.param}" if entry.param else "") + "".join(f"[:{o}=N]" for o in entry.options)
 
 

@@ -3,8 +3,8 @@
 :class:`AutoCompressor` names the candidates (``auto`` = ``none``, ``fp16``,
 ``int8``, ``onebit``; ``auto:fp16/onebit`` a subset, ``none`` always in it)
 and how often to probe the link (``every=K`` steps at first). It compresses nothing itself:
-:class:`gradwire.hooks.CompressionState` asks its chooser which candidate
-each exchange uses (:mod:`gradwire.hooks.auto`).
+:class:`gradwire.exchange.CompressionState` asks its chooser which candidate
+each exchange uses (:mod:`gradwire.exchange.chooser`).
 
 The price of one exchange of ``n`` elements with compressor ``c`` on a link
 of per-collective cost ``alpha`` and ``beta`` seconds per bus byte
@@ -13,7 +13,7 @@ of per-collective cost ``alpha`` and ``beta`` seconds per bus byte
     T_c(n) = cpu_c(n) + sum over c's collectives (alpha + beta * busbytes)
 
 with the collectives of c's pattern as the hooks issue them
-(:mod:`gradwire.hooks.exchange`): all_reduce of each payload tensor per round
+(:mod:`gradwire.exchange.patterns`): all_reduce of each payload tensor per round
 (busbytes ``2 (w-1)/w`` of its size), two-phase all_to_all then all_gather
 of ``w`` rows of the longest chunk's payload (``(w-1)/w`` of the ``w``
 rows each), all_gather of the serialised payloads (``(w-1)/w`` of ``w``
@@ -37,7 +37,7 @@ import torch
 from .base import Compressor, Ctx, Pattern
 from .twophase import chunk_bounds, chunk_granule
 
-__all__ = ["AUTO_CANDIDATES", "AutoCompressor", "Link", "exchange_busbytes", "price"]
+__all__ = ["AUTO_CANDIDATES", "AlphaBeta", "AutoCompressor", "exchange_busbytes", "price"]
 
 #: what ``auto`` chooses from by default (``none`` is always a candidate)
 AUTO_CANDIDATES = ("fp16", "int8", "onebit")
@@ -52,7 +52,7 @@ class AutoCompressor(Compressor):
         candidates: compressors to choose from besides ``none`` (each must
             average: a vote such as ``signum`` cannot be mixed with averages).
         every: steps between two probes of the link (>= 1); they move apart, up to 8 times that, while
-            the link and the choices stay put (:mod:`gradwire.hooks.auto`).
+            the link and the choices stay put (:mod:`gradwire.exchange.chooser`).
     """
 
     name = "auto"
@@ -85,8 +85,12 @@ class AutoCompressor(Compressor):
 
 
 @dataclass(frozen=True)
-class Link:
-    """``alpha`` seconds per collective plus ``beta`` seconds per bus byte."""
+class AlphaBeta:
+    """A collective's cost as measured: ``alpha`` seconds per collective plus ``beta`` seconds per bus byte.
+
+    What the ``auto`` chooser fits from its probes; the network model's own link is
+    :class:`gradwire.net.link.Link`.
+    """
 
     alpha: float
     beta: float
@@ -138,7 +142,7 @@ def _padded(nbytes: int) -> int:
     return max(8, -(-nbytes // 8) * 8)
 
 
-def price(compressor: Compressor, numel: int, world: int, link: Link, cpu_seconds: float = 0.0,
+def price(compressor: Compressor, numel: int, world: int, link: AlphaBeta, cpu_seconds: float = 0.0,
           element_size: int = 4) -> float:
     """Seconds of one exchange (module doc): its collectives on ``link`` plus ``cpu_seconds`` of coding."""
     return cpu_seconds + sum(link.seconds(b) for b in exchange_busbytes(compressor, numel, world, element_size))

@@ -70,7 +70,7 @@ class Compressor:
         unbiased: E[decompress(compress(x))] == x.
         averages: the exchange returns the mean of the ranks' decoded payloads
             (False for a vote); the local correction of
-            :class:`gradwire.hooks.CompressionState` needs it.
+            :class:`gradwire.exchange.CompressionState` needs it.
     """
 
     name: str = "base"

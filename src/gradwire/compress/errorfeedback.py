@@ -15,7 +15,7 @@ not its key's raises (never a silently fresh residual).
 
 Traps:
 - With a momentum optimiser this feeds the error into the momentum's input and
-  fails (see :mod:`gradwire.hooks.state`): compress the momentum and apply
+  fails (see :mod:`gradwire.exchange.state`): compress the momentum and apply
   each rank's own residual change locally, as the DDP hook does.
 - A step whose input is not finite must leave the residual as it was: the
   caller says so (``update(..., finite=False)``) and must not have lent the

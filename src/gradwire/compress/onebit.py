@@ -8,7 +8,7 @@
    minimises ``||x - scale * sign(x)||`` and keeps the l1 norm. With error
    feedback the RMS scale trains better (``benchmarks/compress_accuracy.py``
    has both): the larger scale drains the residual of the dominant
-   coordinates faster, so the update lags less (see :mod:`gradwire.hooks.state`).
+   coordinates faster, so the update lags less (see :mod:`gradwire.exchange.state`).
 2. Pack ``x < 0`` eight per byte (``numpy.packbits``): ``ceil(n/8)`` bytes.
 3. Payload: packed bytes + the fp32 scales: ``n/8 + 4 n/block`` bytes, about
    30x fewer than fp32 at ``block=512`` (32x with ``block=0``, one scale).
@@ -25,7 +25,7 @@ size). Names: ``onebit``, ``onebit:allgather``, ``onebit:block=1024``,
 
 It is biased: use it with :class:`~gradwire.compress.errorfeedback.ErrorFeedback`,
 and with a momentum optimiser compress the momentum, not the gradient (why:
-:mod:`gradwire.hooks.state`).
+:mod:`gradwire.exchange.state`).
 
 NaN/inf: the scale of that block becomes NaN/inf, so every decoded value of
 that block is non-finite: visible, never silently dropped.

@@ -23,7 +23,7 @@ state is not made of whole segments and does not follow them.
 Trap: a segment's name must mean the same elements every time it is used.
 The hooks name DDP's parameters in the order they first see them, which is
 the same in every process that builds the same model (see
-:mod:`gradwire.hooks.state`).
+:mod:`gradwire.exchange.state`).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 DeepSpeed's compressed all_reduce (1-bit Adam, Tang et al., 2021,
 https://arxiv.org/abs/2102.02888), generalised to any compressor whose
 payload shape depends only on the element count (``onebit``, ``int8``). The
-collectives live in :mod:`gradwire.hooks.exchange`; this module is pure
+collectives live in :mod:`gradwire.exchange.patterns`; this module is pure
 tensor code:
 
 1. ``split_encode``: cut the (error-compensated) tensor into ``world`` chunks

@@ -51,12 +51,13 @@ import math
 from dataclasses import dataclass, replace
 
 from gradwire.emulate.layout import NODE_IF, Layout, port_if
+from gradwire.net.schedule import BASE, LINKS, RATE, Cross, Slow, Trace
 from gradwire.net.spec import PRESETS, NetSpec
-from gradwire.net.units import format_fraction, format_time
+from gradwire.net.units import format_fraction, format_time, human_bandwidth
 
 __all__ = [
     "BURST_SECONDS", "Capabilities", "EmulationPlan", "Impairment", "MIN_BURST", "Port", "QUEUE_SECONDS",
-    "RATE_LIMITERS", "RateLimit", "Unsupported", "default_burst", "model_spec", "plan_network",
+    "RATE_LIMITERS", "RateLimit", "Unsupported", "default_burst", "event_refusals", "model_spec", "plan_network",
 ]
 
 #: a token bucket holds this much line time by default
@@ -155,7 +156,7 @@ class EmulationPlan:
 
     def describe(self) -> list[str]:
         """Lines for a person: the nodes, each node's link, the model spec."""
-        from gradwire.net.units import human_bandwidth, human_time
+        from gradwire.net.units import human_time
 
         lay = self.layout
         lines = [f"{lay.nodes} node(s) x {lay.per_node} rank(s) on {lay.subnet}, switch {lay.switch_ns}"]
@@ -236,9 +237,7 @@ def plan_network(
     if isinstance(topo, tuple) and topo != (layout.nodes, layout.per_node):
         reasons.append(f"topology={topo[0]}x{topo[1]} but the run has {layout.nodes} nodes x {layout.per_node} ranks")
     if spec.events:
-        from gradwire.emulate.timeline import refusals  # the timeline builds on this module's plan
-
-        reasons += refusals(spec, caps, layout.world_size, kind)
+        reasons += event_refusals(spec, caps, layout.world_size, kind)
     if reasons:
         raise Unsupported(reasons)
     ports: list[Port] = []
@@ -248,6 +247,46 @@ def plan_network(
         ports.append(Port(layout.node_ns(node), NODE_IF, node, "upload", rate, impairment))
         ports.append(Port(layout.switch_ns, port_if(node), node, "download", rate, None))
     return EmulationPlan(layout, spec, tuple(ports), model_spec(spec, layout), burst)
+
+
+def _rate_changes(spec: NetSpec) -> list[str]:
+    """The keys of the spec's changes that set a shaper's rate: by their stage, so a new kind is covered too."""
+    return list(dict.fromkeys(f"{e.key}=" for e in spec.events if e.stage in (BASE, RATE, LINKS)))
+
+
+def event_refusals(spec: NetSpec, caps: Capabilities, world_size: int, kind: str | None) -> list[str]:
+    """Why the events of ``spec`` cannot be emulated with a ``kind`` shaper (None: unshaped); [] when they can."""
+    reasons: list[str] = []
+    events = spec.events
+    if any(isinstance(e, Cross) for e in events):
+        reasons.append("cross=: background flows need traffic of their own on the links, which gradwire emulate "
+                       "does not generate; run your own sender inside the namespaces, or price cross= with the "
+                       "simulated backend (--backend gradwire --net ...)")
+    trace = next((e for e in events if isinstance(e, Trace)), None)
+    if trace is not None:
+        if any(lat is not None and lat != spec.latency for _, _, lat, _ in trace.rows):
+            need = "netem, which this kernel lacks (sch_netem)" if "netem" not in caps.qdiscs else \
+                "netem changed at run time, which gradwire emulate does not do"
+            reasons.append(f"trace {trace.path!r} changes the latency: that needs {need}; drop its latency column")
+        if any(loss is not None and loss != spec.loss for _, _, _, loss in trace.rows):
+            need = "netem, which this kernel lacks (sch_netem)" if "netem" not in caps.qdiscs else \
+                "netem changed at run time, which gradwire emulate does not do"
+            reasons.append(f"trace {trace.path!r} changes the loss: that needs {need}; drop its loss column")
+    rate_changes = _rate_changes(spec)
+    if rate_changes and kind is None:
+        reasons.append(f"{', '.join(rate_changes)} change the rate of a shaper, and this network has none: give the "
+                       "links a rate to start from, e.g. bandwidth=1gbit")
+    outside = sorted({e.rank for e in events if isinstance(e, Slow) and e.rank >= world_size})
+    if outside:
+        reasons.append(f"slow= ranks {outside} are outside the world of {world_size} ranks")
+    if kind == "tbf":
+        top = spec.bandwidth * max([1.0, *(e.factor for e in events if isinstance(e, Slow))])
+        if trace is not None:
+            top = max([top, *(bw for _, bw, _, _ in trace.rows)])
+        if top > TBF_MAX_RATE:
+            reasons.append(f"the schedule reaches {human_bandwidth(top)}, and tbf takes at most "
+                           f"{TBF_MAX_RATE / 1e9:.1f} Gbit/s; use --shaper htb")
+    return reasons
 
 
 def model_spec(spec: NetSpec, layout: Layout) -> NetSpec:

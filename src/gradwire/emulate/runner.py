@@ -34,14 +34,14 @@ from gradwire.emulate.layout import DEFAULT_PORT, DEFAULT_SUBNET, Layout
 from gradwire.emulate.plan import EmulationPlan, plan_network
 from gradwire.net.spec import NetSpec
 
-__all__ = ["Emulation", "GRACE_SECONDS", "Stopped", "clean", "prepare", "run"]
+__all__ = ["Emulation", "GRACE_SECONDS", "EmulationStopped", "clean", "prepare", "run"]
 
 #: seconds the agents get to stop their workers after a signal, before everything inside is killed
 GRACE_SECONDS = 15.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Stopped(BaseException):
+class EmulationStopped(BaseException):
     """A signal asked this process to stop (BaseException, like KeyboardInterrupt: nothing should swallow it)."""
 
     def __init__(self, signum: int) -> None:
@@ -51,7 +51,7 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def _signals(then: str) -> Iterator[None]:
-    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` (``then="raise"``) or are ignored.
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`EmulationStopped` (``then="raise"``) or are ignored.
 
     Trap: pyroute2 forks helper children (to open a socket inside a
     namespace) and stops them with SIGTERM. A forked child inherits this
@@ -69,7 +69,7 @@ def _signals(then: str) -> Iterator[None]:
             os.kill(os.getpid(), signum)
             return
         if then == "raise":
-            raise Stopped(signum)
+            raise EmulationStopped(signum)
 
     old = {s: signal.signal(s, handler) for s in _FORWARDED}
     try:
@@ -188,7 +188,7 @@ def run(
                     if controller is not None:
                         controller.start(t0)
                     return _wait(agents, timeout, grace, controller)
-                except Stopped as stop:
+                except EmulationStopped as stop:
                     _close(controller)  # the network as built: the workers' shutdown must get through
                     _stop(agents, stop.signum, grace)
                     return 128 + stop.signum
@@ -202,7 +202,7 @@ def run(
                             pass  # the counters are a diagnosis; reading them never fails the run
                         else:
                             report(counts)
-        except Stopped as stop:  # a signal while building or tearing down: the network is gone already
+        except EmulationStopped as stop:  # a signal while building or tearing down: the network is gone already
             return 128 + stop.signum
 
 

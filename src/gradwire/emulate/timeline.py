@@ -28,7 +28,7 @@ A change takes 20-50 ms to apply on a busy 2-core host, now and then 0.5 s
 closely, a Mahimahi trace (a new rate every 100 ms) only coarsely.
 
 What cannot change on these links is refused with the reason
-(:func:`refusals`): background flows (``cross=``) need traffic of their own;
+(:func:`gradwire.emulate.plan.event_refusals`): background flows (``cross=``) need traffic of their own;
 latency and loss from a trace need netem, and changing netem at run time is
 not done here.
 
@@ -48,12 +48,11 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
-from gradwire.emulate.plan import TBF_MAX_RATE, Capabilities, EmulationPlan, RateLimit, default_burst
-from gradwire.net.schedule import Condition, Cross, Drop, Schedule, Slow, Trace
-from gradwire.net.spec import NetSpec
+from gradwire.emulate.plan import EmulationPlan, RateLimit, default_burst
+from gradwire.net.schedule import Condition, Schedule
 from gradwire.net.units import human_bandwidth
 
-__all__ = ["SHOWN", "Change", "State", "built_state", "changes", "describe", "refusals", "restore", "state_at"]
+__all__ = ["SHOWN", "Change", "State", "built_state", "changes", "describe", "restore", "state_at"]
 
 #: changes shown by :func:`describe` (a periodic schedule never ends)
 SHOWN = 12
@@ -101,44 +100,6 @@ class Change:
 
 def _rate(bits: float) -> str:
     return human_bandwidth(bits).split(" (")[0]  # "100 Mbit/s", without the GB/s beside it
-
-
-def _rates_change(spec: NetSpec) -> bool:
-    return any(isinstance(e, (Drop, Slow, Trace)) for e in spec.events)
-
-
-def refusals(spec: NetSpec, caps: Capabilities, world_size: int, kind: str | None) -> list[str]:
-    """Why the events of ``spec`` cannot be emulated with a ``kind`` shaper (None: unshaped); [] when they can."""
-    reasons: list[str] = []
-    events = spec.events
-    if any(isinstance(e, Cross) for e in events):
-        reasons.append("cross=: background flows need traffic of their own on the links, which gradwire emulate "
-                       "does not generate; run your own sender inside the namespaces, or price cross= with the "
-                       "simulated backend (--backend gradwire --net ...)")
-    trace = next((e for e in events if isinstance(e, Trace)), None)
-    if trace is not None:
-        if any(lat is not None and lat != spec.latency for _, _, lat, _ in trace.rows):
-            need = "netem, which this kernel lacks (sch_netem)" if "netem" not in caps.qdiscs else \
-                "netem changed at run time, which gradwire emulate does not do"
-            reasons.append(f"trace {trace.path!r} changes the latency: that needs {need}; drop its latency column")
-        if any(loss is not None and loss != spec.loss for _, _, _, loss in trace.rows):
-            need = "netem, which this kernel lacks (sch_netem)" if "netem" not in caps.qdiscs else \
-                "netem changed at run time, which gradwire emulate does not do"
-            reasons.append(f"trace {trace.path!r} changes the loss: that needs {need}; drop its loss column")
-    if _rates_change(spec) and kind is None:
-        reasons.append("drop=, slow= and trace= change the rate of a shaper, and this network has none: give the "
-                       "links a rate to start from, e.g. bandwidth=1gbit")
-    outside = sorted({e.rank for e in events if isinstance(e, Slow) and e.rank >= world_size})
-    if outside:
-        reasons.append(f"slow= ranks {outside} are outside the world of {world_size} ranks")
-    if kind == "tbf":
-        top = spec.bandwidth * max([1.0, *(e.factor for e in events if isinstance(e, Slow))])
-        if trace is not None:
-            top = max([top, *(bw for _, bw, _, _ in trace.rows)])
-        if top > TBF_MAX_RATE:
-            reasons.append(f"the schedule reaches {human_bandwidth(top)}, and tbf takes at most "
-                           f"{TBF_MAX_RATE / 1e9:.1f} Gbit/s; use --shaper htb")
-    return reasons
 
 
 def state_at(plan: EmulationPlan, cond: Condition) -> State:

@@ -1,30 +1,38 @@
-"""DDP comm hooks and collective helpers that send compressed gradients.
+"""DDP comm hooks that send compressed gradients: thin adapters onto :mod:`gradwire.exchange`.
 
-- :class:`CompressionState`: the one object that runs a compressed exchange
-  (compressor, error feedback, momentum, warm-up, cutoff, launch order, the
-  patterns), for every front end.
-- :func:`compression_hook`: for ``ddp.register_comm_hook(state, compression_hook)``.
-- :func:`allreduce_compressed`: the same exchange for custom loops.
-- :func:`scheme_for` / :func:`scheme_hook` (:mod:`.optim`): the exchange under
-  the user's SGD, Adam or AdamW (momentum, decay and Adam's frozen variance
-  split between the optimizer and the exchange).
+- :func:`compression_hook`: for ``ddp.register_comm_hook(state, compression_hook)``
+  with a :class:`gradwire.exchange.CompressionState`.
+- :func:`scheme_hook`: for ``ddp.register_comm_hook(scheme, scheme_hook)`` with
+  the scheme :func:`gradwire.exchange.scheme_for` made for the user's optimizer.
 
-The compressors themselves live in :mod:`gradwire.compress`; the names that
-the rest of the package needs are re-exported here, so that strategies
-reach compression through this package only.
+The exchange itself (the state, the optimizer schemes, ``auto``'s chooser,
+the patterns, :func:`~gradwire.exchange.allreduce_compressed`) lives in
+:mod:`gradwire.exchange`. Its names were importable from here before; for one
+release they still are, with a :class:`DeprecationWarning` that names the new place.
 """
 from __future__ import annotations
 
-from gradwire.compress import COMPRESSORS, AutoCompressor, Compressor, ErrorFeedback, StateKey, get_compressor
+import warnings
+from typing import Any
 
-from .allreduce import allreduce_compressed
-from .futures import Sequencer, Turn, completed, then, then_async
-from .hook import compression_hook
-from .optim import OptimizerScheme, UnsupportedOptimizer, scheme_for, scheme_hook
-from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
+from .hook import compression_hook, scheme_hook
 
-__all__ = [
-    "COMPRESSORS", "AutoCompressor", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
-    "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
-    "compression_hook", "fuse_layouts", "get_compressor", "scheme_for", "scheme_hook", "then", "then_async",
-]
+__all__ = ["compression_hook", "scheme_hook"]
+
+#: the names this package exported before the exchange moved to :mod:`gradwire.exchange`
+_MOVED = frozenset({
+    "COMPRESSORS", "AutoCompressor", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor",
+    "ErrorFeedback", "OptimizerScheme", "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer",
+    "allreduce_compressed", "completed", "fuse_layouts", "get_compressor", "scheme_for", "then", "then_async",
+})
+
+
+def __getattr__(name: str) -> Any:
+    """An old name of the exchange: warn, then hand over :mod:`gradwire.exchange`'s object."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"gradwire.hooks.{name} moved to gradwire.exchange.{name}; the old name goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    import gradwire.exchange
+
+    return getattr(gradwire.exchange, name)

@@ -1,4 +1,7 @@
-"""``compression_hook``: a DDP comm hook that sends compressed buckets.
+"""The DDP comm hooks: thin adapters onto the compressed exchange (:mod:`gradwire.exchange`).
+
+``compression_hook`` sends compressed buckets; ``scheme_hook`` first lets an
+optimizer scheme (:func:`gradwire.exchange.scheme_for`) prepare each bucket. ``compression_hook``, step by step:
 
 1. The bucket's parameters name its elements (a
    :class:`~gradwire.compress.StateKey`): momentum and residuals follow each
@@ -20,7 +23,8 @@ future (gloo, nccl, gradwire's backend).
 
 Example::
 
-    from gradwire.hooks import CompressionState, compression_hook
+    from gradwire.exchange import CompressionState
+    from gradwire.hooks import compression_hook
     state = CompressionState("onebit", momentum=0.9)
     ddp.register_comm_hook(state, compression_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)  # no momentum: the state owns it
@@ -30,9 +34,9 @@ Example::
 import torch
 import torch.distributed as dist
 
-from .state import CompressionState
+from gradwire.exchange import CompressionState, OptimizerScheme
 
-__all__ = ["compression_hook"]
+__all__ = ["compression_hook", "scheme_hook"]
 
 
 def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -49,3 +53,9 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
     if bucket.is_last():
         state.end_step()
     return fut
+
+
+def scheme_hook(scheme: OptimizerScheme, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: :meth:`OptimizerScheme.prepare` the bucket, then :func:`compression_hook` on its state."""
+    scheme.prepare(bucket.buffer(), bucket.parameters())
+    return compression_hook(scheme.state, bucket)

@@ -29,7 +29,7 @@ import numpy as np
 from gradwire.net.algorithms import OPS, Group, check_op, choose
 from gradwire.net.link import Link
 from gradwire.net.schedule import Condition, Schedule, finish_time
-from gradwire.net.spec import AUTO_TOPOLOGY, NetSpec, Straggler, parse_spec
+from gradwire.net.spec import AUTO_TOPOLOGY, NetSpec, Straggler
 
 #: shape of the Lomax (Pareto II) jitter; 3 gives a mean of jitter/2, like uniform
 PARETO_SHAPE = 3.0
@@ -83,7 +83,7 @@ class NetworkModel:
     def __init__(self, spec: NetSpec | str | None, world_size: int) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        self.spec: NetSpec = parse_spec(spec)
+        self.spec: NetSpec = NetSpec.of(spec)
         self.world_size: int = world_size
         topo = self.spec.topology
         if topo == AUTO_TOPOLOGY:
@@ -309,7 +309,7 @@ def describe(
     are replaced by that one. Barrier is priced once per world size, at 0 bytes.
     Send goes from rank 0 to the last rank, so it crosses nodes when there are any.
     """
-    spec = parse_spec(spec)
+    spec = NetSpec.of(spec)
     if isinstance(spec.topology, tuple):  # topology=auto: NetworkModel says it cannot be priced here
         world_sizes = (spec.topology[0] * spec.topology[1],)
     rows: list[DescribeRow] = []

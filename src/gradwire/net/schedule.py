@@ -1,7 +1,7 @@
 """Networks that change: conditions over time, and the price of an op that runs across a change.
 
 A real link is not constant: its bandwidth drops for seconds, it goes down,
-other flows share it. Each of those is an :class:`Event` of the spec (a token
+other flows share it. Each of those is a :class:`NetworkChange` of the spec (a token
 of the spec grammar, see :mod:`gradwire.net.spec`)::
 
     drop=100mbit:for=5s:every=30s[:at=T]      bandwidth falls to 100 Mbit/s for 5 s in every 30 s
@@ -49,13 +49,13 @@ import csv
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence, TypeVar
 
 from gradwire.net.units import format_bandwidth, format_time, parse_bandwidth, parse_fraction, parse_time
 
 __all__ = [
-    "Condition", "Cross", "Drop", "Event", "Outage", "Schedule", "Slow", "Trace", "finish_time", "parse_event",
-    "EVENT_KEYS",
+    "CHANGE_KINDS", "RESERVED_KEYS", "Condition", "Cross", "Drop", "NetworkChange", "Outage", "Schedule", "Slow", "Trace",
+    "finish_time", "parse_event", "register_change",
 ]
 
 #: Mahimahi delivery opportunities are MTU-sized
@@ -102,8 +102,32 @@ def _check_window(what: str, duration: float, every: float | None, at: float) ->
         raise ValueError(f"{what}: at= must be a time >= 0")
 
 
-class Event:
-    """One source of change; :class:`Schedule` composes them."""
+#: the stages at which :class:`Schedule` applies the kinds of change (lower first): a base condition, then
+#: rates, then per-rank links, then shares of what is left, then down
+BASE, RATE, LINKS, SHARE, DOWN = 0, 10, 20, 30, 40
+
+
+class NetworkChange:
+    """One source of change; :class:`Schedule` composes them.
+
+    A kind of change is a subclass registered with :func:`register_change`:
+    it names its spec key (``key``), the stage at which the schedule applies
+    it (``stage``: :data:`RATE`, :data:`LINKS`, :data:`SHARE`, :data:`DOWN`,
+    or :data:`BASE` for one that sets the base condition, as ``trace=``
+    does, through :meth:`base`), and reads its own token (:meth:`parse`).
+    """
+
+    #: the spec key of this kind (``drop`` in ``drop=100mbit:for=5s``)
+    key: ClassVar[str]
+    #: when :meth:`Schedule.condition` applies this kind, relative to the others (the stages above)
+    stage: ClassVar[int]
+    #: the token's grammar, shown when one is wrong
+    grammar: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "NetworkChange":
+        """Read a token ``key=head[:rest...]``; ValueError with the grammar otherwise."""
+        raise NotImplementedError
 
     def state(self, t: float) -> tuple[bool, float]:
         """Whether the event is active at ``t``, and the next time that may change."""
@@ -113,11 +137,44 @@ class Event:
         """``cond`` with this (active) event applied; ``bandwidth`` is the rate it found."""
         raise NotImplementedError
 
+    def base(self, t: float) -> Condition:
+        """The base condition at ``t`` (only a kind of stage :data:`BASE` sets one)."""
+        raise NotImplementedError
+
     def to_string(self) -> str:
         raise NotImplementedError
 
 
-class _Windowed(Event):
+#: every kind of network change by its spec key (:func:`register_change` adds one)
+CHANGE_KINDS: dict[str, type[NetworkChange]] = {}
+#: spec keys the grammar uses for something else (:mod:`gradwire.net.spec` fills it): no kind may take one
+RESERVED_KEYS: set[str] = set()
+
+_Kind = TypeVar("_Kind", bound=type[NetworkChange])
+
+
+def register_change(cls: _Kind) -> _Kind:
+    """Class decorator: make ``cls`` a kind of network change the spec grammar and :class:`Schedule` know.
+
+    Raises ValueError if its key is taken (by another kind, or by the rest of the spec grammar), or if it lacks
+    a key, a stage or a parser.
+    """
+    key = getattr(cls, "key", None)
+    if not isinstance(key, str) or not key.isidentifier() or key != key.lower():
+        raise ValueError(f"{cls.__name__}: a kind of network change needs a lower-case spec key, got {key!r}")
+    if not isinstance(getattr(cls, "stage", None), int):
+        raise ValueError(f"{cls.__name__}: a kind of network change needs a stage (BASE, RATE, LINKS, SHARE or DOWN)")
+    if cls.parse.__func__ is NetworkChange.parse.__func__:  # type: ignore[attr-defined]
+        raise ValueError(f"{cls.__name__}: a kind of network change reads its own token (classmethod parse)")
+    if key in RESERVED_KEYS:
+        raise ValueError(f"{cls.__name__}: the spec key {key!r} already means something else in a network spec")
+    if CHANGE_KINDS.get(key, cls) is not cls:
+        raise ValueError(f"{cls.__name__}: the spec key {key!r} is taken by {CHANGE_KINDS[key].__name__}")
+    CHANGE_KINDS[key] = cls
+    return cls
+
+
+class _Windowed(NetworkChange):
     """An event active in windows of ``duration`` every ``every`` (once without), first at ``at``.
 
     Without ``at`` the first window opens one period in (at 0 when the event happens once): a job starts
@@ -136,9 +193,14 @@ class _Windowed(Event):
         return _window(t, self.start, self.duration, self.every)
 
 
+@register_change
 @dataclass(frozen=True)
 class Drop(_Windowed):
     """``drop=RATE:for=T:every=T[:at=T]``: the bandwidth falls to ``rate`` for a while (the lower of the two)."""
+
+    key = "drop"
+    stage = RATE
+    grammar = "drop=100mbit:for=5s:every=30s"
 
     rate: float
     duration: float
@@ -150,6 +212,13 @@ class Drop(_Windowed):
             raise ValueError(f"drop: the rate must be a finite bandwidth > 0, got {self.rate!r}")
         _check_window("drop", self.duration, self.every, self.start)
 
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "Drop":
+        opts = _options("drop", rest, ("for", "every", "at"))
+        if "for" not in opts:
+            raise ValueError("drop needs for=: e.g. drop=100mbit:for=5s:every=30s")
+        return cls(parse_bandwidth(head), parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
+
     def apply(self, cond: Condition, bandwidth: float) -> Condition:
         return replace(cond, bandwidth=min(bandwidth, self.rate))
 
@@ -158,9 +227,14 @@ class Drop(_Windowed):
                                   + _when(self.every, self.at))
 
 
+@register_change
 @dataclass(frozen=True)
-class Outage(Event):
+class Outage(NetworkChange):
     """``outage=T:at=T[:every=T]``: the link is down; ops in flight wait and resume."""
+
+    key = "outage"
+    stage = DOWN
+    grammar = "outage=5s:at=20s[:every=60s]"
 
     duration: float
     at: float
@@ -168,6 +242,13 @@ class Outage(Event):
 
     def __post_init__(self) -> None:
         _check_window("outage", self.duration, self.every, self.at)
+
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "Outage":
+        opts = _options("outage", rest, ("at", "every"))
+        if "at" not in opts:
+            raise ValueError("outage needs at=: e.g. outage=5s:at=20s[:every=60s]")
+        return cls(parse_time(head), parse_time(opts["at"]), _time(opts, "every"))
 
     def state(self, t: float) -> tuple[bool, float]:
         return _window(t, self.at, self.duration, self.every)
@@ -180,9 +261,14 @@ class Outage(Event):
                                     + ([f"every={format_time(self.every)}"] if self.every is not None else []))
 
 
+@register_change
 @dataclass(frozen=True)
 class Slow(_Windowed):
     """``slow=RANK:link=F:for=T:every=T[:at=T]``: a straggler link that comes and goes."""
+
+    key = "slow"
+    stage = LINKS
+    grammar = "slow=3:link=0.2:for=5s:every=30s"
 
     rank: int
     factor: float
@@ -197,6 +283,17 @@ class Slow(_Windowed):
             raise ValueError(f"slow: link= must be a factor > 0 (0.2 = a fifth of the speed), got {self.factor!r}")
         _check_window("slow", self.duration, self.every, self.start)
 
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "Slow":
+        opts = _options("slow", rest, ("link", "for", "every", "at"))
+        if "link" not in opts or "for" not in opts:
+            raise ValueError("slow needs link= and for=: e.g. slow=3:link=0.2:for=5s:every=30s")
+        try:
+            rank, factor = int(head), float(opts["link"])
+        except ValueError:
+            raise ValueError(f"slow={':'.join([head, *rest])!r}: RANK is an integer and link= a number") from None
+        return cls(rank, factor, parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
+
     def apply(self, cond: Condition, bandwidth: float) -> Condition:
         links = dict(cond.links)
         links[self.rank] = links.get(self.rank, 1.0) * self.factor
@@ -207,9 +304,14 @@ class Slow(_Windowed):
                                   + _when(self.every, self.at))
 
 
+@register_change
 @dataclass(frozen=True)
-class Cross(Event):
+class Cross(NetworkChange):
     """``cross=RATE[:flows=N][:on=T:off=T][:at=T]``: background flows on the bottleneck take their fair share."""
+
+    key = "cross"
+    stage = SHARE
+    grammar = "cross=400mbit:flows=2:on=10s:off=20s"
 
     rate: float
     flows: int = 1
@@ -227,6 +329,15 @@ class Cross(Event):
             raise ValueError("cross: give on= and off= together (on/off traffic), or neither (always on)")
         if self.on is not None and self.off is not None and not (self.on > 0 and self.off > 0):
             raise ValueError("cross: on= and off= must be times > 0")
+
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "Cross":
+        opts = _options("cross", rest, ("flows", "on", "off", "at"))
+        try:
+            flows = int(opts.get("flows", "1"))
+        except ValueError:
+            raise ValueError(f"cross: flows= must be an integer, got {opts['flows']!r}") from None
+        return cls(parse_bandwidth(head), flows, _time(opts, "on"), _time(opts, "off"), _time(opts, "at") or 0.0)
 
     def state(self, t: float) -> tuple[bool, float]:
         if self.on is None or self.off is None:
@@ -246,9 +357,14 @@ class Cross(Event):
         return "cross=" + ":".join(parts)
 
 
+@register_change
 @dataclass(frozen=True)
-class Trace(Event):
+class Trace(NetworkChange):
     """``trace=FILE[:repeat]``: conditions read from a file (module doc: CSV or Mahimahi)."""
+
+    key = "trace"
+    stage = BASE
+    grammar = "trace=FILE[:repeat]"
 
     path: str
     repeat: bool = False
@@ -257,6 +373,12 @@ class Trace(Event):
     #: (time, bandwidth, latency, loss) per change, time ascending from 0
     rows: tuple[tuple[float, float, float | None, float | None], ...] = field(default=(), compare=False, repr=False)
     period: float = field(default=math.inf, compare=False)
+
+    @classmethod
+    def parse(cls, head: str, rest: list[str]) -> "Trace":
+        if rest not in ([], ["repeat"]):
+            raise ValueError(f"trace={':'.join([head, *rest])!r}: write trace=FILE or trace=FILE:repeat")
+        return cls.load(head, repeat=bool(rest))
 
     @classmethod
     def load(cls, path: str, repeat: bool = False) -> "Trace":
@@ -385,74 +507,49 @@ def _time(opts: dict[str, str], key: str) -> float | None:
     return parse_time(opts[key]) if key in opts else None
 
 
-def parse_event(key: str, value: str) -> Event:
-    """Read one event token (``drop=...``); ValueError with the grammar otherwise."""
+def parse_event(key: str, value: str) -> NetworkChange:
+    """Read one change token (``drop=...``) with its registered kind; ValueError with the grammar otherwise."""
+    kind = CHANGE_KINDS.get(key)
+    if kind is None:
+        raise ValueError(f"unknown kind of network change {key!r}; valid: {', '.join(CHANGE_KINDS)}")
     head, *rest = value.split(":")
-    if key == "drop":
-        opts = _options("drop", rest, ("for", "every", "at"))
-        if "for" not in opts:
-            raise ValueError("drop needs for=: e.g. drop=100mbit:for=5s:every=30s")
-        return Drop(parse_bandwidth(head), parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
-    if key == "outage":
-        opts = _options("outage", rest, ("at", "every"))
-        if "at" not in opts:
-            raise ValueError("outage needs at=: e.g. outage=5s:at=20s[:every=60s]")
-        return Outage(parse_time(head), parse_time(opts["at"]), _time(opts, "every"))
-    if key == "slow":
-        opts = _options("slow", rest, ("link", "for", "every", "at"))
-        if "link" not in opts or "for" not in opts:
-            raise ValueError("slow needs link= and for=: e.g. slow=3:link=0.2:for=5s:every=30s")
-        try:
-            rank, factor = int(head), float(opts["link"])
-        except ValueError:
-            raise ValueError(f"slow={value!r}: RANK is an integer and link= a number") from None
-        return Slow(rank, factor, parse_time(opts["for"]), _time(opts, "every"), _time(opts, "at"))
-    if key == "cross":
-        opts = _options("cross", rest, ("flows", "on", "off", "at"))
-        try:
-            flows = int(opts.get("flows", "1"))
-        except ValueError:
-            raise ValueError(f"cross: flows= must be an integer, got {opts['flows']!r}") from None
-        return Cross(parse_bandwidth(head), flows, _time(opts, "on"), _time(opts, "off"), _time(opts, "at") or 0.0)
-    if key == "trace":
-        if rest not in ([], ["repeat"]):
-            raise ValueError(f"trace={value!r}: write trace=FILE or trace=FILE:repeat")
-        return Trace.load(head, repeat=bool(rest))
-    raise ValueError(f"unknown event {key!r}; valid: {', '.join(EVENT_KEYS)}")
-
-
-#: spec keys that add an event (they may repeat)
-EVENT_KEYS: tuple[str, ...] = ("drop", "outage", "slow", "cross", "trace")
+    return kind.parse(head, rest)
 
 
 @dataclass(frozen=True)
 class Schedule:
     """The spec's events composed: the condition at any time, and where it next changes."""
 
-    events: tuple[Event, ...]
+    events: tuple[NetworkChange, ...]
+    #: the events that change a condition, in the order they apply (by stage, then as given)
+    _staged: tuple[NetworkChange, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if sum(isinstance(e, Trace) for e in self.events) > 1:
-            raise ValueError("one trace= per network")
+        for event in self.events:
+            if CHANGE_KINDS.get(getattr(type(event), "key", "")) is not type(event):
+                raise TypeError(f"{type(event).__name__} is not a registered kind of network change: decorate its "
+                                "class with @register_change (gradwire.net.schedule) so that schedules know when "
+                                "to apply it")
+        bases = [e for e in self.events if e.stage == BASE]
+        if len(bases) > 1:
+            raise ValueError(f"one base condition per network, got {', '.join(e.key + '=' for e in bases)}")
+        object.__setattr__(self, "_staged", tuple(sorted((e for e in self.events if e.stage != BASE),
+                                                         key=lambda e: e.stage)))
 
     def condition(self, t: float, bandwidth: float) -> tuple[Condition, float]:
         """The condition at ``t`` on a link of ``bandwidth`` bits/s, and the next time it may change."""
         cond, nxt = Condition(), math.inf
-        trace = next((e for e in self.events if isinstance(e, Trace)), None)
-        if trace is not None:
-            cond = trace.base(t)
-            nxt = trace.state(t)[1]
+        base = next((e for e in self.events if e.stage == BASE), None)
+        if base is not None:
+            cond = base.base(t)
+            nxt = base.state(t)[1]
         rate = cond.bandwidth if cond.bandwidth is not None else bandwidth
-        order = (Drop, Slow, Cross, Outage)  # rates first, shares of what is left, then down
-        for kind in order:
-            for event in self.events:
-                if type(event) is not kind:
-                    continue
-                active, change = event.state(t)
-                nxt = min(nxt, change)
-                if active:
-                    cond = event.apply(cond, rate)
-                    rate = cond.bandwidth if cond.bandwidth is not None else rate
+        for event in self._staged:  # rates first, then links, shares of what is left, then down
+            active, change = event.state(t)
+            nxt = min(nxt, change)
+            if active:
+                cond = event.apply(cond, rate)
+                rate = cond.bandwidth if cond.bandwidth is not None else rate
         return cond, nxt
 
     def segments(self, t: float, bandwidth: float) -> Iterator[tuple[float, Condition]]:

@@ -8,7 +8,7 @@ Grammar: comma-separated tokens, applied left to right (later ones win)::
 
 A preset token sets ``name``, ``bandwidth``, ``latency`` and ``protocol``;
 other fields keep their value. Without a preset (or with ``custom``) the base
-is unlimited bandwidth, zero latency, TCP framing. Keys: see :data:`SPEC_KEYS`;
+is unlimited bandwidth, zero latency, TCP framing. Keys: see :func:`spec_keys`;
 ``intra=PRESET`` copies a preset's link into the intra_* keys and
 ``straggler=...`` may repeat (one entry per rank, the last one wins). Examples::
 
@@ -34,22 +34,25 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
+from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
 from gradwire.net.link import FRAMINGS, Link
-from gradwire.net.schedule import EVENT_KEYS, Event, Schedule, parse_event
+from gradwire.net.schedule import CHANGE_KINDS, RESERVED_KEYS, NetworkChange, Schedule, parse_event
 from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
     _shown, format_bandwidth, format_fraction, format_time, parse_bandwidth, parse_fraction, parse_time,
 )
 
 JITTER_DISTS: tuple[str, ...] = ("uniform", "normal", "pareto")
-CLOCKS: tuple[str, ...] = ("realtime", "virtual")
+CLOCKS: tuple[str, ...] = ("realtime", "sim")
+#: older names of the clocks: ``virtual`` was the simulated clock's name
+_CLOCK_ALIASES = {"virtual": "sim", "simulated": "sim"}
 #: ``topology=auto``: read the layout in torchrun's environment (:func:`resolve_topology`)
 AUTO_TOPOLOGY = "auto"
 #: the preset of no communication at all (see :data:`PRESETS`)
 LOCAL = "local"
 #: what a ``local`` spec reads besides its name; its link fields reach no wire
-_LOCAL_KEYS = ("name", "clock", "seed", "topology")
+_LOCAL_KEYS = ("name", "clock", "device", "seed", "topology")
 _LINK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 PROTOCOLS: tuple[str, ...] = tuple(FRAMINGS)
 
@@ -186,7 +189,14 @@ def _duration(value: Any, what: str) -> float:
 
 @dataclass(frozen=True)
 class NetSpec:
-    """Everything the network model needs to price a collective. Build it with :func:`parse_spec`."""
+    """Everything the network model needs to price a collective.
+
+    Build it from the spec grammar with :func:`parse_spec` where a user gives
+    one (a command line, ``$GRADWIRE_NET``), or with :meth:`NetSpec.of` in a
+    constructor that accepts a string or a spec; then pass the object on.
+    ``to_string`` turns it back into text only where it crosses a process
+    boundary.
+    """
 
     name: str = "custom"
     """preset the spec started from, or ``custom``"""
@@ -213,12 +223,16 @@ class NetSpec:
     intra_protocol: str | None = None
     """intra-node framing; None = same as the inter-node link"""
     clock: str = "realtime"
-    """realtime: the backend waits out modelled time; virtual: it only adds it to a clock"""
+    """realtime: the backend waits out modelled time in this host's wall clock; sim: each rank runs on a
+    simulated cluster clock, compute priced by ``device`` (gradwire.backend.simclock)"""
+    device: str | None = None
+    """what prices compute on the simulated clock (gradwire.device: a100, host:x0.1, 19.5/1555, step:35ms);
+    None: ``host``, this rank's own thread CPU time"""
     seed: int = 0
     """seed of the jitter draws (with the op's sequence number)"""
     stragglers: tuple[Straggler, ...] = field(default=())
     """slow ranks, at most one entry per rank"""
-    events: tuple[Event, ...] = field(default=())
+    events: tuple[NetworkChange, ...] = field(default=())
     """how the network changes over time (drop, outage, slow, cross, trace: gradwire.net.schedule)"""
     tcp: TcpConfig = TcpConfig()
     """TCP's window cap, slow start, restart after idle and streams on tcp links (gradwire.net.tcp)"""
@@ -240,7 +254,13 @@ class NetSpec:
             _choice(self.intra_protocol, PROTOCOLS, "intra_protocol")
         _choice(self.jitter_dist, JITTER_DISTS, "jitter_dist")
         _choice(self.algorithm, ALGORITHM_CHOICES, "algorithm")
+        set_("clock", _CLOCK_ALIASES.get(self.clock, self.clock))
         _choice(self.clock, CLOCKS, "clock")
+        if self.device is not None:
+            set_("device", parse_device(self.device).text)
+            if self.clock != "sim":
+                raise ValueError(f"device={self.device} prices compute on the simulated clock: add clock=sim "
+                                 "(the realtime clock takes compute as this host runs it)")
         if self.link is not None:
             if not _LINK_NAME.fullmatch(self.link):
                 raise ValueError(f"link name {self.link!r} must be 1 to 64 letters, digits, '-', '_' or '.' "
@@ -268,6 +288,14 @@ class NetSpec:
             raise ValueError(f"tcp must be a gradwire.net.tcp.TcpConfig, got {type(self.tcp).__name__}")
         if self.events:
             Schedule(self.events)  # one trace at most
+
+    @classmethod
+    def of(cls, value: "str | NetSpec | None") -> "NetSpec":
+        """The spec ``value`` names: a :class:`NetSpec` as it is, a string parsed (:func:`parse_spec`), None loopback.
+
+        The one way a function that accepts either form turns it into a spec.
+        """
+        return value if isinstance(value, NetSpec) else parse_spec(value)
 
     @property
     def is_local(self) -> bool:
@@ -369,6 +397,7 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "loss": format_fraction, "seed": str,
     "topology": lambda t: "flat" if t is None else t if t == AUTO_TOPOLOGY else f"{t[0]}x{t[1]}",
     "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str, "link": str,
+    "device": str,
 }
 
 #: spec keys and how each value is read (``straggler`` and ``intra`` are handled apart)
@@ -377,9 +406,14 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "latency": parse_time, "intra_latency": parse_time, "jitter": parse_time,
     "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology,
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
-    "algorithm": str.lower, "clock": str.lower, "link": str,
+    "algorithm": str.lower, "clock": str.lower, "link": str, "device": lambda v: parse_device(v).text,
 }
-SPEC_KEYS: tuple[str, ...] = (*_PARSERS, "intra", "straggler", *EVENT_KEYS, *TCP_KEYS)
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every ``key=`` of the grammar, the registered kinds of network change included."""
+    return (*_PARSERS, "intra", "straggler", *CHANGE_KINDS, *TCP_KEYS)
+
 
 #: named networks that change: a preset and its events (module doc of gradwire.net.schedule)
 CHANGING: dict[str, str] = {
@@ -387,9 +421,16 @@ CHANGING: dict[str, str] = {
     "shared-wan": "bandwidth=1gbit,latency=30ms,cross=400mbit:flows=2:on=10s:off=20s",
 }
 
+# a kind of network change may not take a word the grammar already reads (it would shadow it)
+RESERVED_KEYS.update(_PARSERS, ("intra", "straggler", "custom"), TCP_KEYS, PRESETS, CHANGING)
+
 
 def parse_spec(text: "str | NetSpec | None") -> NetSpec:
     """Parse a spec string (see the module docstring); ``None`` or ``""`` is ``loopback``.
+
+    Called where a user gives the spec (the CLI's argument type, the
+    environment a process inherits) and by :meth:`NetSpec.of`; everything
+    else passes the parsed :class:`NetSpec` on.
 
     Raises ValueError naming the bad token and the valid choices.
     """
@@ -399,9 +440,14 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         return _apply_preset(NetSpec(), "loopback")
     if not isinstance(text, str):
         raise TypeError(f"a network spec is a string or a NetSpec, got {type(text).__name__}")
+    return _parse_tokens(text)
+
+
+def _parse_tokens(text: str) -> NetSpec:
+    """The grammar itself (:func:`parse_spec` after its checks); a named network that changes expands here."""
     updates: dict[str, Any] = {}
     stragglers: dict[int, Straggler] = {}
-    events: list[Event] = []
+    events: list[NetworkChange] = []
     tcp = TcpConfig()
     spec = NetSpec()
     for position, token in enumerate((t.strip() for t in text.split(",")), 1):
@@ -414,7 +460,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
             spec = replace(spec, **updates, name="custom", bandwidth=math.inf, latency=0.0, protocol="tcp")
             updates = {}
         elif not sep and key in CHANGING:
-            named = parse_spec(CHANGING[key])
+            named = _parse_tokens(CHANGING[key])
             spec = _apply_preset(replace(spec, **updates), named.name) if named.name in PRESETS else replace(
                 spec, **updates, name="custom", bandwidth=named.bandwidth, latency=named.latency,
                 protocol=named.protocol)
@@ -426,7 +472,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
                                  f"change: {', '.join(CHANGING)} (or key=value)")
             spec = _apply_preset(replace(spec, **updates), key)
             updates = {}
-        elif key in EVENT_KEYS:
+        elif key in CHANGE_KINDS:
             events.append(parse_event(key, value))
         elif key in TCP_KEYS:
             tcp = tcp.with_key(key, value)
@@ -440,7 +486,7 @@ def parse_spec(text: "str | NetSpec | None") -> NetSpec:
         elif key in _PARSERS:
             updates[key] = _PARSERS[key](value)
         else:
-            raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(SPEC_KEYS)}")
+            raise ValueError(f"unknown spec key {key!r} in {token!r}; valid keys: {', '.join(spec_keys())}")
     return replace(spec, **updates, stragglers=tuple(stragglers.values()), events=tuple(events), tcp=tcp)
 
 

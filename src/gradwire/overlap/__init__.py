@@ -1,22 +1,22 @@
-"""Asynchronous and overlapped training strategies, composable with every compressor.
+"""Deprecated: the strategies moved to :mod:`gradwire.strategies`; this name goes in the next release.
 
-- :func:`parse_strategy` / :func:`build_strategy`: ``"onebit+delayed"``,
-  ``"topk:0.01+localsgd:4:warmup=50"``, ... (see :mod:`.registry`).
-- Strategies: ``sync`` (DDP), ``delayed`` (local gradient now, its average a step later), ``localsgd:H``,
-  ``async-average:H``, ``handler`` (:class:`AsyncGradientHandler`).
-- :func:`step_comm_seconds`: modelled network seconds per step from the
-  backend's event log; :func:`split_exposed`: how much of each step's waiting
-  was for the modelled network (the rest: the peer, or CPU work).
+Importing ``gradwire.overlap`` warns once (a :class:`DeprecationWarning`) and
+hands over the names it exported before, from their new place. Its submodules
+(``gradwire.overlap.registry``, ``.base``, ...) are gone: import them from
+:mod:`gradwire.strategies`, and the script injection from :mod:`gradwire.compare.inject`.
 """
 from __future__ import annotations
 
-from .averaging import AsyncAverageStrategy, LocalSGDStrategy
-from .base import CannotApply, ExchangeModel, ExchangeTraits, Strategy, Timing, broadcast_module
-from .delayed import DelayedStrategy
-from .handler import AsyncGradientHandler, HandlerStrategy
-from .metrics import network_wait, split_exposed, step_comm_seconds
-from .registry import STRATEGIES, StrategyChoice, StrategySpec, build_strategy, check_composition, parse_strategy
-from .sync import SyncStrategy
+import warnings
+
+from gradwire.strategies import (
+    STRATEGIES, AsyncAverageStrategy, AsyncGradientHandler, CannotApply, DelayedStrategy, ExchangeModel, ExchangeTraits,
+    HandlerStrategy, LocalSGDStrategy, Strategy, StrategyChoice, StrategySpec, SyncStrategy, Timing, broadcast_module,
+    build_strategy, check_composition, network_wait, parse_strategy, split_exposed, step_comm_seconds,
+)
+
+warnings.warn("gradwire.overlap moved to gradwire.strategies; the old name goes in the next release",
+              DeprecationWarning, stacklevel=2)
 
 __all__ = [
     "STRATEGIES", "AsyncAverageStrategy", "CannotApply", "ExchangeModel", "ExchangeTraits", "Timing", "StrategyChoice", "AsyncGradientHandler", "DelayedStrategy",

@@ -17,7 +17,7 @@ cores are as busy as in training):
    seconds per call, and the median CPU seconds it takes from its rank;
 3. each exchange's CPU stages: a compressor's with
    :func:`gradwire.predict.codec.codec_cost`, a hook's
-   (:class:`~gradwire.overlap.ExchangeModel`) with
+   (:class:`~gradwire.strategies.ExchangeModel`) with
    :func:`gradwire.predict.codec.stage_seconds` at each bucket it will
    price, and one pass over a bucket's memory (a copy);
 4. each strategy's exchanges as they run: a short training of the model
@@ -158,7 +158,7 @@ class Calibration:
         """The inverse of :meth:`as_dict`, unscaled (a comparison's ``results.json`` keeps it under
         ``predicted.calibration``, with the factor it priced it at as ``scale``: apply it with :meth:`scaled`).
 
-        ``hook_models``: the :class:`~gradwire.overlap.ExchangeModel` of each hook whose stages it holds
+        ``hook_models``: the :class:`~gradwire.strategies.ExchangeModel` of each hook whose stages it holds
         (a hook is saved by its name only); a hook not among them is left out.
         """
         models = {m.name: m for m in hook_models}
@@ -178,7 +178,7 @@ class Calibration:
 
 def _overlapped(strategy: str) -> bool:
     """Whether ``strategy``'s exchanges run while the next step computes (``delayed``)."""
-    from gradwire.overlap import Timing, parse_strategy
+    from gradwire.strategies import Timing, parse_strategy
 
     return parse_strategy(strategy).timing is Timing.NEXT_STEP
 
@@ -312,8 +312,8 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.net import parse_spec
-    from gradwire.overlap import parse_strategy
+    from gradwire.net import NetSpec
+    from gradwire.strategies import parse_strategy
     from gradwire.predict.measure import MeasureConfig, run_recorded
     from gradwire.train.loop import TrainConfig, train_rank
 
@@ -324,7 +324,7 @@ def _rank(rank: int, world: int, request: _Request) -> dict[str, Any]:
     gradwire.configure("local")
     dist.init_process_group("gradwire", store=dist.PrefixStore("calibrate/local/", store), rank=rank,
                             world_size=world, timeout=_TIMEOUT)
-    run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=parse_spec("local"), model=request.model,
+    run = train_rank(TrainConfig(strategy=parse_strategy("sync"), net=NetSpec.of("local"), model=request.model,
                                  epochs=request.epochs,
                                  batch_size=request.batch_size))
     out["compute"], out["full"] = reference_step(run.step_compute, len(run.step_compute) // request.epochs)
@@ -361,13 +361,13 @@ def calibrate(model: str, batch_size: int, world: int, codecs: Sequence[str] = (
     """Measure this host for ``world`` ranks training bundled ``model`` at ``batch_size`` (module doc).
 
     ``codecs``: compressor specs to time; ``hooks``: hook models
-    (:class:`~gradwire.overlap.ExchangeModel`) and the buckets to time each
+    (:class:`~gradwire.strategies.ExchangeModel`) and the buckets to time each
     at; ``strategies``: the DDP strategies whose exchanges to record, in a
     run of ``steps`` steps each (past their warm-up). ``busy_cores``:
     whether every core runs a rank (default: when the ranks are at least as
     many as the cores this process may use).
     """
-    from gradwire.overlap import parse_strategy
+    from gradwire.strategies import parse_strategy
     from gradwire.predict.measure import MeasureConfig, profile_of
 
     from gradwire.launch import spawn

@@ -3,7 +3,7 @@
 Bytes are exact: a compressor's payload shapes depend on the element count
 alone (:mod:`gradwire.compress.base`), so the payload of ``n`` zeros has the
 size of any bucket of ``n`` elements. Per pattern, as the hooks exchange it
-(:mod:`gradwire.hooks.exchange`), in the nccl-tests convention of each op:
+(:mod:`gradwire.exchange.patterns`), in the nccl-tests convention of each op:
 
 - allreduce (fp16, powersgd, randomk): one all_reduce per payload tensor per
   round, of that tensor's bytes;
@@ -15,14 +15,14 @@ size of any bucket of ``n`` elements. Per pattern, as the hooks exchange it
   all_gather of ``world`` rows. Small buckets at large ``world`` pay for the
   granule (a 100 K-element bucket over 1024 ranks sends 512-element chunks).
 
-A hook of someone else's (:class:`~gradwire.overlap.ExchangeModel`: PyTorch's
+A hook of someone else's (:class:`~gradwire.strategies.ExchangeModel`: PyTorch's
 fp16 and PowerSGD hooks) says its collectives itself; its CPU stages are
 timed at each bucket's own size and shapes (:class:`HookCost`), since
 PowerSGD's work depends on the parameters' shapes, not on the element count.
 
 CPU time (:func:`codec_cost`) is measured here, once per compressor and
 device, at two sizes, and fitted as ``a + b n`` per stage: the stages and the
-tensor passes :class:`~gradwire.hooks.CompressionState` runs (momentum,
+tensor passes :class:`~gradwire.exchange.CompressionState` runs (momentum,
 error feedback, the local correction's residual copies; see
 :func:`_stages`), on the device the prediction is for (``cuda`` for GPU
 clusters when one is here). Trap: on a CPU that other work shares, the
@@ -45,7 +45,7 @@ from gradwire.compress import twophase
 from gradwire.compress.base import serialize
 
 if TYPE_CHECKING:
-    from gradwire.overlap import ExchangeModel
+    from gradwire.strategies import ExchangeModel
 
 __all__ = ["FREE", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost", "longest_chunk",
            "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes"]
@@ -94,7 +94,7 @@ BucketKey = tuple[int, tuple[tuple[int, ...], ...], int]
 
 @dataclass(frozen=True)
 class HookCost:
-    """The CPU stages of a hook's exchange (an :class:`~gradwire.overlap.ExchangeModel`), per bucket.
+    """The CPU stages of a hook's exchange (an :class:`~gradwire.strategies.ExchangeModel`), per bucket.
 
     ``measured`` holds stage seconds timed elsewhere (a calibration run in
     the job's ranks); a bucket not in it is timed here, on ``device``, once

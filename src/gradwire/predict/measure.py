@@ -51,7 +51,7 @@ def run_recorded(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]
     from torch import nn
 
     import gradwire
-    from gradwire.overlap import build_strategy
+    from gradwire.strategies import build_strategy
     from gradwire.profile import ProfileSession
     from gradwire.train.data import load_digits
     from gradwire.train.models import build_model

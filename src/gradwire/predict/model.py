@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from gradwire.net import NetSpec, NetworkModel, parse_spec
-from gradwire.overlap import parse_strategy
+from gradwire.net import NetSpec, NetworkModel
+from gradwire.strategies import parse_strategy
 from gradwire.predict.codec import FREE
 from gradwire.predict.host import Host
 from gradwire.predict.plans import Cost, Ratio, plan_for, strategy_compressor
@@ -104,10 +104,10 @@ class Pricers:
     """One :class:`~gradwire.predict.simulate.Pricer` per (network, world size), shared by every strategy."""
 
     def __init__(self) -> None:
-        self._by: dict[tuple[str, int], Pricer] = {}
+        self._by: dict[tuple[NetSpec | str, int], Pricer] = {}
 
     def get(self, net: NetSpec | str, world: int) -> Pricer:
-        key = (parse_spec(net).to_string(), world)
+        key = (net, world)
         pricer = self._by.get(key)
         if pricer is None:
             pricer = self._by[key] = Pricer(net, world)
@@ -250,7 +250,7 @@ def _on_loopback(profile: StepProfile) -> bool:
 @functools.lru_cache(maxsize=64)
 def _zero_net(net: str) -> bool:
     try:
-        return NetworkModel(parse_spec(net), 2).is_zero
+        return NetworkModel(net, 2).is_zero
     except ValueError:
         return False
 
@@ -276,7 +276,7 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     (:class:`~gradwire.predict.host.Host`; None: a described cluster).
     ``steps``: the mean step of a training of that many steps, its warm-up
     included (the first steps of a compressing strategy take the plain
-    all_reduce: :class:`~gradwire.overlap.ExchangeTraits`' ``warmup_steps``);
+    all_reduce: :class:`~gradwire.strategies.ExchangeTraits`' ``warmup_steps``);
     None: the steady state. A measured profile is best :func:`calibrated` first.
     """
     _check_world(world)
@@ -331,7 +331,7 @@ def ratio_needed(profile: StepProfile, net: NetSpec | str, world: int, target: f
 
 def default_worlds(net: NetSpec | str, largest: int = 1024) -> list[int]:
     """2, 4, ... ``largest``; for ``topology=NxM`` the multiples M, 2M, 4M, ... that fit nodes of M."""
-    spec = parse_spec(net)
+    spec = NetSpec.of(net)
     step = spec.topology[1] if isinstance(spec.topology, tuple) else 1
     worlds, n = [], max(2, step)
     while n <= largest:
@@ -351,25 +351,27 @@ def uses_compressor(strategy: str) -> str | None:
     return strategy_compressor(parse_strategy(strategy))
 
 
-def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], nets: Sequence[str],
+def sweep(profile_for: Callable[[str], StepProfile], strategies: Sequence[str], nets: Sequence[NetSpec | str],
           worlds_for: Callable[[str], Sequence[int]], cost_for: Callable[[str], Cost] = lambda s: FREE,
           target: float | None = 0.9) -> tuple[dict[tuple[str, int, str], Prediction],
                                                dict[tuple[str, int], float | str]]:
     """Every strategy on every network at every world size, and the ratio needed per (network, world).
 
     Returns ``{(net, world, strategy): Prediction}`` and ``{(net, world): ratio}``, keyed by
-    the ``nets`` as given.
+    the ``nets`` as spec strings (``worlds_for`` is asked with that string too).
     """
     preds: dict[tuple[str, int, str], Prediction] = {}
     ratios: dict[tuple[str, int], float | str] = {}
-    for net in nets:
+    for spec in nets:
+        net = spec if isinstance(spec, str) else spec.to_string()
         pricers = Pricers()
         for n in worlds_for(net):
             for s in strategies:
                 # auto: the fastest of its candidates at this point (what its chooser takes, pricing alike)
                 candidates = [str(c) for c in parse_strategy(s).auto_candidates() or [parse_strategy(s)]]
-                preds[(net, n, s)] = min((predict(profile_for(c), c, net, n, cost_for(c), pricers) for c in candidates),
+                preds[(net, n, s)] = min((predict(profile_for(c), c, spec, n, cost_for(c), pricers)
+                                          for c in candidates),
                                          key=lambda p: p.step_seconds)
             if target is not None:
-                ratios[(net, n)] = ratio_needed(profile_for("sync"), net, n, target, pricers)
+                ratios[(net, n)] = ratio_needed(profile_for("sync"), spec, n, target, pricers)
     return preds, ratios

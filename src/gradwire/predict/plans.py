@@ -1,15 +1,15 @@
 """From a strategy name to the exchanges one step makes (:class:`~gradwire.predict.simulate.Plan`).
 
 What each exchange does comes from the strategy itself
-(:class:`~gradwire.overlap.ExchangeTraits`, the registry entry's answer), as
-gradwire runs it (:mod:`gradwire.overlap.registry`):
+(:class:`~gradwire.strategies.ExchangeTraits`, the registry entry's answer), as
+gradwire runs it (:mod:`gradwire.strategies.registry`):
 
 - the codec of each bucket: DDP's plain all_reduce (``sync``), a gradwire
   compressor through its compression hook (buckets of fewer than
-  :data:`~gradwire.hooks.state.MIN_COMPRESS_NUMEL` elements take the plain
+  :data:`~gradwire.exchange.state.MIN_COMPRESS_NUMEL` elements take the plain
   all_reduce, the others the compressor's pattern, :mod:`.codec`), or a
   hook of PyTorch's (``torch-fp16``, ``torch-powersgd:R``), which names its
-  collectives and their bytes itself (:class:`~gradwire.overlap.ExchangeModel`);
+  collectives and their bytes itself (:class:`~gradwire.strategies.ExchangeModel`);
 - the timing: ``backward()`` waits (BLOCKING), the exchanges are waited for
   after the next step's backward (NEXT_STEP: ``delayed``), or one exchange
   of every parameter every H steps (AVERAGE: ``localsgd:H``,
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from gradwire.compress import Pattern, get_compressor
-from gradwire.hooks.state import MIN_COMPRESS_NUMEL
-from gradwire.overlap import STRATEGIES, ExchangeModel, StrategyChoice, Timing, parse_strategy
+from gradwire.exchange.state import MIN_COMPRESS_NUMEL
+from gradwire.strategies import STRATEGIES, ExchangeModel, StrategyChoice, Timing, parse_strategy
 from gradwire.predict import codec
 from gradwire.predict.codec import FREE, CodecCost, HookCost, codec_cost
 from gradwire.predict.host import Host
@@ -74,7 +74,7 @@ class Ratio:
 
 
 def codec_of(choice: StrategyChoice) -> str | ExchangeModel | None:
-    """What each bucket's exchange is (:class:`~gradwire.overlap.ExchangeTraits`' ``codec``)."""
+    """What each bucket's exchange is (:class:`~gradwire.strategies.ExchangeTraits`' ``codec``)."""
     return choice.exchange.codec
 
 

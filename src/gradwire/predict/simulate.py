@@ -38,7 +38,7 @@ are replayed for several periods and the mean step of the last period is
 returned.
 
 A hook that runs one bucket at a time (``Plan.serial``: PyTorch's PowerSGD
-through :func:`gradwire.hooks.futures.one_bucket_at_a_time`) starts bucket
+through :func:`gradwire.exchange.futures.one_bucket_at_a_time`) starts bucket
 ``k``'s exchange only once bucket ``k-1``'s completed: on the training
 thread when bucket ``k`` is ready later than that, else on the callback
 thread, at that completion (backward goes on meanwhile).
@@ -66,7 +66,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from gradwire.net import NetSpec, NetworkModel, parse_spec
+from gradwire.net import NetSpec, NetworkModel
 from gradwire.net.algorithms import choose
 from gradwire.net.spec import AUTO_TOPOLOGY
 
@@ -150,7 +150,7 @@ def spec_for_world(spec: NetSpec | str, world: int) -> NetSpec:
     Raises:
         ValueError: ``world`` is not a multiple of M, or the topology is ``auto``.
     """
-    spec = parse_spec(spec)
+    spec = NetSpec.of(spec)
     if spec.topology == AUTO_TOPOLOGY:
         raise ValueError("topology=auto is read from torchrun when a job runs; to predict, write "
                          "topology=NODESxRANKS (the ranks per node are kept, the nodes follow the world size)")

@@ -40,7 +40,7 @@ import gradwire
 from gradwire.backend import condition_events
 from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
-from gradwire.hooks.auto import trace_events as auto_trace_events
+from gradwire.exchange.chooser import trace_events as auto_trace_events
 from gradwire.profile.steps import HookRecorder, steps
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
 

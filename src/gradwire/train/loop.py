@@ -9,8 +9,8 @@ each rank's :class:`RunResult`; the comparison harness builds on it. Per rank:
 3. Reset the backend's counters (setup traffic is not training traffic),
    then train: for each step, time the window, ask the strategy for its wait
    windows (exposed), and after training price each window's collectives from
-   the event log (:func:`gradwire.overlap.step_comm_seconds`) and split each
-   step's waiting into network and peer/CPU (:func:`gradwire.overlap.split_exposed`).
+   the event log (:func:`gradwire.strategies.step_comm_seconds`) and split each
+   step's waiting into network and peer/CPU (:func:`gradwire.strategies.split_exposed`).
 4. ``strategy.finish`` (drain; every rank ends with the same model), test
    accuracy, counters, and a checksum of the parameters to show the ranks agree.
 
@@ -28,9 +28,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from gradwire.net import NetSpec, parse_spec
-from gradwire.hooks.auto import live_choosers
-from gradwire.overlap import StrategyChoice, parse_strategy
+from gradwire.net import NetSpec
+from gradwire.exchange.chooser import live_choosers
+from gradwire.strategies import StrategyChoice, parse_strategy
 from gradwire.train.data import load_digits, shard_batches
 from gradwire.train.models import build_model, num_parameters
 
@@ -51,8 +51,8 @@ class TrainConfig:
     """
 
     strategy: StrategyChoice = field(default_factory=lambda: parse_strategy("sync"))
-    """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.overlap.registry`)"""
-    net: NetSpec = field(default_factory=lambda: parse_spec("loopback"))
+    """composed strategy, e.g. ``"onebit+delayed"`` (see :mod:`gradwire.strategies.registry`)"""
+    net: NetSpec = field(default_factory=lambda: NetSpec.of("loopback"))
     """network of the gradwire backend, e.g. ``"bandwidth=100mbit,latency=100us"``"""
     model: str = "cnn"
     """model name (:data:`gradwire.train.models.MODELS`)"""
@@ -68,7 +68,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", parse_strategy(self.strategy))
-        object.__setattr__(self, "net", parse_spec(self.net))
+        object.__setattr__(self, "net", NetSpec.of(self.net))
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.batch_size < 1:
@@ -110,7 +110,7 @@ class RunResult:
     test_accuracy: float = 0.0
     param_checksum: float = 0.0
     auto: list[dict[str, Any]] = field(default_factory=list)
-    """``auto``'s decisions (:meth:`gradwire.hooks.auto.AutoChooser.summary`), when the strategy uses it"""
+    """``auto``'s decisions (:meth:`gradwire.exchange.chooser.AutoChooser.summary`), when the strategy uses it"""
 
     def summary(self) -> dict[str, float]:
         """Totals: compute, modelled and exposed communication, and the exposed fractions.
@@ -161,7 +161,7 @@ def train_rank(config: TrainConfig) -> RunResult:
     import torch.distributed as dist
 
     import gradwire
-    from gradwire.overlap import split_exposed, step_comm_seconds
+    from gradwire.strategies import split_exposed, step_comm_seconds
 
     rank, world = dist.get_rank(), dist.get_world_size()
     built = time.perf_counter()
@@ -178,12 +178,16 @@ def train_rank(config: TrainConfig) -> RunResult:
     dist.barrier()
     gradwire.reset_stats()
     net = gradwire.network()
-    slowdown = (net.compute_factor(rank) - 1.0) if net is not None else 0.0
+    simulated = net is not None and net.spec.clock == "sim"
+    # the simulated cluster's clock, or this host's wall clock; a straggler's slower compute is the clock's on
+    # the simulated one (backend), stretched here on the realtime one
+    now = gradwire.clock if simulated else time.perf_counter
+    slowdown = (net.compute_factor(rank) - 1.0) if net is not None and not simulated else 0.0
     steps = 0
     for epoch in range(config.epochs):
-        t_epoch = time.perf_counter()
+        t_epoch = now()
         for x, y in shard_batches(data, rank, world, config.batch_size, config.seed, epoch):
-            t0, c0 = time.perf_counter(), gradwire.clock()
+            t0, c0, e0 = now(), gradwire.clock(), gradwire.backend.exposed()
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(module(x), y)
             if slowdown > 0:
@@ -192,26 +196,29 @@ def train_rank(config: TrainConfig) -> RunResult:
                 time.sleep(slowdown * 3 * (time.perf_counter() - t0))
             loss.backward()
             strategy.step(opt)
-            wall = time.perf_counter() - t0
+            wall = now() - t0
             windows.append((c0, gradwire.clock()))
             waits.append(strategy.pop_waits())
-            exposed = sum(end - start for start, end in waits[-1])
+            exposed = (gradwire.backend.exposed() - e0 if simulated
+                       else sum(end - start for start, end in waits[-1]))
             result.step_seconds.append(wall)
             result.step_exposed.append(exposed)
             result.step_compute.append(max(0.0, wall - exposed))
             steps += 1
+            gradwire.backend.mark_step()
             if config.max_steps is not None and steps >= config.max_steps:
                 break
-        result.epoch_seconds.append(time.perf_counter() - t_epoch)
+        result.epoch_seconds.append(now() - t_epoch)
         result.epoch_accuracy.append(evaluate(model, data.x_test, data.y_test))
         if config.max_steps is not None and steps >= config.max_steps:
             break
-    t_finish = time.perf_counter()
+    t_finish = now()
     strategy.finish(opt)
-    result.finish_seconds = time.perf_counter() - t_finish
+    result.finish_seconds = now() - t_finish
     events = gradwire.events()
     result.step_comm_model, result.collectives = step_comm_seconds(events, windows)
-    result.step_exposed_network = split_exposed(events, waits)
+    # on the simulated clock every jump of the rank's time is a wait for the network (a late peer's issue included)
+    result.step_exposed_network = list(result.step_exposed) if simulated else split_exposed(events, waits)
     result.stats = gradwire.stats().as_dict()
     result.test_accuracy = evaluate(model, data.x_test, data.y_test)
     with torch.no_grad():

@@ -1,0 +1,575 @@
+"""Apply a strategy to the DDP model and the optimizer of an unchanged script.
+
+``gradwire compare -- CMD`` runs the user's own training under every
+strategy. In each rank of that job, :func:`install` (called by the profile's
+bootstrap when the script initialises its process group) patches
+``DistributedDataParallel.__init__`` so that the strategy is applied where the
+script builds its DDP model, and hooks the optimizer that owns the DDP's
+parameters. This module lives with ``compare`` because its one user is
+compare's child process (:mod:`gradwire.compare.child`); it only asks the
+strategies (:mod:`gradwire.strategies`) how they go on a DDP. Where each
+strategy goes:
+
+=============================  ===============================  ==================================
+strategy                       at ``DDP(...)``                  at each ``optimizer.step()``
+=============================  ===============================  ==================================
+sync                           nothing (the script as written)  the optimizer's own step
+torch-fp16, torch-powersgd:R   PyTorch's comm hook              the optimizer's own step
+C (sync with a compressor)     gradwire's compression hook      the optimizer scheme's step
+delayed, C+delayed             ``gradient_as_bucket_view``,     ``strategy.step``, which ends in
+                               delayed's hook                   the optimizer's (or scheme's) step
+localsgd:H, async-average:H    a no-op hook: gradients stay     the optimizer's step, then the
+(with or without C)            local                            strategy's parameter averaging
+handler, C+handler             DDP's reducer off; the           ``synchronize()``, then the
+                               handler's autograd hooks         optimizer's (or scheme's) step
+                               average
+=============================  ===============================  ==================================
+
+With a compressor on gradients (C, C+delayed) the exchange owns the momentum:
+at the DDP's first forward the optimizer that holds its parameters is found
+(every ``torch.optim`` optimizer made after ``init_process_group`` is
+registered; earlier ones are found by a scan of live objects) and split with
+:func:`gradwire.exchange.schemes.scheme_for` (SGD: momentum and L2 decay move into
+the exchange; Adam/AdamW: full-precision warm-up, then frozen variance and
+the momentum compressed). The other strategies leave the optimizer as it is.
+
+Each strategy class says how it goes on a script's DDP
+(:meth:`~gradwire.strategies.base.Strategy.attach_ddp`), whether it owns the
+step, and what it does when the script reads ``.grad``, scales the loss or
+accumulates; this module only asks. Every strategy but ``sync`` runs its
+collectives on a group of its own (:meth:`Strategy.dedicated_group`), so that
+DDP's own collectives (``find_unused_parameters``' map, ``broadcast_buffers``)
+and a two-phase exchange can never be paired differently on the ranks.
+
+Refusals. A strategy that cannot be applied to the script is never run half
+way: :class:`StrategyRefused` is raised where the script reaches the point
+that cannot work, with the reason: a second DDP or optimizer, an optimizer no
+scheme runs, no optimizer at the first forward, a comm hook of the script's
+own, LBFGS (several closure calls per step) under a strategy that owns the
+step, gradient clipping where ``.grad`` does not hold the gradient (a
+compressor's exchanged momentum, ``delayed``'s swapped-in average), a
+``GradScaler`` where the exchange or the ranks' step decisions would mix
+scales, ``no_sync()`` under ``handler``, SGD's weight decay under a
+compressing ``handler``. A script that steps an optimizer before it ever
+builds a DDP raises :class:`StrategyNotApplied` at that first step, so no run
+of the baseline is passed off as the strategy. ``sync`` never refuses: it is
+the script as written, DDP or not.
+
+Closures. ``optimizer.step(closure)`` (Lightning's automatic optimization)
+runs forward and backward inside the step. The step is taken over when the
+optimizer is made (or at the first forward, for one made before the DDP), so
+the first step already runs the closure first and then the strategy, as the
+plain loop would (tests/compare/test_inject_stacks.py checks bit for bit).
+
+How the optimizer's step is replaced. The owner's ``step`` becomes an
+instance attribute (a bound method, so an LR scheduler made later wraps it as
+it wraps any step; one made earlier keeps working: its ``_opt_called`` mark is
+set). It calls the strategy's step or the scheme's, and otherwise the step
+that was there before.
+
+Traps:
+- ``finish`` of a strategy (the last average of ``delayed``, the exact
+  parameter average of ``localsgd``) has no place in a script's own loop: the
+  ranks end with their last local differences; :meth:`Injection.close` only
+  waits for the averages still in flight, before the process group goes.
+- The checks of ``.grad`` readers patch ``clip_grad._get_total_norm`` (what
+  ``clip_grad_norm_`` calls, however it was imported), ``clip_grad_value_``
+  and ``GradScaler.unscale_``; a hand-written clipping loop over ``p.grad``
+  is not seen.
+"""
+# No ``from __future__ import annotations``: register_comm_hook checks the
+# hook's annotations against the real dist.GradBucket and Future[Tensor].
+import gc
+import inspect
+import logging
+import types
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.hooks import RemovableHandle
+
+from gradwire.exchange.chooser import live_choosers
+from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
+
+from gradwire.strategies.base import CannotApply, Strategy, making_strategy_optimizer
+from gradwire.strategies.registry import StrategyChoice, parse_strategy
+
+__all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
+
+log = logging.getLogger(__name__)
+
+
+class StrategyRefused(RuntimeError):
+    """The strategy cannot be applied to this script; the message says why."""
+
+
+class StrategyNotApplied(RuntimeError):
+    """The script trained without building a DDP model, so the strategy had nothing to apply to."""
+
+
+#: what :attr:`Injection.status` says
+WAITING, APPLIED, REFUSED, NOT_APPLIED = "waiting for DDP", "applied", "refused", "not applied"
+
+
+class _Hook:
+    """State of :func:`_injected_hook`: the scheme's bucket preparation, then the strategy's own hook."""
+
+    __slots__ = ("hook", "state", "scheme")
+
+    def __init__(self, hook: Callable[[Any, dist.GradBucket], torch.futures.Future], state: Any) -> None:
+        self.hook = hook
+        self.state = state
+        self.scheme: Optional[OptimizerScheme] = None
+
+
+def _injected_hook(injected: _Hook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The strategy's hook, after the scheme's :meth:`~OptimizerScheme.prepare` (SGD's decay)."""
+    if injected.scheme is not None:
+        injected.scheme.prepare(bucket.buffer(), bucket.parameters())
+    return injected.hook(injected.state, bucket)
+
+
+class _StepProxy:
+    """What a strategy's ``step(optimizer)`` calls ``optimizer.step()`` on: the step the injection chose."""
+
+    def __init__(self, step: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> None:
+        self._step, self._args, self._kwargs = step, args, kwargs
+        self.result: Any = None
+
+    def step(self) -> Any:
+        self.result = self._step(*self._args, **self._kwargs)
+        return self.result
+
+
+class Injection:
+    """One strategy applied to one script's DDP model and optimizer (see the module doc).
+
+    Args:
+        choice: the strategy, e.g. ``"onebit+delayed"``.
+        adam_warmup: optimizer steps of full-precision Adam before the variance freezes.
+        on_status: called with this injection whenever its status changes (the
+            compare child writes it to disk at once, before a refusal is raised).
+    """
+
+    def __init__(self, choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARMUP,
+                 on_status: Optional[Callable[["Injection"], None]] = None) -> None:
+        self.choice = parse_strategy(choice)
+        self.adam_warmup = int(adam_warmup)
+        self.on_status = on_status
+        self.status = WAITING
+        self.reason = ""
+        #: what was applied, in words (for the comparison's table)
+        self.description = ""
+        self.strategy: Optional[Strategy] = None
+        self.scheme: Optional[OptimizerScheme] = None
+        self.optimizer_name: Optional[str] = None
+        self._ddp: Optional["weakref.ref[DDP]"] = None
+        self._hook: Optional[_Hook] = None
+        self._owner: Optional["weakref.ref[torch.optim.Optimizer]"] = None
+        self._resolved = False
+        #: the optimizer whose step this injection took over, and the step it replaced
+        self._step_owner: Optional["weakref.ref[torch.optim.Optimizer]"] = None
+        self._real_step: Callable[..., Any] = _no_step
+        #: called after every step of the owning optimizer, and before every DDP forward
+        self.step_listeners: List[Callable[[], None]] = []
+        self.forward_listeners: List[Callable[[], None]] = []
+
+    # -- status ------------------------------------------------------------------
+    @property
+    def is_sync(self) -> bool:
+        """Whether the choice is plain ``sync``: the script as written."""
+        return self.choice.compressor is None and self.choice.spec.name == "sync"
+
+    def _set(self, status: str, reason: str = "") -> None:
+        self.status, self.reason = status, reason
+        if self.on_status is not None:
+            self.on_status(self)
+
+    def refuse(self, reason: str) -> StrategyRefused:
+        """Record the refusal and return the exception to raise."""
+        self._set(REFUSED, reason)
+        return StrategyRefused(f"gradwire: strategy {self.choice} refused: {reason}")
+
+    def record(self) -> Dict[str, Any]:
+        """What was applied, in plain types."""
+        auto = [c.summary() for c in live_choosers()]
+        short = "optimizer as written" if self.scheme is None else self.scheme.short()
+        return {"strategy": str(self.choice), "status": self.status, "reason": self.reason,
+                "description": self.description, "optimizer": self.optimizer_name,
+                "scheme": None if self.scheme is None else self.scheme.describe(),
+                "short": "; ".join([short] + [a["describe"] for a in auto]),
+                "ddp": self._ddp is not None, "auto": auto}
+
+    # -- at DDP(...) ----------------------------------------------------------------
+    def ddp_arguments(self, arguments: Dict[str, Any]) -> None:
+        """Change DDP's constructor arguments (bound by name) before it runs; refuse a second DDP."""
+        if self._ddp is not None and not self.is_sync:
+            raise self.refuse("the script builds a second DistributedDataParallel; gradwire applies a strategy "
+                              "to one DDP model per process")
+        if not self.is_sync:
+            arguments.update(self.choice.entry.cls.ddp_arguments)
+
+    def adopt(self, ddp: DDP) -> None:
+        """Apply the strategy to ``ddp`` (just built by the script)."""
+        first = self._ddp is None
+        self._ddp = weakref.ref(ddp)
+        if not first:  # sync: a second DDP is the script's business
+            return
+        ddp.register_forward_pre_hook(self._before_forward)
+        made = next((o for o in _registry if self.owns(p for g in o.param_groups for p in g["params"])), None)
+        if made is not None:  # an optimizer made before the DDP: its first step may run the first forward
+            self._take_step(made)
+        if self.is_sync:
+            self.description = "the script as written"
+            self._set(APPLIED)
+            return
+        default = dist.distributed_c10d._get_default_group()
+        group = None if ddp.process_group is default else ddp.process_group
+        # the exchange's momentum is set by the optimizer scheme at the first forward
+        strategy = self.choice.build(momentum=0.0, group=group)
+        self.strategy = strategy
+        try:
+            attachment = strategy.attach_ddp(ddp)
+        except CannotApply as exc:
+            raise self.refuse(str(exc)) from None
+        self.description = f"{self.choice}: {attachment.description}"
+        if attachment.hook is not None:
+            self._hook = _Hook(attachment.hook, attachment.state)
+            ddp.register_comm_hook(self._hook, _injected_hook)
+
+        def register_comm_hook(state: object, hook: Callable[..., Any]) -> None:
+            raise self.refuse("the script registers a DDP comm hook of its own; it would replace the strategy's")
+
+        real_no_sync = ddp.no_sync
+
+        def no_sync() -> Any:
+            self._check(strategy.accumulates)
+            return real_no_sync()
+
+        ddp.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+        ddp.no_sync = no_sync  # type: ignore[method-assign]
+        self._set(APPLIED)
+
+    def _check(self, trait: Callable[..., None], *args: Any) -> None:
+        """Run one of the strategy's checks; a :class:`CannotApply` becomes the refusal."""
+        try:
+            trait(*args)
+        except CannotApply as exc:
+            raise self.refuse(str(exc)) from None
+
+    # -- at the first forward ---------------------------------------------------------
+    def _before_forward(self, module: nn.Module, args: Any) -> None:
+        for listener in self.forward_listeners:
+            listener()
+        self.resolve()
+
+    def resolve(self) -> None:
+        """Find the optimizer of the DDP's parameters and take over its step (once).
+
+        At the first of: the first forward, or an optimizer made after the
+        DDP that holds its parameters. The forward alone would be too late
+        for a closure: ``optimizer.step(closure)`` runs the first forward
+        inside the first step, which then would have been the optimizer's own.
+        """
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None or self._resolved:
+            return
+        self._resolved = True
+        self._resolve(ddp)
+
+    def optimizer_made(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer was constructed (its subclass may still be filling it in): take over its step if it
+        steps the adopted DDP's parameters, so that the first step resolves before its closure runs."""
+        if self._ddp is None or not self.owns(p for g in optimizer.param_groups for p in g["params"]):
+            return
+        if self._resolved and self._needs_step() and (self._owner is None or self._owner() is not optimizer):
+            raise self.refuse(f"a second optimizer ({type(optimizer).__name__}) holds the DDP's parameters; the "
+                              "strategy needs the one optimizer that steps them")
+        if self._step_owner is None:
+            self._take_step(optimizer)
+
+    def _take_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._real_step = _install_step(optimizer, self)
+        self._step_owner = weakref.ref(optimizer)
+
+    def _needs_scheme(self) -> bool:
+        """Whether a compressor's exchange owns the momentum, so an optimizer scheme must split the optimizer."""
+        return (self.choice.compressor is not None and self.strategy is not None
+                and self.strategy.compressor_owns_momentum)
+
+    def _steps_through_strategy(self) -> bool:
+        return self.strategy is not None and self.strategy.owns_step
+
+    def _needs_step(self) -> bool:
+        return self._steps_through_strategy() or self._needs_scheme()
+
+    def _resolve(self, ddp: nn.Module) -> None:
+        """Find the optimizer that owns the DDP's parameters; split it with the exchange when needed."""
+        assert isinstance(ddp, DDP)
+        params = {id(p) for p in ddp.module.parameters() if p.requires_grad}
+        owners = [opt for opt in _optimizers() if any(id(p) in params for g in opt.param_groups for p in g["params"])]
+        if len(owners) > 1 and self._needs_step():
+            raise self.refuse(f"{len(owners)} optimizers hold the DDP's parameters "
+                              f"({', '.join(type(o).__name__ for o in owners)}); the strategy needs the one "
+                              "optimizer that steps them")
+        if not owners:
+            if self._needs_step():
+                raise self.refuse("no torch.optim optimizer holds the DDP's parameters at its first forward; "
+                                  "the strategy needs the optimizer's step (build the optimizer before training)")
+            return
+        owner = owners[0]
+        self.optimizer_name = type(owner).__name__
+        self._owner = weakref.ref(owner)
+        strategy = self.strategy
+        if strategy is not None and self._needs_step():
+            self._check(strategy.check_optimizer, owner, self._needs_scheme())
+        if self._step_owner is None or self._step_owner() is not owner:
+            self._take_step(owner)
+        real_step = self._real_step
+        if strategy is not None and self._needs_scheme():
+            state = strategy.scheme_exchange()
+            assert state is not None, f"{strategy.name} attached no exchange for its compressor"
+            try:
+                self.scheme = scheme_for(owner, state, adam_warmup=self.adam_warmup, step_fn=real_step,
+                                         group=strategy.group)
+            except UnsupportedOptimizer as exc:
+                raise self.refuse(str(exc)) from None
+            if self._hook is not None:
+                self._hook.scheme = self.scheme
+            self.description += f"; {self.scheme.describe()}"
+            self._set(APPLIED)
+
+    # -- between backward and step ------------------------------------------------------
+    def owns(self, params: Iterable[Any]) -> bool:
+        """Whether ``params`` (tensors, or anything else) include a parameter of the adopted DDP."""
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None:
+            return False
+        mine = {id(p) for p in ddp.module.parameters()}
+        return any(id(p) in mine for p in params)
+
+    def owns_grads(self, ids: set) -> bool:
+        """Whether ``ids`` hold the ``id`` of a ``.grad`` of the adopted DDP's parameters."""
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None:
+            return False
+        return any(id(p.grad) in ids for p in ddp.module.parameters() if p.grad is not None)
+
+    def grads_read(self) -> None:
+        """The script is about to read the DDP's ``.grad`` (clipping): the strategy makes it right or refuses."""
+        if self.strategy is not None:
+            self._check(self.strategy.grads_read, self._needs_scheme())
+
+    def grads_unscaled(self) -> None:
+        """A ``GradScaler`` is about to unscale the DDP's ``.grad``."""
+        if self.strategy is not None:
+            self._check(self.strategy.grad_scaler, self._needs_scheme())
+
+    # -- each optimizer step ----------------------------------------------------------
+    def optimizer_step(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """The owning optimizer's step under the strategy.
+
+        A closure (``optimizer.step(closure)``, as Lightning's automatic
+        optimization calls it) runs forward and backward inside the step.
+        Where the strategy or a scheme owns the step, the closure runs first,
+        once, with gradients enabled, so the strategy combines this step's
+        gradients, and the optimizer's own step then runs without it; the
+        closure's loss is returned as the optimizer would return it.
+        Otherwise (sync, PyTorch's hooks) the closure goes to the optimizer's
+        own step as written (LBFGS may call it several times: each backward
+        is one DDP exchange).
+        """
+        self.resolve()
+        inner = self.scheme.step if self.scheme is not None else self._real_step
+        strategy = self.strategy
+        loss: Any = None
+        owned = self._needs_step()
+        try:
+            if owned:
+                args, kwargs, closure = _split_closure(args, kwargs)
+                if closure is not None:
+                    with torch.enable_grad():
+                        loss = closure()
+            if self._steps_through_strategy():
+                assert strategy is not None
+                proxy = _StepProxy(inner, args, kwargs)
+                strategy.step(proxy)  # type: ignore[arg-type]  # a strategy only calls its optimizer's step()
+                return loss if loss is not None else proxy.result
+            result = inner(*args, **kwargs)
+            return loss if loss is not None else result
+        finally:
+            for listener in self.step_listeners:
+                listener()
+
+    def check_step_without_ddp(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called before any optimizer step: a step before any DDP means the strategy cannot apply."""
+        if self._ddp is None and not self.is_sync:
+            self._set(NOT_APPLIED, f"the script stepped {type(optimizer).__name__} without having built a "
+                                   "DistributedDataParallel model; the strategy is applied at DDP construction")
+            raise StrategyNotApplied(f"gradwire: strategy {self.choice} not applied: {self.reason}")
+
+    def close(self) -> None:
+        """Wait for the averages still in flight (ignoring their failures), then let the strategy release what it
+        started (:meth:`Strategy.close`): the process group is about to go."""
+        for fut in self.strategy.in_flight() if self.strategy is not None else []:
+            try:
+                fut.wait()
+            except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened
+                pass
+        if self.strategy is not None:
+            self.strategy.close()
+
+
+def _no_step(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("no optimizer step was taken over")
+
+
+def _split_closure(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any], Optional[Callable[[], Any]]]:
+    """``optimizer.step``'s arguments without the closure, and the closure (positional or by name)."""
+    kwargs = dict(kwargs)
+    closure = kwargs.pop("closure", None)
+    if closure is None and args and callable(args[0]):
+        closure, args = args[0], args[1:]
+    return args, kwargs, closure
+
+
+# ----------------------------------------------------------------------------------------------- patches
+#: optimizers made since install(), held weakly
+_registry: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_current: Optional[Injection] = None
+#: what install() replaced, as (owner, attribute, original), and the hook it registered
+_saved: List[Union[Tuple[Any, str, Any], RemovableHandle]] = []
+
+
+def _optimizers() -> List[torch.optim.Optimizer]:
+    """Live optimizers: those registered at construction, else (made before install) a scan of live objects."""
+    found = list(_registry)
+    if not found:
+        found = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+    return found
+
+
+def _install_step(optimizer: torch.optim.Optimizer, injection: Injection) -> Callable[..., Any]:
+    """Make ``optimizer.step`` call ``injection.optimizer_step``; return the step it replaced."""
+    real_step = optimizer.step
+    scheduled = hasattr(real_step, "_wrapped_by_lr_sched")
+
+    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if scheduled:
+            self._opt_called = True  # type: ignore[attr-defined]  # what the LR scheduler's own wrapper would have marked
+        return injection.optimizer_step(args, kwargs)
+
+    if scheduled:
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+    return real_step
+
+
+def install(choice: "str | StrategyChoice", adam_warmup: int = DEFAULT_ADAM_WARMUP,
+            on_status: Optional[Callable[[Injection], None]] = None) -> Injection:
+    """Patch DDP and the optimizers of this process so that ``choice`` is applied; return the injection.
+
+    Idempotent per process: a second call returns the first injection.
+    """
+    global _current
+    if _current is not None:
+        return _current
+    injection = Injection(choice, adam_warmup, on_status)
+    _current = injection
+    real_init = DDP.__init__
+    signature = inspect.signature(real_init)
+
+    def __init__(self: DDP, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        bound = signature.bind(self, *args, **kwargs)
+        injection.ddp_arguments(bound.arguments)
+        real_init(*bound.args, **bound.kwargs)
+        injection.adopt(self)
+
+    real_opt_init = torch.optim.Optimizer.__init__
+
+    def optimizer_init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        real_opt_init(self, *args, **kwargs)
+        if making_strategy_optimizer():  # a strategy's outer optimizer: not the script's
+            return
+        _registry.add(self)
+        injection.optimizer_made(self)
+
+    def before_any_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        injection.check_step_without_ddp(optimizer)
+
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    handle = register_optimizer_step_pre_hook(before_any_step)
+    _saved[:] = [handle]
+    _patch(DDP, "__init__", __init__)
+    _patch(torch.optim.Optimizer, "__init__", optimizer_init)
+    _watch_gradient_readers(injection)
+    return injection
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    _saved.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+def _watch_gradient_readers(injection: Injection) -> None:
+    """Tell ``injection`` when the script reads the DDP's ``.grad`` between backward and step.
+
+    Gradient clipping: ``clip_grad_norm_`` computes its norm through
+    ``clip_grad._get_total_norm`` (a module global, so a ``clip_grad_norm_``
+    imported by name before the patch still passes through it), and
+    ``clip_grad_value_``. Mixed precision: a ``GradScaler`` unscales ``.grad``
+    in ``unscale_``, which its ``step`` calls too (a disabled scaler does
+    neither, and is left alone).
+    """
+    from torch.amp import GradScaler
+    from torch.nn import utils
+    from torch.nn.utils import clip_grad
+
+    def reads(items: List[Any]) -> None:  # parameters (clip_grad_value_) or their gradients (the norm)
+        if injection.owns(items) or injection.owns_grads({id(t) for t in items}):
+            injection.grads_read()
+
+    real_norm = clip_grad._get_total_norm
+
+    def total_norm(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        reads(items)
+        return real_norm(items, *args, **kwargs)
+
+    real_value = clip_grad.clip_grad_value_
+
+    def clip_grad_value_(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        items = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        reads(items)
+        return real_value(items, *args, **kwargs)
+
+    real_unscale = GradScaler.unscale_
+
+    def unscale_(self: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        if self.is_enabled() and injection.owns(p for g in optimizer.param_groups for p in g["params"]):
+            injection.grads_unscaled()
+        return real_unscale(self, optimizer)
+
+    _patch(clip_grad, "_get_total_norm", total_norm)
+    _patch(utils, "get_total_norm", total_norm)
+    _patch(clip_grad, "clip_grad_value_", clip_grad_value_)
+    _patch(utils, "clip_grad_value_", clip_grad_value_)
+    _patch(GradScaler, "unscale_", unscale_)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests)."""
+    global _current
+    for entry in _saved:
+        if isinstance(entry, tuple):
+            setattr(*entry)
+        else:
+            entry.remove()
+    _saved.clear()
+    _registry.clear()
+    _current = None

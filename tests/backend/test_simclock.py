@@ -1,0 +1,46 @@
+"""The simulated cluster clock (``clock=sim``): compute from the device model, communication from the
+network model, overlap credited where the rank observes a completion; nothing read from the wall clock."""
+from __future__ import annotations
+
+import pytest
+
+from gradwire.launch import spawn
+from tests.backend import sim_workers
+
+
+def test_compute_between_issue_and_wait_overlaps_the_transfer() -> None:
+    for matmuls in (2, 400):  # compute shorter, then longer, than the transfer
+        res = spawn(sim_workers.overlap, 2, (matmuls,), timeout=120)
+        for r in res:
+            assert r["value"] == 2.0
+            assert r["computed"] == pytest.approx(r["compute"], rel=0.02)  # the roofline's price, not this host's
+            # max(compute, comm) plus the op's start after the barrier, never their sum
+            assert r["total"] == pytest.approx(max(r["computed"], r["model"]), rel=0.05), (matmuls, r)
+
+
+def test_a_collective_starts_when_the_last_rank_issues_it() -> None:
+    res = spawn(sim_workers.late_peer, 2, (200,), timeout=120)
+    late = res[1]["late"]
+    assert late > 0.004 and res[0]["late"] < 1e-3
+    for r in res:  # rank 0 waits for rank 1's compute, then the transfer: the ranks agree on the instant
+        assert r["total"] == pytest.approx(late + r["model"], rel=0.02), r
+
+
+@pytest.mark.parametrize("strategy", ["sync", "onebit+delayed"])
+def test_the_same_training_gives_the_same_times(strategy: str) -> None:
+    """Two runs of a training on a roofline device: every step's time equal, whatever the host did meanwhile."""
+    net = "bandwidth=500mbit,latency=100us,clock=sim,device=cpu-core"
+    first, second = (spawn(sim_workers.train, 2, (net, strategy, 12), timeout=180) for _ in range(2))
+    for a, b in zip(first, second):
+        assert a["steps"] == pytest.approx(b["steps"], rel=1e-9)
+        assert a["exposed"] == pytest.approx(b["exposed"], rel=1e-9, abs=1e-12)
+    assert first[0]["checksum"] == first[1]["checksum"]  # the ranks hold the same model
+
+
+def test_a_scripts_own_timers_read_the_simulated_clock_when_asked() -> None:
+    from gradwire.backend.simclock import TIME_ENV
+
+    (seen,) = spawn(sim_workers.own_timers, 1, (50,), timeout=120, env={TIME_ENV: "1"})
+    assert seen["perf"] == pytest.approx(seen["priced"], rel=0.02)
+    assert seen["time"] == pytest.approx(seen["priced"], rel=0.02)
+    assert seen["other_thread_is_real"]  # the backend's threads keep the real clocks

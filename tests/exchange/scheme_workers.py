@@ -1,0 +1,110 @@
+"""Rank functions for tests/exchange/test_schemes.py (spawn pickles them by name).
+
+Each trains the same small float64 model twice on every rank's own data:
+once with plain DDP and the optimizer as written (the reference), once with
+the optimizer's momentum (and, for Adam, the frozen variance) moved into a
+``CompressionState`` with the ``none`` compressor, the exchange's DDP hook and
+``scheme.step()``. float64 keeps the rounding of the two orders of additions
+far below what a wrong formula would change.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = 8
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)).double()
+
+
+def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(100 + rank % 100)
+    return [(torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randn(8, 4, generator=g, dtype=torch.float64))
+            for _ in range(STEPS)]
+
+
+#: the frozen-variance step alone: no refreshes, floor or clipping (what torch's step with v held does)
+FROZEN = {"refresh": False, "variance_floor": 0.0, "max_update_rms": None, "precondition": False}
+
+
+def _train(rank: int, make_opt: Callable[[Any], torch.optim.Optimizer], schemed: bool,
+           adam_warmup: int = 3, freeze_reference_at: int | None = None, adam: dict | None = None,
+           data_rank: int | None = None) -> dict[str, Any]:
+    from gradwire.exchange import CompressionState
+    from gradwire.exchange.schemes import scheme_for
+    from gradwire.hooks import scheme_hook
+
+    model = _model()
+    ddp = DDP(model)
+    opt = make_opt(ddp.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # lr read every step
+    scheme = None
+    if schemed:
+        state = CompressionState("none")
+        scheme = scheme_for(opt, state, adam_warmup=adam_warmup, **(FROZEN if adam is None else adam))
+        ddp.register_comm_hook(scheme, scheme_hook)
+    frozen: dict[nn.Parameter, torch.Tensor] = {}
+    for step, (x, y) in enumerate(_batches(rank if data_rank is None else data_rank), start=1):
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        if scheme is not None:
+            scheme.step()
+        else:
+            if freeze_reference_at is not None and step > freeze_reference_at:
+                # torch's own AdamW step with the variance held: choose the previous exp_avg_sq so that
+                # beta2 * prev + (1 - beta2) g^2 = v_hat * (1 - beta2^t), what the step reads as v_hat
+                b2 = opt.param_groups[0]["betas"][1]
+                for p in model.parameters():
+                    target = frozen[p] * (1 - b2 ** step)
+                    opt.state[p]["exp_avg_sq"].copy_((target - (1 - b2) * p.grad * p.grad) / b2)
+            opt.step()
+            if freeze_reference_at is not None and step == freeze_reference_at:
+                b2 = opt.param_groups[0]["betas"][1]
+                frozen = {p: opt.state[p]["exp_avg_sq"] / (1 - b2 ** step) for p in model.parameters()}
+        sched.step()
+    out = {"params": [p.detach().clone() for p in model.parameters()],
+           "groups": [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+           "state": [{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in opt.state[p].items()}
+                     for p in model.parameters()]}
+    if scheme is not None:
+        out["scheme"] = {"steps": scheme.steps, "exchange_momentum": scheme.state.momentum,
+                         "describe": scheme.describe(), "frozen": getattr(scheme, "frozen", None),
+                         "refreshes": getattr(scheme, "refreshes", None)}
+        if getattr(scheme, "frozen", False):
+            out["denominators"] = [scheme.denominators[p].clone() for p in model.parameters()]
+            out["local_v"] = [scheme.local_v[p].clone() for p in model.parameters() if p in scheme.local_v]
+    return out
+
+
+def schemes_vs_plain(rank: int, world: int) -> dict[str, Any]:
+    """SGD (momentum + L2 decay), SGD maximize, AdamW and Adam: plain vs schemed, on this rank."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-2)  # noqa: E731
+    sgd_max = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, weight_decay=1e-2, maximize=True)  # noqa: E731
+    adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)  # noqa: E731
+    adam = lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.8, 0.95))  # noqa: E731
+    out = {}
+    for name, make in (("sgd", sgd), ("sgd_maximize", sgd_max)):
+        out[name] = (_train(rank, make, False), _train(rank, make, True))
+    for name, make in (("adamw", adamw), ("adam", adam)):
+        out[name] = (_train(rank, make, False, freeze_reference_at=3), _train(rank, make, True, adam_warmup=3))
+    # the exchange in the preconditioner's units: with an exact exchange, the same steps to rounding
+    out["adamw_units"] = (out["adamw"][0], _train(rank, adamw, True, adam_warmup=3,
+                                                  adam={**FROZEN, "precondition": True}))
+    # refreshes after steps 4 and 8 (2 and 4 times the warm-up of 2), levels followed every step;
+    # once with every rank on the same data (no noise between the ranks), once on its own
+    refreshed = {"refresh": True, "track_every": 1}
+    out["refresh_same"] = _train(rank, adamw, True, adam_warmup=2, adam=refreshed, data_rank=0)
+    out["refresh_own"] = _train(rank, adamw, True, adam_warmup=2, adam=refreshed)
+    # the warm-up alone: with the freeze past the last step the scheme is torch's Adam, bit for bit
+    out["adamw_warmup_only"] = (_train(rank, adamw, False), _train(rank, adamw, True, adam_warmup=STEPS + 1))
+    return out
