@@ -35,11 +35,17 @@ the figures test the step model and not the host's load. ``--sleep-ms 0,0``
 measures CPU compute alone (``results/accumulate_cpu.json``, a host at load
 6-9: the what-if's runs, minutes apart, computed up to 1.6x faster or slower).
 
+``--clock sim`` runs the profiles on the simulated cluster clock (``clock=sim,device=cpu-core``:
+compute priced by the device model, the script's own timer reading the
+cluster's time through ``GRADWIRE_SIM_TIME=1``): the same figures on any
+host, so one try is enough (``results/accumulate_sim.json``).
+
 Writes benchmarks/results/accumulate.json.
 
     python benchmarks/accumulate.py [--net bandwidth=500mbit] [--steps 20] [--micro 1,2,8] [--modes no_sync,flag]
                                     [--repeats 3] [--sleep-ms 10,20]
     python benchmarks/accumulate.py --sleep-ms 0,0 --batch 256 --out benchmarks/results/accumulate_cpu.json
+    python benchmarks/accumulate.py --clock sim --repeats 1 --out benchmarks/results/accumulate_sim.json
 """
 from __future__ import annotations
 
@@ -71,11 +77,14 @@ def _gradwire(*args: str, env: dict[str, str] | None = None, timeout: float = 60
 
 
 def profile(out: Path, net: str, mode: str, micro: int, steps: int, width: int, batch: int, port: int,
-            sleep_ms: str) -> dict:
+            sleep_ms: str, clock: str) -> dict:
     """Run the script under ``gradwire profile``; its records and its own step times."""
     measured = [out / f"measured{r}.json" for r in range(2)]
     env = _env(ACCUM_MODE=mode, ACCUM_MICRO=str(micro), ACCUM_STEPS=str(steps), ACCUM_WIDTH=str(width),
-               ACCUM_BATCH=str(batch), ACCUM_OUT=str(out / "measured{rank}.json"), ACCUM_SLEEP_MS=sleep_ms)
+               ACCUM_BATCH=str(batch), ACCUM_OUT=str(out / "measured{rank}.json"), ACCUM_SLEEP_MS=sleep_ms,
+               **({"GRADWIRE_SIM_TIME": "1"} if clock == "sim" else {}))  # the script's own timer: the cluster's
+    if clock == "sim":
+        net = f"{net},clock=sim,device=cpu-core"
     proc = _gradwire("profile", "--net", net, "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run",
                      "--nproc-per-node", "2", f"--master-port={port}", str(SCRIPT), env=env)
     if not all(m.exists() for m in measured):
@@ -108,6 +117,8 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--sleep-ms", default="10,20", help="F,B: ms each micro-step's forward and backward wait")
+    ap.add_argument("--clock", choices=("realtime", "sim"), default="realtime",
+                    help="sim: the simulated cluster clock (device cpu-core; no waits), host-independent")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "accumulate.json"))
     args = ap.parse_args()
     from gradwire.launch import free_port
@@ -124,7 +135,7 @@ def main() -> int:
                     out = dirs[micro] = Path(tmp) / f"{mode}{micro}_{repeat}"
                     row = {"repeat": repeat, "mode": mode, "micro": micro,
                            **profile(out, args.net, mode, micro, args.steps, args.width, args.batch, free_port(),
-                                      args.sleep_ms)}
+                                      args.sleep_ms if args.clock == "realtime" else "0,0", args.clock)}
                     step = predict(out, args.net, args.batch)
                     row["predicted"] = step
                     row["error_2"] = step[2] / row["measured_step"] - 1
@@ -168,7 +179,7 @@ def main() -> int:
     print(f"counts {'ok' if counts else 'WRONG'}; predict within 5% of the measured step: {within_5}; "
           f"--accumulate 8 within 10%: {within_10}")
     write_results(args.out, rows, net=args.net, steps=args.steps, width=args.width, batch=args.batch,
-                  sleep_ms=args.sleep_ms,
+                  sleep_ms=args.sleep_ms, clock=args.clock,
                   repeats=args.repeats, load_before=load_before, counts_ok=counts, within_5=within_5,
                   within_10=within_10, median_error_2=median_error_2, median_whatif=median_whatif, whatif=whatif)
     return 0
