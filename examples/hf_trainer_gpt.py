@@ -68,6 +68,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank and step")
     p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--accumulate", type=int, default=1, help="gradient_accumulation_steps: micro-steps per step")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eval-every", type=int, default=30)
     p.add_argument("--seed", type=int, default=42, help="the Trainer's seed (weights and data order)")
@@ -82,6 +83,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hf-trainer-gpt-") as out:
         targs = TrainingArguments(output_dir=out, use_cpu=True, seed=args.seed, max_steps=args.steps,
                                   per_device_train_batch_size=args.batch, per_device_eval_batch_size=32,
+                                  gradient_accumulation_steps=args.accumulate,
                                   learning_rate=args.lr, eval_strategy="steps", eval_steps=args.eval_every,
                                   logging_steps=args.eval_every, save_strategy="no", disable_tqdm=True)
         # model_init: the Trainer seeds first, then builds the model, so --seed sets the weights

@@ -95,6 +95,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch", type=int, default=32, help="images per rank and step")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches: micro-steps per step")
     p.add_argument("--seed", type=int, default=0, help="seeds the weights and the data order")
     p.add_argument("--devices", type=int, default=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
                    help="processes per node (default: torchrun's --nproc-per-node)")
@@ -105,6 +106,7 @@ def main() -> None:
     train, test = datasets()
     model = DigitsNet(lr=args.lr)
     trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy="ddp", max_epochs=args.epochs,
+                        accumulate_grad_batches=args.accumulate,
                         callbacks=[ReportToGradwire()], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     # Lightning puts a DistributedSampler under both loaders; shuffle=True makes it shuffle per epoch

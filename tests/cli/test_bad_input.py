@@ -32,6 +32,14 @@ def _files(tmp):
     (tmp / "badbucket.json").write_text(json.dumps({"profiles": {"sync": dict(good, buckets=[
         {"nbytes": -1, "ready": 0.0}])}}))
     (tmp / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp / "badaccumulate.json").write_text(json.dumps({"profiles": {"sync": dict(good, accumulate=0)}}))
+    nosync = tmp / "nosync"  # a profile whose every backward ran under no_sync(): no step synchronised
+    nosync.mkdir()
+    step = {"forward": 0.01, "backward": 0.02, "backward_wait": 0.0, "after_backward": 0.0, "waited": 0.0,
+            "optimizer": 0.001, "step": 0.031, "micro_steps": 2, "micro_seconds": [0.03], "buckets": [],
+            "collectives": []}
+    for rank in range(2):
+        (nosync / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "steps": [step] * 6}))
     (tmp / "models.py").write_text("from torch import nn\n\ndef empty():\n    return nn.Sequential(nn.ReLU())\n\n"
                                    "def broken():\n    return nn.Linear()\n")
     return {"FILE": str(afile), "DIR": str(folder), "TMP": str(tmp)}
@@ -94,6 +102,10 @@ CORPUS = [
     ("predict --profiles {TMP}/short.json", "profile 'sync' is not a step profile"),
     ("predict --profiles {TMP}/negative.json", "forward seconds must be a finite number >= 0"),
     ("predict --profiles {TMP}/badbucket.json", "bucket nbytes must be an int >= 0"),
+    ("predict --profiles {TMP}/badaccumulate.json", "accumulate (micro-steps per optimizer step) must be"),
+    ("predict --accumulate 0", "--accumulate must be an integer >= 1 (micro-steps per optimizer step"),
+    ("predict --accumulate 2.5", "--accumulate must be an integer >= 1"),
+    ("predict --profile {TMP}/nosync", "no step synchronised its gradients"),
     ("predict --worlds 1", "world sizes >= 2"),
     ("predict --worlds 2,x", "comma-separated integers"),
     ("predict --measure-world 1", "--measure-world"),

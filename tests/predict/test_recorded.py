@@ -103,7 +103,7 @@ def test_no_steps_or_no_buckets_is_one_clear_error():
     with pytest.raises(ValueError, match="no training step after the first 3"):
         profile_from_steps([[_step()] * 3], "job")
     empty = dict(_step(), buckets=[])
-    with pytest.raises(ValueError, match="no DDP gradient bucket"):
+    with pytest.raises(ValueError, match="no step synchronised its gradients"):
         profile_from_steps([[empty] * 6], "job")
 
 
@@ -157,3 +157,62 @@ def test_the_slowest_rank_sets_the_pace_and_the_shortest_real_collective_is_the_
     prof = profile_from_steps([[fast] * 4, [slow] * 4], "job", "onebit", skip=1)
     assert prof.backward == pytest.approx(0.040 - 0.004)
     assert prof.exchanges[0].inner == pytest.approx((0.001, 0.001))
+
+
+def _accumulated(micro, micro_seconds=0.020, lead=0.0):
+    """``_step()`` as the synchronising micro-step of ``micro``, after ``micro - 1`` micro-steps."""
+    s = _step()
+    extra = [micro_seconds] * (micro - 1)
+    return dict(s, micro_steps=micro, micro_seconds=extra, forward=s["forward"] + lead,
+                step=s["step"] + sum(extra) + lead)
+
+
+def test_micro_steps_come_before_the_synchronising_step_and_align_the_ranks():
+    ranks = [[_accumulated(4)] * 5, [_accumulated(4, 0.024)] * 5]  # rank 1's micro-steps are 4 ms slower
+    prof = profile_from_steps(ranks, "job", "onebit", skip=1)
+    assert prof.accumulate == 4 and prof.micro == pytest.approx(0.022)  # a typical rank's: the ranks' mean
+    assert prof.forward == pytest.approx(0.010) and prof.backward == pytest.approx(0.026)
+    # the ready times are the slowest rank's (rank 1), counted from its own step start
+    assert [b.ready for b in prof.buckets] == pytest.approx([0.010, 0.023])
+    assert prof.compute_seconds == pytest.approx(3 * 0.022 + 0.010 + 0.026 + prof.optimizer)
+    assert "4 micro-steps each" in prof.notes[0]
+    # records written before micro-steps were: one backward per step, its forward + backward the micro-step
+    old = profile_from_steps([[_step()] * 5], "job", skip=1)
+    assert old.accumulate == 1 and old.micro == pytest.approx(0.010 + 0.026) and old.accumulation_seconds == 0
+
+
+def test_steps_of_another_count_of_micro_steps_are_left_out():
+    ranks = [[_accumulated(2), _accumulated(2), _accumulated(3), _accumulated(2), _accumulated(2)]]
+    prof = profile_from_steps(ranks, "job", skip=0)
+    assert prof.accumulate == 2 and "1 steps of another count of micro-steps left out" in prof.notes
+
+
+def test_accumulating_is_the_same_micro_step_n_times():
+    from gradwire.predict import predict
+    from gradwire.predict.timeline import Bucket, StepProfile
+
+    one = StepProfile("job", 0.010, 0.030, 0.005, (Bucket(4 << 20, 0.030),), world=2, loop_seconds=0.1,
+                      source="profile")
+    eight = one.accumulating(8)
+    assert (eight.accumulate, eight.micro, eight.loop_seconds) == (8, pytest.approx(0.040), None)
+    assert eight.compute_seconds == pytest.approx(7 * 0.040 + 0.045)
+    assert eight.accumulating(8) is eight and StepProfile.from_dict(eight.as_dict()) == eight
+    with pytest.raises(ValueError, match="accumulate must be an integer >= 1"):
+        one.accumulating(0)
+    net = "bandwidth=1gbit,latency=50us"
+    p1, p8 = predict(one, "sync", net, 2), predict(eight, "sync", net, 2)
+    comm = p1.step_seconds - one.compute_seconds  # a blocking exchange after backward, once per optimizer step
+    assert comm > 0 and p8.step_seconds == pytest.approx(eight.compute_seconds + comm)
+    assert p8.efficiency > p1.efficiency
+    with_batch = predict(StepProfile(**dict(eight.as_dict(), batch_size=16)), "sync", net, 2)
+    assert with_batch.throughput == pytest.approx(2 * 16 * 8 / with_batch.step_seconds)
+    assert with_batch.steps_per_second == pytest.approx(1 / with_batch.step_seconds)
+
+
+def test_steps_with_micro_steps_from_the_recorders():
+    # two micro-steps per optimizer step, 10 s each; only the second backward hands DDP a bucket
+    backwards = [(t + d, t + d + 1, t + d + 2) for t in (0.0, 20.0, 40.0) for d in (0.0, 10.0)]
+    optimizer = [(t + 13, t + 14) for t in (0.0, 20.0, 40.0)]
+    stamps = [BucketStamp(0, 400, 4, t + 10.5, t + 10.6) for t in (0.0, 20.0, 40.0)]
+    got = steps(backwards, optimizer, stamps, [], [])
+    assert [(s["micro_steps"], s["micro_seconds"], s["forward"], s["step"]) for s in got] == [(2, [8.0], 8.0, 20.0)] * 2

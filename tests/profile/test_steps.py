@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradwire.launch import free_port
-from gradwire.profile.steps import steps
+from gradwire.profile.steps import BucketStamp, steps
 
 HERE = Path(__file__).parent
 
@@ -61,3 +61,55 @@ def test_profile_of_a_closure_script_records_its_steps(tmp_path, opt):
     predicted = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "predict", "--profile", str(out)],
                                capture_output=True, text=True, timeout=110)
     assert predicted.returncode == 0, predicted.stderr[-2000:]
+
+
+def _accumulating(micro: int, n: int = 3):
+    """``n`` optimizer steps of ``micro`` backwards each, 10 s apart; only the last backward has a bucket."""
+    backwards, optimizer, stamps = [], [], []
+    for k in range(n):
+        t = 10.0 * micro * k
+        for m in range(micro):
+            backwards.append((t + 10 * m + 1, t + 10 * m + 2, t + 10 * m + 3))
+        last = t + 10 * (micro - 1)
+        stamps.append(BucketStamp(0, 4000, 4, last + 1.5, last + 1.6))
+        optimizer.append((last + 4, last + 5))
+    return backwards, optimizer, stamps
+
+
+@pytest.mark.parametrize("micro", [1, 2, 8])
+def test_micro_steps_belong_to_the_optimizer_step_they_lead_into(micro):
+    backwards, optimizer, stamps = _accumulating(micro)
+    got = steps(backwards, optimizer, stamps, [], [])
+    assert len(got) == 2  # three optimizer steps; the first starts the series
+    for s in got:
+        assert s["micro_steps"] == micro and s["step"] == 10 * micro
+        # each micro-step from the end of the one before (the previous step's optimizer: 8 s before)
+        assert s["micro_seconds"] == ([8.0] + [10.0] * (micro - 2) if micro > 1 else [])
+        # the synchronising backward's times; its forward from the last micro-step's return
+        assert (s["forward"], s["backward"], s["optimizer"]) == (8.0 if micro > 1 else 6.0, 1, 1)
+        assert [b["ready"] for b in s["buckets"]] == [0.5]
+        assert s["forward"] + sum(s["micro_seconds"]) + s["backward"] + s["backward_wait"] + s["after_backward"] \
+            + s["optimizer"] == s["step"]
+
+
+def test_a_backward_that_synchronised_without_an_optimizer_is_a_step_and_trailing_micro_steps_stay():
+    # backwards at 0, 10, 20 each with a bucket and no optimizer step: three steps as before
+    backwards = [(0.0, 1.0, 2.0), (10.0, 11.0, 12.0), (20.0, 21.0, 22.0), (30.0, 31.0, 32.0)]
+    stamps = [BucketStamp(0, 40, 4, t + 0.5, t + 0.6) for t in (0.0, 10.0, 20.0)]
+    got = steps(backwards, [], stamps, [], [])
+    assert [s["micro_steps"] for s in got] == [1, 1, 1]  # the last, unsynchronised, has nothing to lead into
+
+
+def test_the_batch_is_the_leading_dimension_of_the_first_tensor_argument():
+    import torch
+
+    from gradwire.profile.steps import batch_of
+
+    assert batch_of((torch.zeros(32, 64),), {}) == 32
+    assert batch_of((), {"input_ids": torch.zeros(8, 64, dtype=torch.long), "labels": None}) == 8  # the HF Trainer's
+    assert batch_of(([torch.zeros(4, 3), torch.zeros(4)], 0), {}) == 4  # Lightning's (batch, batch_idx)
+    assert batch_of((3, "x"), {}) is None and batch_of((torch.tensor(1.0),), {}) is None
+    backwards, optimizer, stamps = _accumulating(2)
+    forwards = [(b[0] - 0.5, 16) for b in backwards]
+    assert [s["batch"] for s in steps(backwards, optimizer, stamps, [], [], forwards=forwards)] == [16, 16]
+    assert [s["batch"] for s in steps(backwards, optimizer, stamps, [], [])] == [None, None]

@@ -10,6 +10,9 @@ by torchrun with 2 ranks, as their users launch them. For each stack:
     step's DDP buckets hold the model's gradient bytes;
 (b) ``gradwire predict --profile DIR`` runs on that profile, and its 2-rank
     sync prediction on the profiled network is the recorded step;
+(a') with the stack's own gradient accumulation (``accumulate_grad_batches``,
+    ``gradient_accumulation_steps``) over 2 micro-steps, ``gradwire profile``
+    records one step per optimizer step with its micro-steps (issue 44);
 (c) ``gradwire compare -- CMD`` under every strategy of :data:`STRATEGIES`
     ends each row ``ok``, with the script's optimizer steps timed and its
     metric within the seeds' spread of sync, or ``refused`` with a reason;
@@ -204,6 +207,35 @@ def test_profile_records_every_step(profiled):
             assert sum(b["nbytes"] for b in step["buckets"]) == summary["param_bytes"], f"rank {r['rank']} step {k}"
             assert 0 <= step["optimizer"] < step["step"], f"rank {r['rank']} step {k}: {step}"
     assert f"{s.steps - 1} training steps recorded per rank" in profiled["stdout"]
+
+
+#: each stack's own way of accumulating gradients over 2 micro-steps, and the optimizer steps it then takes
+ACCUMULATING = {"lightning": (("--epochs", "1", "--accumulate", "2"), math.ceil(674 / 32) // 2),
+                "hf_trainer": (("--steps", "8", "--accumulate", "2", "--eval-every", "100"), 8)}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(ACCUMULATING))
+def test_profile_counts_optimizer_steps_when_the_stack_accumulates(name, tmp_path):
+    """Lightning's ``accumulate_grad_batches`` and the Trainer's ``gradient_accumulation_steps`` (issue 44):
+    one recorded step per optimizer step, its 2 micro-steps inside it."""
+    s = STACKS[name]
+    pytest.importorskip(s.library)
+    args, optimizer_steps = ACCUMULATING[name]
+    out, summary = tmp_path / "prof", tmp_path / "summary.json"
+    code, stdout, stderr, left = _run(
+        _gradwire("profile", "--net", NET, "--out", str(out), "--",
+                  *_torchrun(s, *args, "--summary", str(summary), launcher=(f"--master-port={free_port()}",))),
+        tmp_path, timeout=240)
+    _finished({"code": code, "stderr": stderr, "left": left})
+    assert json.loads(summary.read_text())["optimizer_steps"] == optimizer_steps
+    for r in json.loads((out / "profile.json").read_text())["ranks"]:
+        assert [st["micro_steps"] for st in r["steps"]] == [2] * (optimizer_steps - 1)
+        assert all(st["buckets"] and len(st["micro_seconds"]) == 1 for st in r["steps"])
+        # the scripts' --batch (an epoch's last batch of Lightning's sampler is shorter)
+        batches = [st["batch"] for st in r["steps"]]
+        assert max(set(batches), key=batches.count) == (32 if name == "lightning" else 8)
+    assert f"{optimizer_steps - 1} training steps recorded per rank (optimizer steps, 2 micro-steps each)" in stdout
 
 
 @pytest.mark.timeout(400)

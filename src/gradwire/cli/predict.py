@@ -10,6 +10,11 @@ Where the step comes from (one of):
 - ``--model NAME`` (a bundled digits model): a short loopback run per
   strategy, recorded the same way (``--compute-ms`` describes it instead).
 
+A step is an optimizer step: with gradient accumulation its micro-steps'
+compute comes first, then the synchronising one's forward, backward and
+exchange. ``--accumulate N`` asks what N micro-steps per optimizer step
+would give (the recorded micro-step, N times).
+
 Each strategy's step is replayed bucket by bucket on the network model of
 every ``--net`` at every world size (nothing runs). The last column is the
 smallest compression ratio that reaches ``--target-efficiency``.
@@ -57,6 +62,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _accumulate(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or str(value) != text.strip():
+        raise argparse.ArgumentTypeError(f"--accumulate must be an integer >= 1 (micro-steps per optimizer step; "
+                                         f"1: no accumulation), got {text!r}")
+    return value
+
+
 def add_parser(sub: Any) -> None:
     from gradwire.compare.config import DEFAULT_NET
 
@@ -84,7 +100,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bucket-cap-mb", type=_float_in("--bucket-cap-mb", 0, 1e6), default=None,
                    help="DDP's bucket_cap_mb (default: DDP's default, 25 with a 1 MiB first bucket)")
     p.add_argument("--batch-size", type=positive_int(1), default=None,
-                   help="samples per rank per step, for throughput in samples/s")
+                   help="samples per rank per forward (per micro-step with --accumulate), for throughput in "
+                        "samples/s (default with --profile: the batch its DDP forwards saw)")
+    p.add_argument("--accumulate", type=_accumulate, default=None, metavar="N",
+                   help="what-if: N micro-steps (backward passes) per optimizer step, the gradients exchanged "
+                        "once, after the last (default: as recorded; 1 without accumulation)")
     p.add_argument("--target-efficiency", type=_float_in("--target-efficiency", 0, 1), default=0.9,
                    help="scaling efficiency the 'ratio needed' column aims at (default: %(default)s)")
     p.add_argument("--codec", choices=("measure", "free"), default="measure",
@@ -209,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     for key, prof in _profiles(args, replayed).items():  # a measured job: its own run calibrates its compute
         known = prof.strategy is not None and prof.stretch == 1.0 and not prof.strategy.startswith("hook:")
         profiles[key] = calibrated(prof, cost_for(prof.strategy)) if known else prof
+        if args.accumulate is not None:  # the what-if after the calibration, which fits the run as it ran
+            profiles[key] = profiles[key].accumulating(args.accumulate)
 
     def profile_for(s: str) -> Any:
         return profiles.get(s) or profiles.get("sync") or profiles["*"]

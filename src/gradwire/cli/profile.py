@@ -58,9 +58,22 @@ def run(args: argparse.Namespace) -> int:
     (out / "profile.json").write_text(json.dumps({"net": spec.to_string(), "ranks": results}, indent=2))
     print(f"results: {out / 'profile.json'}")
     steps = min(len(r.get("steps", [])) for r in results)
-    if steps:  # per-step records of a DDP job (gradwire.profile.steps)
-        print(f"{steps} training steps recorded per rank; larger clusters: gradwire predict --profile {out}")
+    if steps:  # per-step records of a DDP job (gradwire.profile.steps): a step is an optimizer step
+        print(f"{steps} training steps recorded per rank (optimizer steps{_micro_steps(results)}); "
+              f"larger clusters: gradwire predict --profile {out}")
     return code
+
+
+def _micro_steps(results: list[dict]) -> str:
+    """`, N micro-steps each` when the steps accumulated gradients over N backward passes."""
+    from collections import Counter
+
+    counts = Counter(s.get("micro_steps", 1) for r in results for s in r.get("steps", []))
+    if not counts or set(counts) == {1}:
+        return ""
+    (common, _), = counts.most_common(1)
+    return f", {common} micro-steps each" + ("" if len(counts) == 1 else " (most; some " + ", ".join(
+        str(c) for c in sorted(counts) if c != common) + ")")
 
 
 def report(results: list[dict], spec: NetSpec) -> None:

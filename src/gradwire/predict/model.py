@@ -66,6 +66,9 @@ class Prediction:
     """compression time per step (encode, server step, decode)"""
     wire_bytes_per_step: float
     batch_size: int | None = None
+    """samples per rank per micro-step (None: unknown)"""
+    accumulate: int = 1
+    """micro-steps per optimizer step (gradient accumulation)"""
     #: on a network that changes: the step's seconds at the 50th and 95th percentile and the longest,
     #: over :data:`CHANGING_HORIZON` seconds of the schedule (``step_seconds`` is their mean)
     percentiles: tuple[float, float, float] | None = None
@@ -76,16 +79,23 @@ class Prediction:
         return self.compute_seconds / self.step_seconds if self.step_seconds > 0 else 1.0
 
     @property
+    def steps_per_second(self) -> float:
+        """Optimizer steps per second (every rank takes them together)."""
+        return 1 / self.step_seconds if self.step_seconds > 0 else math.inf
+
+    @property
     def throughput(self) -> float:
-        """Samples per second over all ranks (steps per second times ranks when the batch is unknown)."""
-        per_step = self.world * (self.batch_size or 1)
-        return per_step / self.step_seconds if self.step_seconds > 0 else math.inf
+        """Samples per second over all ranks: ranks x batch x micro-steps per optimizer step, per step
+        (steps per second times ranks when the batch is unknown)."""
+        per_step = self.world * ((self.batch_size or 1) * self.accumulate if self.batch_size else 1)
+        return per_step * self.steps_per_second
 
     def as_dict(self) -> dict:
         return {"strategy": self.strategy, "net": self.net, "world": self.world, "step_seconds": self.step_seconds,
                 "compute_seconds": self.compute_seconds, "comm_seconds": self.comm_seconds,
                 "codec_seconds": self.codec_seconds, "wire_bytes_per_step": self.wire_bytes_per_step,
-                "batch_size": self.batch_size, "efficiency": self.efficiency, "throughput": self.throughput,
+                "batch_size": self.batch_size, "accumulate": self.accumulate, "efficiency": self.efficiency,
+                "steps_per_second": self.steps_per_second, "throughput": self.throughput,
                 **({} if self.percentiles is None else dict(zip(("p50_seconds", "p95_seconds", "max_seconds"),
                                                               self.percentiles)))}
 
@@ -125,7 +135,8 @@ def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1
     seconds: the mean step, and every step's seconds. On a ``host`` whose
     every core trains, background work takes compute's time.
     """
-    return simulate(profile.forward, profile.backward * stretch, profile.optimizer,
+    # micro-steps of gradient accumulation: compute before the synchronising forward, nothing sent
+    return simulate(profile.accumulation_seconds + profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
                     horizon=CHANGING_HORIZON if pricer.changes else None,
                     busy_cores=host is not None and host.busy_cores)
@@ -156,7 +167,10 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
     its buckets' ready times are multiplied by the factor that makes the
     replay take the run's median step; a faster run shrinks them. Stretching
     backward rather than adding time after it: compute that a slow network
-    hides stays hidden, as it did in the run. The factor (found by
+    hides stays hidden, as it did in the run. A micro-step of gradient
+    accumulation that does not synchronise runs beside no collective and is
+    not stretched (``micro`` keeps the forward + backward as recorded when
+    the run had none: :meth:`StepProfile.accumulating`). The factor (found by
     bisection: the replay only grows with it) is a property of the job as
     it ran and applies to every strategy and world size predicted from the
     profile.
@@ -205,7 +219,8 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
             else:
                 hi = mid
         stretch = (lo + hi) / 2
-    return replace(profile, backward=profile.backward * stretch,
+    # a micro-step that does not synchronise runs beside no collective: its compute is not stretched
+    return replace(profile, backward=profile.backward * stretch, micro=profile.micro_seconds,
                    buckets=tuple(replace(b, ready=b.ready * stretch) for b in profile.buckets),
                    stretch=profile.stretch * stretch,
                    notes=(*profile.notes, f"backward x{stretch:.2f}: the replay of its own run takes that "
@@ -221,6 +236,7 @@ def _own_cores(profile: StepProfile) -> StepProfile:
     floor = f"; its own step ({profile.loop_seconds or 0:.4g} s) stays the floor at {profile.world} ranks"
     return replace(profile, forward=profile.forward / c, backward=profile.backward / c,
                    optimizer=profile.optimizer / c, exchanges=exchanges,
+                   micro=None if profile.micro is None else profile.micro / c,
                    buckets=tuple(replace(b, ready=b.ready / c) for b in profile.buckets),
                    stretch=profile.stretch / c,
                    notes=(*profile.notes, f"compute / {c:.3g}: a core per rank{floor if _on_loopback(profile) else ''}"))
@@ -273,7 +289,7 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
-                      profile.batch_size, _percentiles(sim.durations))
+                      profile.batch_size, profile.accumulate, _percentiles(sim.durations))
 
 
 def _mixed(a: SimResult, n: int, b: SimResult, m: int) -> SimResult:

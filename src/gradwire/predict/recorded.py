@@ -24,7 +24,16 @@ iteration on one bucket and rebuilds them after it) and takes medians:
    are kept for predictions of the strategy that ran. A real collective's
    duration is its own share: gloo runs a group's collectives one at a time,
    so the time one spent queued behind the previous one is not its own.
-5. Shared cores: when the ranks of a CPU job outnumbered the cores of their
+5. Gradient accumulation: a step is an optimizer step, and its micro-steps
+   (the backwards that did not synchronise, :mod:`gradwire.profile.steps`)
+   run before its synchronising forward. The steps of the most common
+   count are kept (``accumulate``), and the ranks are aligned on the step's
+   start: a bucket is ready when the last rank, micro-steps and all,
+   reaches it. ``micro`` is a rank's typical micro-step (the mean over
+   ranks, median over steps: ranks wait for each other only at the
+   exchange); without accumulation, the typical forward + backward, which
+   ``predict --accumulate N`` repeats.
+6. Shared cores: when the ranks of a CPU job outnumbered the cores of their
    host (``host`` of each rank's record: hostname, cores, CUDA), every time
    above is that of a rank computing on a share of a core. The profile keeps
    the times as measured and says by how much (``shared``: ranks per core on
@@ -154,6 +163,11 @@ def _layout(step: dict[str, Any]) -> tuple[int, ...]:
     return tuple(b["nbytes"] for b in step["buckets"])
 
 
+def _micro_steps(step: dict[str, Any]) -> int:
+    """Backward passes of the step (1 in a record written before micro-steps were recorded)."""
+    return int(step.get("micro_steps", 1))
+
+
 def shared_cores(hosts: Sequence[dict[str, Any] | None]) -> float:
     """Ranks per core on the most crowded host, counting the ranks that computed on the CPU (module doc, 5).
 
@@ -180,7 +194,8 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     rank that computed longest; bucket ``i`` is ready (and backward ends)
     when the last rank reaches it, counted from each rank's own step start.
     The real collectives' floors are the shortest any rank saw (the last
-    rank to join waited for nobody). ``hosts``: each rank's ``host`` record
+    rank to join waited for nobody). ``batch_size``: samples per rank per
+    micro-step (None: the one the steps recorded, if any). ``hosts``: each rank's ``host`` record
     (:func:`shared_cores`); ``net``: the network spec the run ran on;
     ``per_bucket``: the collectives of each bucket's exchange, when known
     (:func:`exchanges_of`).
@@ -199,21 +214,33 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
                          f"{counts or 'none'}); profile more steps")
     with_buckets = [k for k in aligned if all(s["buckets"] for s in k)]
     if not with_buckets:
-        raise ValueError(f"{name}: no DDP gradient bucket in the profiled steps; predict prices DDP jobs "
-                         "(DistributedDataParallel, with or without a comm hook)")
+        raise ValueError(f"{name}: no step synchronised its gradients (no DDP gradient bucket: every backward ran "
+                         "under no_sync() or with require_backward_grad_sync=False, or the model is not DDP); "
+                         "predict needs DDP steps whose last micro-step exchanges the gradients")
     layout = Counter(_layout(k[0]) for k in with_buckets).most_common(1)[0][0]
     steps = [k for k in with_buckets if all(_layout(s) == layout for s in k)]
-    forward, backward, ready, after, loop = [], [], [], [], []
+    accumulate = Counter(_micro_steps(k[0]) for k in steps).most_common(1)[0][0]
+    by_layout = len(steps)
+    steps = [k for k in steps if all(_micro_steps(s) == accumulate for s in k)]
+    forward, backward, ready, after, loop, micro = [], [], [], [], [], []
     rows: list[list[MeasuredExchange]] = []  # the steps whose exchanges pair with the buckets on every rank
     for k in steps:
         neutral = [_neutral(s) for s in k]
-        slowest = max(range(world), key=lambda r: k[r]["forward"] + neutral[r][0] + neutral[r][2])
-        f = k[slowest]["forward"]
+        # each rank's time from the step's start to its synchronising backward: micro-steps and forward
+        lead = [s["forward"] + sum(s.get("micro_seconds") or ()) for s in k]
+        slowest = max(range(world), key=lambda r: lead[r] + neutral[r][0] + neutral[r][2])
+        f = lead[slowest]
         # from the step's start, a bucket's collective can start when the last rank has it ready
-        b = max(k[r]["forward"] + neutral[r][0] for r in range(world)) - f
-        forward.append(f)
+        b = max(lead[r] + neutral[r][0] for r in range(world)) - f
+        forward.append(k[slowest]["forward"])
+        # a micro-step: each rank's own, averaged (the ranks wait for each other only at the exchange, so over
+        # many micro-steps a rank's typical one counts, not the slowest rank's); without accumulation, the
+        # synchronising one's forward and backward stand in (what ``--accumulate`` repeats)
+        micro.append(statistics.fmean(
+            (lead[r] - k[r]["forward"]) / (accumulate - 1) if accumulate > 1 else k[r]["forward"] + neutral[r][0]
+            for r in range(world)))
         backward.append(b)
-        ready.append([min(b, max(0.0, max(k[r]["forward"] + neutral[r][1][i] for r in range(world)) - f))
+        ready.append([min(b, max(0.0, max(lead[r] + neutral[r][1][i] for r in range(world)) - f))
                       for i in range(len(layout))])
         after.append(neutral[slowest][2])
         loop += [s["step"] for s in k]  # every rank's: a step's slowest rank is its noisiest
@@ -227,16 +254,23 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     b = _median(backward)
     buckets = tuple(Bucket(nbytes, min(_median(col), b), size) for nbytes, col, size in
                     zip(layout, zip(*ready), (x["element_size"] for x in steps[0][0]["buckets"])))
-    notes = [f"{len(steps)} steps of {world} ranks, {len(layout)} buckets"]
-    if len(steps) < len(aligned):
-        notes.append(f"{len(aligned) - len(steps)} steps of another bucket layout left out")
+    if batch_size is None:  # the batch the profile saw (samples per rank per micro-step), the most common
+        seen = Counter(s["batch"] for k in steps for s in k if s.get("batch"))
+        batch_size = seen.most_common(1)[0][0] if seen else None
+    notes = [f"{len(steps)} steps of {world} ranks, {len(layout)} buckets"
+             + (f", {accumulate} micro-steps each" if accumulate > 1 else "")]
+    if by_layout < len(aligned):
+        notes.append(f"{len(aligned) - by_layout} steps of another bucket layout left out")
+    if len(steps) < by_layout:
+        notes.append(f"{by_layout - len(steps)} steps of another count of micro-steps left out")
     # measured exchanges only when most steps paired (else the pairing itself is in doubt)
     measured = _medians(rows) if 2 * len(rows) > len(steps) else None
     shared = shared_cores(hosts or [])
     if shared > 1:
         notes.append(f"{shared:.3g} ranks per CPU core: measured on shared cores")
     return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy, measured, batch_size,
-                       source, _median(loop), tuple(notes), net=net, shared=shared)
+                       source, _median(loop), tuple(notes), net=net, shared=shared, accumulate=accumulate,
+                       micro=_median(micro))
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:

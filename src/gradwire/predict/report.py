@@ -32,8 +32,10 @@ def report(preds: dict, ratios: dict, strategies: list[str], nets: list[str], wo
     from rich.table import Table
 
     console = Console(width=max(Console().width, 120), emoji=False)
-    unit = "samples/s" if base.batch_size else "steps/s x ranks"
-    console.print(f"{base.name}: {base.compute_seconds * 1e3:.2f} ms of compute per step (forward "
+    unit = "optimizer steps/s" + (", samples/s" if base.batch_size else "; --batch-size for samples/s")
+    micro = (f"{base.accumulate} micro-steps: {base.accumulate - 1} x {base.micro_seconds * 1e3:.2f} not "
+             "synchronising, then " if base.accumulate > 1 else "")
+    console.print(f"{base.name}: {base.compute_seconds * 1e3:.2f} ms of compute per optimizer step ({micro}forward "
                   f"{base.forward * 1e3:.2f}, backward {base.backward * 1e3:.2f}, optimizer "
                   f"{base.optimizer * 1e3:.2f}), {len(base.buckets)} buckets, "
                   f"{base.gradient_bytes / 2**20:.1f} MiB of gradients; " + "; ".join(base.notes), highlight=False)
@@ -47,7 +49,9 @@ def report(preds: dict, ratios: dict, strategies: list[str], nets: list[str], wo
             row = [str(n)]
             for s in strategies:
                 p = preds[(net, n, s)]
-                cell = f"{p.step_seconds * 1e3:.1f} ms\n{p.efficiency:.0%}\n{_rate(p.throughput)}"
+                cell = f"{p.step_seconds * 1e3:.1f} ms\n{p.efficiency:.0%}\n{_rate(p.steps_per_second)} steps/s"
+                if p.batch_size:
+                    cell += f"\n{_rate(p.throughput)} samples/s"
                 if p.percentiles is not None:
                     p50, p95, longest = (x * 1e3 for x in p.percentiles)
                     cell += f"\np50 {p50:.1f} / p95 {p95:.1f}\nmax {longest:.1f} ms"

@@ -13,6 +13,13 @@ A DDP step, as the step model sees it (times in seconds):
    (DDP's copy of the averaged buckets back, a strategy's own step work, the
    optimizer), less any waiting for communication.
 
+A step is an optimizer step. With gradient accumulation (``accumulate``
+micro-steps per optimizer step, all but the last without synchronising the
+gradients: ``no_sync()``), ``micro`` seconds of forward and backward run
+``accumulate - 1`` times before the three phases above, which are the
+synchronising micro-step's; nothing is communicated during them.
+:meth:`StepProfile.accumulating` makes the what-if of another count.
+
 A profile comes from a measured run (``gradwire profile``, or the short
 loopback run ``gradwire predict`` makes of the bundled models), or from a
 described model (:mod:`gradwire.predict.describe`: parameter layout on the meta
@@ -125,6 +132,12 @@ class StepProfile:
     shared: float = 1.0
     """ranks per CPU core in the measured run, when more than one rank computed on each core of a host
     (CPU training, more ranks than cores): their compute ran that much slower than with a core each"""
+    accumulate: int = 1
+    """micro-steps (backward passes) per optimizer step: gradient accumulation; 1: none"""
+    micro: float | None = None
+    """seconds of one micro-step that does not synchronise (its forward and backward) on a typical rank, as
+    recorded (for a run without accumulation: its typical forward + backward, before
+    :func:`~gradwire.predict.calibrated` stretched them); None: not recorded (forward + backward stand in)"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
@@ -149,6 +162,11 @@ class StepProfile:
         self.notes = tuple(self.notes)
         if _finite(self.shared, "shared (ranks per core)") < 1:
             raise ValueError(f"shared (ranks per core) must be >= 1, got {self.shared!r}")
+        if isinstance(self.accumulate, bool) or not isinstance(self.accumulate, int) or self.accumulate < 1:
+            raise ValueError(f"accumulate (micro-steps per optimizer step) must be an int >= 1, got "
+                             f"{self.accumulate!r}")
+        if self.micro is not None:
+            self.micro = _finite(self.micro, "micro-step seconds")
         last = max(b.ready for b in self.buckets)
         if last > self.backward * (1 + 1e-9) + 1e-12:
             raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "
@@ -165,13 +183,44 @@ class StepProfile:
             for e in self.exchanges)
         return replace(self, forward=self.forward * factor, backward=self.backward * factor,
                        optimizer=self.optimizer * factor, exchanges=exchanges,
+                       micro=None if self.micro is None else self.micro * factor,
                        buckets=tuple(replace(b, ready=b.ready * factor) for b in self.buckets),
                        loop_seconds=None if self.loop_seconds is None else self.loop_seconds * factor)
 
+    def accumulating(self, n: int) -> "StepProfile":
+        """The what-if of ``n`` micro-steps per optimizer step: the same micro-step, ``n`` times.
+
+        The micro-step that does not synchronise is the recorded one, or,
+        when none was recorded (a job without accumulation), the
+        synchronising one's forward + backward. The run's own step
+        (``loop_seconds``) describes another job and is dropped.
+        """
+        from dataclasses import replace
+
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"accumulate must be an integer >= 1 (micro-steps per optimizer step; 1: no "
+                             f"accumulation), got {n!r}")
+        if n == self.accumulate:
+            return self
+        source = "recorded" if self.accumulate > 1 else "forward + backward"
+        note = (f"{n} micro-steps per optimizer step (what-if; {self.accumulate} recorded; micro-step "
+                f"{self.micro_seconds * 1e3:.2f} ms: {source})")
+        return replace(self, accumulate=n, micro=self.micro_seconds, loop_seconds=None, notes=(*self.notes, note))
+
+    @property
+    def micro_seconds(self) -> float:
+        """One micro-step that does not synchronise: the recorded one, else forward + backward."""
+        return self.micro if self.micro is not None else self.forward + self.backward
+
+    @property
+    def accumulation_seconds(self) -> float:
+        """The micro-steps before the synchronising one: ``(accumulate - 1) * micro_seconds``."""
+        return (self.accumulate - 1) * self.micro_seconds if self.accumulate > 1 else 0.0
+
     @property
     def compute_seconds(self) -> float:
-        """The step on one rank with no communication: forward + backward + optimizer."""
-        return self.forward + self.backward + self.optimizer
+        """The step on one rank with no communication: the micro-steps, forward + backward + optimizer."""
+        return self.accumulation_seconds + self.forward + self.backward + self.optimizer
 
     @property
     def gradient_bytes(self) -> int:

@@ -145,7 +145,7 @@ class ProfileSession:
         self.result = ProfileResult(LEDGER.rank, end - self._start, comm, exposed, ops, host=host())
         if hooks is not None:
             self.result.steps = steps(self._waits.backwards, hooks.optimizer, hooks.buckets, gradwire.events(),
-                                      self._waits.windows, hooks.closures)
+                                      self._waits.windows, hooks.closures, hooks.forwards)
             self.result.hooks = hooks.hooks
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)

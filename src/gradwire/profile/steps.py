@@ -23,12 +23,32 @@ on the thread that trains (the one a :class:`ProfileSession` starts on):
    ``find_unused_parameters=True``, not a bucket).
 4. Collectives: the backend's event log (issue, link start, completion,
    the real inner op's end).
+5. The batch: while recording, every training forward of a DDP model (grad
+   enabled) stamps the leading dimension of its first tensor argument
+   (positional, else by name: the HF Trainer's ``input_ids``; inside a list
+   or dict: Lightning's ``[x, y]``): samples per rank per micro-step, for
+   throughput in samples/s.
 
 :func:`steps` turns these into one dict per step, every time in seconds
 relative to the step's backward call. A step runs from the end of the
 previous one (its optimizer step, or its backward if there was none) to the
 end of its own optimizer step; the first backward has no previous step and
 only starts the series.
+
+A step is an optimizer step. Gradient accumulation runs several backwards per
+optimizer step, and only the last one synchronises: the others run under
+``DDP.no_sync()`` or with ``require_backward_grad_sync = False`` (the HF
+Trainer's ``gradient_accumulation_steps`` and Lightning's
+``accumulate_grad_batches`` do the same). A backward with no optimizer step
+before the next backward and no gradient exchange in it (no bucket, no
+collective issued while it ran) is a micro-step of the step it leads into:
+the step's ``micro_steps`` counts its backwards (1 without accumulation) and
+``micro_seconds`` holds each earlier micro-step's seconds (from the end of
+the one before, or of the previous step, to its backward's return: its
+forward and backward). The step's other times are the synchronising
+backward's, and ``forward`` runs from the last micro-step's return to it.
+A backward that synchronised without an optimizer step after it (a script
+that updates its weights by hand) stays a step of its own.
 
 A step with a closure is a step too: its forward and backward run inside
 ``optimizer.step``. Every backward inside one optimizer step belongs to that
@@ -52,6 +72,7 @@ time (after compression) as the ready time.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from typing import Any, Callable
@@ -60,7 +81,7 @@ import torch
 
 from gradwire.backend.completer import CLOCK
 
-__all__ = ["BucketStamp", "HookRecorder", "steps", "strategy_label"]
+__all__ = ["BucketStamp", "HookRecorder", "batch_of", "steps", "strategy_label"]
 
 
 class BucketStamp:
@@ -77,6 +98,7 @@ class BucketStamp:
 _lock = threading.Lock()
 _active: list["HookRecorder"] = []
 _original_register: Callable[..., Any] | None = None
+_original_forward: Callable[..., Any] | None = None
 
 
 class HookRecorder:
@@ -91,6 +113,8 @@ class HookRecorder:
         self.buckets: list[BucketStamp] = []
         #: strategy label of each hook registered while recording (:func:`strategy_label`)
         self.hooks: list[str] = []
+        #: every training forward of a DDP model on the thread: (call, samples in its batch)
+        self.forwards: list[tuple[float, int]] = []
         self._handles: list[Any] = []
         self._pre: float | None = None
 
@@ -201,8 +225,24 @@ def _wrap(hook: Callable[..., Any]) -> Callable[..., Any]:
     return recorded
 
 
+def batch_of(args: tuple, kwargs: dict[str, Any]) -> int | None:
+    """Samples in a forward's batch: the leading dimension of its first tensor argument (positional, else by
+    name; inside a list, tuple or dict too: Lightning hands its module the batch as ``[x, y]``), None when it
+    has none."""
+    pending: list[Any] = [*args, *kwargs.values()]
+    while pending:
+        value = pending.pop(0)
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() else None
+        if isinstance(value, (list, tuple)):
+            pending[:0] = list(value)
+        elif isinstance(value, dict):
+            pending[:0] = list(value.values())
+    return None
+
+
 def _patch() -> None:
-    global _original_register
+    global _original_register, _original_forward
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     original = DDP.__dict__["register_comm_hook"]
@@ -216,14 +256,31 @@ def _patch() -> None:
     register_comm_hook.__doc__ = original.__doc__
     setattr(DDP, "register_comm_hook", register_comm_hook)
 
+    real_forward = _original_forward = DDP.__dict__["forward"]
+
+    @functools.wraps(real_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorders = _recorders()
+        if recorders and torch.is_grad_enabled():  # a training forward (an evaluation's is no micro-step)
+            n = batch_of(args, kwargs)
+            if n is not None:
+                for r in recorders:
+                    r.forwards.append((CLOCK.now(), n))
+        return real_forward(self, *args, **kwargs)
+
+    setattr(DDP, "forward", forward)
+
 
 def _unpatch() -> None:
-    global _original_register
+    global _original_register, _original_forward
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if _original_register is not None:
         setattr(DDP, "register_comm_hook", _original_register)
         _original_register = None
+    if _original_forward is not None:
+        setattr(DDP, "forward", _original_forward)
+        _original_forward = None
 
 
 def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -233,30 +290,47 @@ def _between(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
 
 def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[float, float]],
           buckets: list[BucketStamp], events: list[Any], waits: list[tuple[float, float]],
-          closures: list[tuple[float, float]] | None = None) -> list[dict[str, Any]]:
-    """One dict per step (module doc); times relative to the step's backward call.
+          closures: list[tuple[float, float]] | None = None,
+          forwards: list[tuple[float, int]] | None = None) -> list[dict[str, Any]]:
+    """One dict per step (module doc); times relative to the step's synchronising backward call.
 
     Keys: ``forward``, ``backward`` (compute), ``backward_wait`` (compute end
     to return), ``after_backward`` (return to the optimizer), ``waited``
     (the training thread's waits for communication in ``after_backward``),
     ``optimizer``, ``step`` (the whole step), ``evaluations`` (backwards in
-    the step: more than one where a closure ran several times), ``origin``
+    the step: more than one where a closure ran several times),
+    ``micro_steps`` (backward passes of the step, its micro-steps of
+    gradient accumulation and the synchronising one), ``micro_seconds`` (the
+    seconds of each micro-step before the synchronising one), ``batch`` (samples
+    of the synchronising micro-step's forward, from ``forwards``: (call,
+    samples) of each DDP forward; None: not seen), ``origin``
     (the backward call itself, on the backend's clock: what the step's times
     are relative to, so that two steps' times can be set on one line), ``buckets``
     (index, nbytes, element_size, ready, hook, done) and ``collectives`` (op,
     group, seq, nbytes, issued, started, completed, inner).
     """
     out: list[dict[str, Any]] = []
-    units = _units(sorted(backwards), sorted(optimizer), sorted(closures or []))
     events = sorted(events, key=lambda e: e.issued)
+
+    marks = sorted([s.called for s in buckets] + [e.issued for e in events])
+
+    def synced(bw: _Backward) -> bool:  # a bucket handed over or a collective issued while it ran
+        return bisect.bisect_right(marks, bw[2]) > bisect.bisect_left(marks, bw[0])
+
+    units = _accumulated(_units(sorted(backwards), sorted(optimizer), sorted(closures or [])), synced)
     prev_end: float | None = None
-    for k, (first, opt, after, evaluations) in enumerate(units):
+    for k, (micro, (first, opt, after, evaluations)) in enumerate(units):
         b0, computed, returned = first
-        nxt = units[k + 1][0][0] if k + 1 < len(units) else float("inf")
+        nxt = (units[k + 1][0] or [units[k + 1][1][0]])[0][0] if k + 1 < len(units) else float("inf")
         end = opt[1] if opt else returned
-        if prev_end is None or prev_end > b0:
+        start = micro[0][0] if micro else b0
+        if prev_end is None or prev_end > start:
             prev_end = end
             continue
+        micro_seconds, lead = [], prev_end
+        for bw in micro:
+            micro_seconds.append(bw[2] - lead)
+            lead = bw[2]
         mine = [s for s in buckets if b0 <= s.called <= computed]
         if mine:
             rows = [{"index": s.index, "nbytes": s.nbytes, "element_size": s.element_size, "ready": s.called - b0,
@@ -271,9 +345,11 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
                   "inner": (e.inner_done - e.issued) if e.inner_done else None}
                  for e in events if b0 <= e.issued < nxt]
         o0, o1 = (after, opt[1]) if opt else (returned, returned)
-        out.append({"forward": b0 - prev_end, "backward": computed - b0, "backward_wait": returned - computed,
+        batch = next((n for t, n in reversed(forwards or []) if lead <= t <= b0), None)
+        out.append({"forward": b0 - lead, "backward": computed - b0, "backward_wait": returned - computed,
                     "after_backward": o0 - returned, "waited": _between(waits, returned, o0),
-                    "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations, "origin": b0,
+                    "optimizer": o1 - o0, "step": end - prev_end, "evaluations": evaluations,
+                    "micro_steps": len(micro) + 1, "micro_seconds": micro_seconds, "batch": batch, "origin": b0,
                     "buckets": rows, "collectives": colls})
         prev_end = end
     return out
@@ -281,6 +357,26 @@ def steps(backwards: list[tuple[float, float, float]], optimizer: list[tuple[flo
 
 _Backward = tuple[float, float, float]
 _Unit = tuple[_Backward, "tuple[float, float] | None", float, int]
+
+
+def _accumulated(units: list[_Unit], synced: Callable[[_Backward], bool]) -> list[tuple[list[_Backward], _Unit]]:
+    """Each step as (its micro-steps, its synchronising unit): module doc, gradient accumulation.
+
+    A unit without an optimizer step whose backward did not synchronise is a
+    micro-step of the next unit; micro-steps with no unit after them (the
+    end of the run) are units of their own, as they were.
+    """
+    out: list[tuple[list[_Backward], _Unit]] = []
+    pending: list[_Backward] = []
+    for unit in units:
+        bw, opt = unit[0], unit[1]
+        if opt is None and unit[3] == 1 and not synced(bw):
+            pending.append(bw)
+            continue
+        out.append((pending, unit))
+        pending = []
+    out += [([], (bw, None, bw[2], 1)) for bw in pending]
+    return out
 
 
 def _units(backwards: list[_Backward], optimizer: list[tuple[float, float]],
