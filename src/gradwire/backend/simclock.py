@@ -79,14 +79,19 @@ class Tag:
 
 
 class _Thread(threading.local):
+    """What the clock keeps per thread."""
+
+    #: depth of backend calls: the backend's own work is never charged
     paused: int = 0
     #: the simulated instant this (delivery) thread computes at, and the tag it computes for; None: the main timeline
     context: float | None = None
     tag: Tag | None = None
+    #: the tag of a strategy's background launches (:meth:`SimClock.detached`)
     detached: Tag | None = None
+    #: this thread's roofline dispatch mode, entered once
     mode: Any = None
+    #: thread CPU time at the last charge (``host`` devices)
     cpu_mark: float = 0.0
-    charged: float = 0.0
 
 
 class SimClock:
@@ -101,9 +106,9 @@ class SimClock:
         self._pending = 0.0
         self._tls = _Thread()
         self._main: int | None = None
-        self._main_cpu = 0.0
+        #: the tag of each backward pass (by autograd graph task) that issued ops
         self._backward: dict[int, Tag] = {}
-        #: ops observed at the next backend call (not in a backward, not detached): (pending, end)
+        #: ops in no backward and no background launch, observed by a wait once they really ended: (pending, end)
         self._loose: list[tuple[Any, float]] = []
         #: seconds the main clock jumped to a completion: communication not hidden behind compute
         self.exposed = 0.0
