@@ -47,6 +47,14 @@ def _files(tmp):
 
 # (argv, what the one line must mention); {FILE}, {DIR} and {TMP} stand for real paths
 CORPUS = [
+    # the simulated clock's devices
+    ("compare --device a1000", "unknown device 'a1000': use one of cpu-core, t4, v100, a100, h100"),
+    ("compare --device host:x0", "the factor must be a positive finite number"),
+    ("compare --device 0,1555", "a custom device is TFLOPS/GBps, both positive"),
+    ("compare --clock wall", "invalid choice: 'wall'"),
+    ("compare --net 1gbe,clock=sim,device=a1000", "unknown device 'a1000'"),
+    ("bench --net 1gbe,clock=sim,device=step:35ms", "scales compute by a training step"),
+    ("bench --net 1gbe,device=a100", "add clock=sim"),
     # compare
     ("compare --out /proc/x", "not writable"),
     ("compare --out {FILE}", "is a file, not a folder"),

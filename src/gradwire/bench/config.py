@@ -115,6 +115,9 @@ class BenchConfig:
             raise ValueError(f"--timeout must be a finite number of seconds > 0, got {self.timeout!r}")
         if self.net is not None:  # a bad spec fails here, before any rank starts
             object.__setattr__(self, "net", NetSpec.of(self.net))
+            if self.net.device is not None and self.net.device.startswith("step:"):
+                raise ValueError(f"device={self.net.device} scales compute by a training step, and a benchmark of "
+                                 "collectives has none; give the device itself (e.g. device=a100), or no device")
 
     @property
     def device_type(self) -> str:
