@@ -263,63 +263,6 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                            "metric.png", args.tolerance)
 
 
-def _pace(runs: list[Any], per_epoch: int) -> float | None:
-    """The compute-only run's step compute (s), each seed's as the calibration takes its reference
-    (:func:`gradwire.predict.calibrate.reference_step`: a moment of another job's load left out)."""
-    from gradwire.compare.config import COMPUTE_ONLY
-    from gradwire.predict.calibrate import reference_step
-
-    seeds = [s.step_compute for r in runs if r.strategy == COMPUTE_ONLY and r.ok for s in r.seeds if s.step_compute]
-    return sum(reference_step(c, per_epoch)[0] for c in seeds) / len(seeds) if seeds else None
-
-
-def _predicted(cfg: Any, rows: list[Any], runs: list[Any], say: Any = print) -> Any:
-    """The predicted speedups at each network and against bandwidth, on the measured step (None without a
-    compute-only run to measure it by). The host is calibrated first (:mod:`gradwire.compare.crossover`);
-    a calibration that fails leaves the prediction to the network and the exchanges timed here, and says so."""
-    from gradwire.compare.config import COMPUTE_ONLY
-    from gradwire.compare.crossover import hook_buckets, replay_for, replayed, speedup_curves
-    from gradwire.strategies import Timing, parse_strategy
-    from gradwire.predict.calibrate import calibrate
-    from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
-
-    ideal = next((r for r in rows if r.strategy == COMPUTE_ONLY and r.ok), None)
-    if ideal is None or not ideal.compute_ms > 0 or len(cfg.strategies) < 2:
-        return None
-    names = cfg.strategy_names
-    fixed = list(dict.fromkeys(c for s in names for c in replayed(s)))  # auto: replayed as its candidates
-    codecs = [c for s in fixed if isinstance(c := parse_strategy(s).exchange.codec, str)]
-    steps = cfg.epochs * steps_per_epoch(TRAIN_SIZE, cfg.workers, cfg.batch_size)
-    say(f"predicting: measuring this host with {cfg.workers} ranks (its real collectives, each exchange's CPU work)")
-    try:
-        buckets = [s for s in fixed if parse_strategy(s).timing in (Timing.BLOCKING, Timing.NEXT_STEP)]
-        measured = calibrate(cfg.model, cfg.batch_size, cfg.workers, codecs,
-                             hook_buckets(cfg.model, names, cfg.workers), buckets)
-    except (RuntimeError, TimeoutError, OSError) as exc:
-        say(f"predicting without the host: its calibration failed ({str(exc).splitlines()[0][:160]})")
-        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, steps=steps)
-        calibration = None
-    else:
-        pace = _pace(runs, steps // cfg.epochs)
-        scale = (pace if pace is not None else ideal.compute_ms / 1e3) / measured.compute
-        replay = replay_for(cfg.model, ideal.compute_ms, names, cfg.workers, cfg.batch_size, measured.scaled(scale),
-                            steps)
-        calibration = {**measured.as_dict(), "scale": scale}
-    curves = speedup_curves(replay, ideal.compute_ms, names, cfg.nets[0], cfg.workers)
-    for net, spec in zip(cfg.net_names, cfg.nets):
-        steps_ms = {s: t * 1e3 for s, t in replay.steps_on(names, spec).items()}
-        curves.step_ms_at_nets[net] = steps_ms
-        curves.at_nets[net] = {s: steps_ms[names[0]] / steps_ms[s] for s in names[1:]}
-    curves.calibration = calibration
-    return curves
-
-
-def _with_predictions(rows: list[Any], at_nets: dict[str, dict[str, float]]) -> None:
-    """Each row's predicted speedup, beside its measured one."""
-    for r in rows:
-        r.predicted_speedup = at_nets.get(r.net, {}).get(r.strategy, float("nan"))
-
-
 def _run_and_report(start: Any, out: Path, total: int, target: float | None, plot_name: str,
                     tolerance: Tolerance | None, predict_for: Any = None) -> int:
     from rich.console import Console
@@ -327,6 +270,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradwire.compare import print_table, rows_of, to_markdown
+    from gradwire.compare.predicted import predict_beside
     from gradwire.compare.report import prediction_line
     from gradwire.compare.config import DEFAULT_TOLERANCE
     from gradwire.compare.processes import ComparisonStopped
@@ -367,9 +311,7 @@ def _run_and_report(start: Any, out: Path, total: int, target: float | None, plo
     rows = rows_of(results, tolerance)
     results.tolerance = str(tolerance)
     say = lambda line: console.print(escape(line))  # noqa: E731
-    curves = _predicted(predict_for, rows, results.runs, say) if predict_for is not None else None
-    if curves is not None:
-        _with_predictions(rows, curves.at_nets)
+    curves = predict_beside(predict_for, rows, results.runs, say) if predict_for is not None else None
     print_table(rows, target)
     results.rows = rows
     plots = [out / plot_name, out / "breakdown.png"]
