@@ -93,7 +93,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", type=_typed("device", _device), default=None,
                    help="what the simulated cluster computes on: cpu-core, t4, v100, a100, h100 (datasheet "
                         "rooflines), TFLOPS,GB/s (e.g. 19.5,1555), host (this rank's thread CPU time), host:x0.1 "
-                        "(scaled), step=35ms (a step as you measured it) (default: cpu-core; needs --clock sim)")
+                        "(scaled), step=35ms (a step as you measured it) (default: cpu-core; a device implies --clock sim)")
     models = p.add_argument_group("the bundled digits models (without a command)")
     models.add_argument("--model", default=None, help=f"model name (default: {d['model'].default})")
     models.add_argument("--epochs", type=positive_int(1), default=None, help=f"(default: {d['epochs'].default})")
@@ -176,7 +176,7 @@ def _nets(args: argparse.Namespace, default: tuple[str, ...], clock: str = "real
     """``--net`` (or ``default``, parsed as ``--net`` is), on ``--clock`` (or ``clock``) with ``--device``."""
     from gradwire.compare.config import on_clock
 
-    chosen = args.clock or clock
+    chosen = args.clock or ("sim" if args.device is not None else clock)  # a device is the simulated clock's
     if args.device is not None and chosen != "sim":
         raise ValueError(f"--device {args.device} prices compute on the simulated clock: add --clock sim "
                          "(the realtime clock takes compute as this host runs it)")
