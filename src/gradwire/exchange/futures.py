@@ -143,6 +143,8 @@ def _stamper() -> tuple[Callable[[float], None], Callable[[Future], Future]]:
 
 def then(fut: Future, fn: Callable[[Any], T]) -> Future:
     """``fut.then`` that hands ``fn`` the value, so a failure of ``fut`` fails the result instead of reaching ``fn``."""
+    if not SIMCLOCK.enabled:  # the realtime clock: no instants to keep on a stage of every exchange
+        return fut.then(counted(lambda done: fn(done.value())))
     ended, named = _stamper()
     stage = _staged(fut, fn, ended)
     return named(fut.then(counted(lambda done: stage(done.value()))))
