@@ -69,10 +69,13 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
 4. Parallel streams. A library may stripe one message over several
    connections to a peer: gloo opens one per pair of ranks; NCCL's socket
    transport opens ``NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD`` data sockets
-   (autodetected: 1 x 1 = one in general, 2 x 8 = 16 on AWS ENA, 4 x 1 = 4 on
-   GCP gVNIC; at most 64) and cuts a message into at most that many pieces of
-   at least 64 KiB (``MIN_CHUNKSIZE``). Window cap and slow start apply per
-   stream, so ``k`` streams lift the cap ``k``-fold and share the link rate.
+   per channel (autodetected: none in general, the control socket carrying
+   the data, 2 x 8 = 16 on AWS ENA, 4 x 1 = 4 on GCP gVNIC; at most 64) and
+   cuts a message into at most that many pieces of at least 64 KiB. Window
+   cap and slow start apply per stream, so ``k`` streams lift the cap
+   ``k``-fold and share the link rate. Which connections a library opens and
+   how it feeds them (gloo's notice-gated ring segments, NCCL's channels and
+   pipelined steps) is :mod:`gradwire.net.transport`.
 
 The model, per stream of ``m`` bytes with rate share ``R``, window ``w`` and the
 stream's steady window ``W = min(cap, R x RTT)``: while ``w`` is below the BDP
