@@ -113,7 +113,7 @@ def resolve(name: str, inner: str | None = None) -> Transport:
 
 
 def credit_window(segment: float, rate: float, rtt: float, in_flight: int = GLOO_SEGMENTS_IN_FLIGHT) -> float:
-    """The window a ring of ``in_flight`` notice-gated segments amounts to: ``in_flight x segment x RTT / (RTT + segment / rate)``.
+    """The window ``in_flight`` notice-gated segments amount to: ``in_flight x segment x RTT / (RTT + segment / rate)``.
 
     Each receive slot turns over once per cycle: the notice reaches the sender
     (one way), the segment is serialised (``segment / rate``) and arrives (one
