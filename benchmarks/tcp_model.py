@@ -189,8 +189,11 @@ def model_only() -> list[dict]:
     """Effects no published measurement was found for: priced by the model alone."""
     rows = []
     wan = "bandwidth=10gbit,latency=40ms"
-    for label, spec in (("gloo (1 connection per pair)", wan), ("NCCL sockets, GCP gVNIC (4)", wan + ",streams=4"),
-                        ("NCCL sockets, AWS ENA (16)", wan + ",streams=16"), ("plain alpha-beta", wan + ",tcp=off")):
+    for label, spec in (("gloo (1 connection per pair)", wan + ",transport=gloo"),
+                        ("NCCL, 2 channels x 1 socket (generic NIC)", wan + ",transport=nccl"),
+                        ("NCCL, 2 channels x 4 sockets (GCP gVNIC)", wan + ",transport=nccl,streams=4"),
+                        ("NCCL, 2 channels x 16 sockets (AWS ENA)", wan + ",transport=nccl,streams=16"),
+                        ("plain alpha-beta", wan + ",tcp=off")):
         for world in (2, 8):
             cost = NetworkModel(spec, world).cost("all_reduce", 256 * MiB)
             rows.append({"what": f"256 MiB all_reduce, {world} ranks, 10 Gbit/s, 80 ms RTT, {label}",

@@ -69,6 +69,8 @@ CORPUS = [
     ("compare --lr -1", "--lr must be > 0"),
     ("compare --target 2", "--target must be in (0, 1]"),
     ("compare --net 10gbe,speed=1", "unknown spec key 'speed'"),
+    ("compare --net wan,transport=mpi", "unknown transport 'mpi'; valid: auto, gloo, nccl"),
+    ("compare --net wan,transport=nccl,nccl_channels=0", "nccl_channels must be a whole number of channels"),
     ("compare --net 1gbe,topology=2x4 --workers 3", "topology 2x4 holds 8 ranks"),
     ("compare --tolerance 2%", "expected loss=SHARE and/or accuracy=POINTS, got '2%'"),
     ("compare --tolerance loss=1pt", "loss=1pt: expected a share of the baseline's loss from 0% to 100%"),

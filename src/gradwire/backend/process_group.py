@@ -282,16 +282,19 @@ class GradwireProcessGroup(dist.ProcessGroup):
                 _LOG.info("gradwire group %s: CUDA tensors run on gloo (%s)", self._group_id, why)
             self.cuda_inner = name
 
-    def _price(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None) -> OpCost:
-        """The model's price of one op; without jitter it depends on no seq, so it is cached."""
+    def _price(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None,
+               inner: str = "gloo") -> OpCost:
+        """The model's price of one op on the inner backend ``inner`` (its transport, when the spec's is auto);
+        without jitter it depends on no seq, so it is cached."""
+        model = self._model.for_inner(inner)
         if not self._deterministic:
-            return self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst)
-        key = (op, nbytes, src, dst)
+            return model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst)
+        key = (op, nbytes, src, dst, model is self._model)
         cost = self._priced.get(key)
         if cost is None:
             if len(self._priced) > 4096:
                 self._priced.clear()
-            cost = self._priced[key] = self._model.cost(op, nbytes, ranks=self._ranks, seq=0, src=src, dst=dst)
+            cost = self._priced[key] = model.cost(op, nbytes, ranks=self._ranks, seq=0, src=src, dst=dst)
         return cost
 
     def _launch(
@@ -354,7 +357,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         with self._lock:
             seq = self._seq
             self._seq += 1
-            cost = self._price(op, nbytes, seq, src, dst)
+            carrier = _backend_name(inner)
+            cost = self._price(op, nbytes, seq, src, dst, carrier)
             # a full-duplex NIC: a send holds the transmit side, a recv the
             # receive side, a collective both; groups of the same ranks share it
             if now is None:
@@ -362,8 +366,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if not self._priced_at_start:
                 start, done = self._link.reserve(now, cost.seconds, sends, receives)
             else:  # priced from the instant the queue lets it start: a changing network, TCP's idle restart
-                start, done = self._link.reserve(now, lambda at: self._price_at(op, nbytes, seq, src, dst, at),
-                                                 sends, receives)
+                start, done = self._link.reserve(
+                    now, lambda at: self._price_at(op, nbytes, seq, src, dst, at, carrier), sends, receives)
                 self._last_end = done
                 if self._model.schedule is not None:
                     cause = self._outage_in(start, done)
@@ -382,7 +386,8 @@ class GradwireProcessGroup(dist.ProcessGroup):
         return self._track(event, cost.sent_bytes if sends else 0, work, post, _backend_name(inner), opts, source_of,
                            cause, tag)
 
-    def _price_at(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None, at: float) -> float:
+    def _price_at(self, op: str, nbytes: int, seq: int, src: int | None, dst: int | None, at: float,
+                  inner: str = "gloo") -> float:
         """Modelled seconds of an op that starts at ``at`` (the clock's time) on the network's schedule.
 
         One that ends past the group's timeout fails at the timeout, as gloo's
@@ -396,12 +401,12 @@ class GradwireProcessGroup(dist.ProcessGroup):
         if others:  # a fair share of the named link, on the condition the op starts in
             cond = self._model.condition(at - self._origin)[0]
             rate = (self._model.spec.bandwidth if cond.bandwidth is None else cond.bandwidth) / (others + 1)
-            return self._model.at(replace(cond, bandwidth=rate, down=False)).cost(
+            return self._model.at(replace(cond, bandwidth=rate, down=False)).for_inner(inner).cost(
                 op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst, idle=idle).seconds
         if self._model.schedule is None and idle is not None and idle <= self._warm_idle:
-            return self._price(op, nbytes, seq, src, dst).seconds  # a warm connection: the cached price
-        seconds = self._model.cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst,
-                                   start=at - self._origin, horizon=horizon, idle=idle).seconds
+            return self._price(op, nbytes, seq, src, dst, inner).seconds  # a warm connection: the cached price
+        seconds = self._model.for_inner(inner).cost(op, nbytes, ranks=self._ranks, seq=seq, src=src, dst=dst,
+                                                    start=at - self._origin, horizon=horizon, idle=idle).seconds
         return seconds if math.isfinite(seconds) else horizon * 2 + 1.0
 
     def _outage_in(self, start: float, done: float) -> str:

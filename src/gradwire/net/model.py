@@ -111,6 +111,7 @@ class NetworkModel:
                 raise ValueError(f"{event.to_string()}: rank {rank} is outside the world (ranks 0..{world_size - 1})")
         self._static: dict[Condition, NetworkModel] = {}
         self._priced: dict[tuple[tuple[object, ...], Condition], OpCost] = {}
+        self._inner: dict[str, NetworkModel] = {}
 
     def __repr__(self) -> str:
         return f"NetworkModel({self.spec.to_string()!r}, world_size={self.world_size})"
@@ -145,6 +146,21 @@ class NetworkModel:
             if len(self._static) > 1024:
                 self._static.clear()
             model = self._static[cond] = NetworkModel(spec, self.world_size)
+        return model
+
+    def for_inner(self, inner: str) -> "NetworkModel":
+        """This model as the inner backend ``inner`` ("gloo" or "nccl") carries an op (cached).
+
+        ``transport=auto`` prices the transport of the backend that runs the op
+        (:mod:`gradwire.net.transport`); a spec that names its transport, or an
+        inner backend the model does not know, keeps this model.
+        """
+        if self.spec.tcp.transport != "auto" or inner not in ("nccl",):
+            return self
+        model = self._inner.get(inner)
+        if model is None:
+            spec = replace(self.spec, tcp=replace(self.spec.tcp, transport=inner))
+            model = self._inner[inner] = NetworkModel(spec, self.world_size)
         return model
 
     def node_of(self, rank: int) -> int:

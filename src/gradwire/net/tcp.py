@@ -69,10 +69,13 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
 4. Parallel streams. A library may stripe one message over several
    connections to a peer: gloo opens one per pair of ranks; NCCL's socket
    transport opens ``NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD`` data sockets
-   (autodetected: 1 x 1 = one in general, 2 x 8 = 16 on AWS ENA, 4 x 1 = 4 on
-   GCP gVNIC; at most 64) and cuts a message into at most that many pieces of
-   at least 64 KiB (``MIN_CHUNKSIZE``). Window cap and slow start apply per
-   stream, so ``k`` streams lift the cap ``k``-fold and share the link rate.
+   per channel (autodetected: none in general, the control socket carrying
+   the data, 2 x 8 = 16 on AWS ENA, 4 x 1 = 4 on GCP gVNIC; at most 64) and
+   cuts a message into at most that many pieces of at least 64 KiB. Window
+   cap and slow start apply per stream, so ``k`` streams lift the cap
+   ``k``-fold and share the link rate. Which connections a library opens and
+   how it feeds them (gloo's notice-gated ring segments, NCCL's channels and
+   pipelined steps) is :mod:`gradwire.net.transport`.
 
 The model, per stream of ``m`` bytes with rate share ``R``, window ``w`` and the
 stream's steady window ``W = min(cap, R x RTT)``: while ``w`` is below the BDP
@@ -95,6 +98,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
+from gradwire.net.transport import MAX_CHANNELS, NCCL_CHANNELS, TRANSPORT_CHOICES, Transport, credit_window, resolve
 from gradwire.net.units import format_time, human_size, parse_size, parse_time
 
 #: Linux defaults (``tcp_rmem[2]``, ``tcp_wmem[2]``, ``TCP_INIT_CWND``, ``TCP_RTO_MIN``)
@@ -189,9 +193,10 @@ def format_bytes(nbytes: int) -> str:
 @dataclass(frozen=True)
 class TcpConfig:
     """The TCP settings of a spec: the keys ``tcp``, ``tcp_rmem``, ``tcp_wmem``, ``initcwnd``,
-    ``streams``, ``rto_min``, ``slow_start_after_idle`` and ``congestion``.
+    ``streams``, ``rto_min``, ``slow_start_after_idle``, ``congestion``, ``transport`` and ``nccl_channels``.
 
-    They apply to links with ``protocol=tcp`` only; the defaults are Linux's.
+    They apply to links with ``protocol=tcp`` only; the defaults are Linux's,
+    gloo's and NCCL's (:mod:`gradwire.net.transport`).
     """
 
     enabled: bool = True
@@ -203,13 +208,18 @@ class TcpConfig:
     init_cwnd: int = DEFAULT_INIT_CWND
     """``initcwnd``: initial congestion window in segments (``ip route ... initcwnd``)"""
     streams: int = 1
-    """``streams``: TCP connections a library stripes one message over (gloo 1; NCCL sockets, module doc)"""
+    """``streams``: TCP connections per peer connection: gloo opens 1 per pair (more: parallel gloo groups); NCCL
+    ``NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD`` per channel (1 on a generic NIC, 16 on AWS, 4 on GCP)"""
     rto_min: float = DEFAULT_RTO_MIN
     """``rto_min``: floor of the retransmission timeout's variance term (TCP_RTO_MIN), seconds"""
     slow_start_after_idle: bool = True
     """``slow_start_after_idle``: shrink the window after an idle longer than the RTO (the sysctl)"""
     congestion: str = "cubic"
     """``congestion``: cubic or reno (restart after idle) or bbr (no restart: it owns cong_control)"""
+    transport: str = "auto"
+    """``transport``: the library priced: gloo, nccl, or auto (the inner backend of the op; gloo without one)"""
+    channels: int = NCCL_CHANNELS
+    """``nccl_channels``: NCCL's channels per peer, each with its own ``streams`` sockets (transport nccl only)"""
 
     def __post_init__(self) -> None:
         for name in ("enabled", "slow_start_after_idle"):
@@ -233,11 +243,22 @@ class TcpConfig:
         object.__setattr__(self, "rto_min", rto_min)  # normalising a field of a frozen dataclass
         _check(self.congestion in CONGESTION_CONTROLS,
                f"unknown congestion control {self.congestion!r}; valid: {', '.join(CONGESTION_CONTROLS)}")
+        _check(self.transport in TRANSPORT_CHOICES,
+               f"unknown transport {self.transport!r}; valid: {', '.join(TRANSPORT_CHOICES)} (auto: the inner "
+               "backend's, gloo for CPU tensors)")
+        _check(isinstance(self.channels, int) and not isinstance(self.channels, bool)
+               and 1 <= self.channels <= MAX_CHANNELS,
+               f"nccl_channels must be a whole number of channels from 1 to {MAX_CHANNELS} (NCCL with one GPU and "
+               f"one NIC per node: {NCCL_CHANNELS}), got {self.channels!r}")
 
     @property
     def window(self) -> float:
         """Bytes in flight per stream: :func:`window_cap` of the two buffers."""
         return window_cap(self.rmem, self.wmem)
+
+    def connections(self, transport: Transport) -> int:
+        """TCP connections to one peer under ``transport``: ``nccl_channels x streams`` for NCCL, else ``streams``."""
+        return self.streams * (self.channels if transport.channels else 1)
 
     @property
     def restarts_after_idle(self) -> bool:
@@ -260,9 +281,12 @@ class TcpConfig:
             return "off (tcp links priced by the plain alpha-beta model)"
         restart = (f"slow start after idle > RTO (rtt + {format_time(self.rto_min)})" if self.restarts_after_idle
                    else "no restart after idle" + (" (bbr)" if self.slow_start_after_idle else ""))
+        kind = resolve(self.transport)
+        links = (f"{self.channels} channels x {self.streams} socket{'s' if self.streams > 1 else ''}"
+                 if kind.channels else f"{self.streams} stream{'s' if self.streams > 1 else ''}")
         return (f"window {human_size(self.window)}/stream = {BUFFER_PAYLOAD_RATIO:g} x min(tcp_rmem "
                 f"{human_size(self.rmem)}, tcp_wmem {human_size(self.wmem)}), initcwnd {self.init_cwnd}, "
-                f"{self.streams} stream{'s' if self.streams > 1 else ''}, {restart}, {self.congestion}")
+                f"{links}, {restart}, {self.congestion}, transport {self.transport}")
 
 
 #: spec key -> (TcpConfig field, parser(text, key), formatter)
@@ -275,6 +299,8 @@ _KEYS: dict[str, tuple[str, Callable[[str, str], Any], Callable[[Any], str]]] = 
     "rto_min": ("rto_min", lambda text, key: parse_time(text), format_time),
     "slow_start_after_idle": ("slow_start_after_idle", _bool, _on_off),
     "congestion": ("congestion", lambda text, key: text.lower(), str),
+    "transport": ("transport", lambda text, key: text.lower(), str),
+    "nccl_channels": ("channels", _integer, str),
 }
 #: the spec keys of :class:`TcpConfig`
 TCP_KEYS: tuple[str, ...] = tuple(_KEYS)
@@ -385,29 +411,45 @@ def transfer(nbytes: float, link_rate: float, rtt: float, latency: float, *, mss
 
 
 def steps_seconds(chunk: float, steps: int, link_rate: float, rtt: float, latency: float, *, mss: int,
-                  config: TcpConfig, idle: float | None, same_peer: bool) -> float:
-    """Seconds for ``steps`` sequential transfers of ``chunk`` bytes (one collective's steps).
+                  config: TcpConfig, idle: float | None, same_peer: bool, transport: Transport | None = None) -> float:
+    """Seconds for ``steps`` sequential transfers of ``chunk`` bytes (one collective's steps) under ``transport``.
 
-    ``same_peer``: every step sends to the same peer over one connection (a
-    ring), so the window one step grew carries into the next; otherwise every
-    step opens onto another peer's connection (a tree, recursive doubling,
-    pairwise exchange) and starts from the state ``idle`` gives it.
+    ``transport`` (default: the config's, ``auto`` as gloo) says how the
+    library feeds its connections (:mod:`gradwire.net.transport`):
+
+    - pipelined (NCCL): the steps stream back to back, so the collective is
+      ``steps - 1`` latencies (the pipeline's fill) plus one transfer of all
+      ``steps x chunk`` bytes through ``nccl_channels x streams`` connections.
+    - gloo: ``same_peer`` steps go to one neighbour over one connection (a ring),
+      so the window one step grew carries into the next, and the ring's
+      notice-gated segments cap each connection at :func:`credit_window`;
+      other steps open onto another peer's connection each (a tree, recursive
+      doubling, pairwise exchange, a send) and start from the state ``idle``
+      gives it.
     """
     if steps <= 0:
         return 0.0
     if chunk <= 0:
         return steps * latency
+    kind = resolve(config.transport) if transport is None else transport
+    streams = config.connections(kind)
+    rto = linux_rto(rtt, config.rto_min)
+    cap = config.window
+    if kind.segment and same_peer:
+        share = link_rate / _striped(chunk, streams)
+        cap = min(cap, credit_window(min(kind.segment, chunk), share, rtt))
 
-    def one(window: float | None) -> tuple[float, float]:
-        return transfer(chunk, link_rate, rtt, latency, mss=mss, init_cwnd=config.init_cwnd,
-                        window_cap=config.window, streams=config.streams, idle=idle,
-                        rto=linux_rto(rtt, config.rto_min), restarts=config.restarts_after_idle, window=window)
+    def one(nbytes: float, window: float | None) -> tuple[float, float]:
+        return transfer(nbytes, link_rate, rtt, latency, mss=mss, init_cwnd=config.init_cwnd, window_cap=cap,
+                        streams=streams, idle=idle, rto=rto, restarts=config.restarts_after_idle, window=window)
 
+    if kind.pipelined:
+        return (steps - 1) * latency + one(chunk * steps, None)[0]
     if not same_peer:
-        return steps * one(None)[0]
+        return steps * one(chunk, None)[0]
     total, window = 0.0, None
     for done in range(steps):
-        seconds, after = one(window)
+        seconds, after = one(chunk, window)
         total += seconds
         if window is not None and after == window:  # steady: every step left is the same
             return total + (steps - done - 1) * seconds
