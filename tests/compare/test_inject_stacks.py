@@ -75,14 +75,14 @@ def test_lbfgs_runs_where_the_optimizer_owns_its_step_and_is_refused_elsewhere()
 
 
 @pytest.mark.slow
-def test_clipping_is_right_or_refused() -> None:
+def test_clipping_runs_under_every_strategy() -> None:
     got = _run([(s, "clipped") for s in STRATEGIES])
-    for s in ("sync", "torch-fp16", "torch-powersgd:2:start=2", "localsgd:2", "async-average:2", "handler"):
+    for s in STRATEGIES:
         _ok(got[(s, "clipped")], s)
-    for s in ("onebit", "int8"):
-        _refused(got[(s, "clipped")], "clipping", "momentum")
-    for s in ("delayed", "onebit+delayed"):
-        _refused(got[(s, "clipped")], "clipping", "undone")
+    for s in ("onebit", "int8", "onebit+delayed"):  # the script's SGD steps as written on the exchanged gradient
+        assert all("SGD as written" in out["description"] for out in got[(s, "clipped")]), s
+    for s in ("onebit", "int8"):  # every rank applies the one clipped average
+        assert all(out["same"] for out in got[(s, "clipped")]), s
     # handler clips the averaged gradients, as DDP does: the same training as sync
     for a, b in zip(got[("sync", "clipped")], got[("handler", "clipped")]):
         for x, y in zip(a["params"], b["params"]):
