@@ -46,8 +46,10 @@ way: :class:`StrategyRefused` is raised where the script reaches the point
 that cannot work, with the reason: a second DDP or optimizer, an optimizer no
 scheme runs, no optimizer at the first forward, a comm hook of the script's
 own, LBFGS (several closure calls per step) under a strategy that owns the
-step, gradient clipping where ``.grad`` does not hold the gradient (a
-compressor's exchanged momentum, ``delayed``'s swapped-in average), a
+step, gradient clipping that starts after the exchange took over the
+optimizer's momentum (clipping from the first step gives the optimizer back,
+:meth:`Injection.grads_read`; ``delayed`` clips each average as it applies
+it, :meth:`Injection.clipped`), a
 ``GradScaler`` where the exchange or the ranks' step decisions would mix
 scales, ``no_sync()`` under ``handler``, SGD's weight decay under a
 compressing ``handler``. A script that steps an optimizer before it ever
@@ -73,9 +75,9 @@ Traps:
   ranks end with their last local differences; :meth:`Injection.close` only
   waits for the averages still in flight, before the process group goes.
 - The checks of ``.grad`` readers patch ``clip_grad._get_total_norm`` (what
-  ``clip_grad_norm_`` calls, however it was imported), ``clip_grad_value_``
-  and ``GradScaler.unscale_``; a hand-written clipping loop over ``p.grad``
-  is not seen.
+  ``clip_grad_norm_`` calls, however it was imported), ``_clip_grads_with_norm_``
+  (the threshold), ``clip_grad_value_`` and ``GradScaler.unscale_``; a
+  hand-written clipping loop over ``p.grad`` is not seen.
 """
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].

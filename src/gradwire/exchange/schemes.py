@@ -98,7 +98,9 @@ Traps:
 - Between ``backward()`` and the step, ``.grad`` holds the exchanged
   momentum ``u``, not the gradient: gradient clipping (``clip_grad_norm_``)
   would clip the momentum, about ``1 / (1 - beta)`` times larger than a
-  gradient. Clip inside a hook of your own before the exchange, or not at all.
+  gradient. :meth:`OptimizerScheme.release` (before the first step) gives
+  the optimizer back and makes the exchange carry the gradient instead; what
+  ``gradwire compare`` does for a script that clips.
 - Every parameter group must share one ``beta`` (``betas[0]`` for Adam): the
   exchange keeps one momentum.
 - The scheme reads and writes ``param_groups`` once, at construction: an

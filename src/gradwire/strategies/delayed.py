@@ -53,6 +53,19 @@ residual difference ``e_{t-2} - e_{t-1}`` (exactly as in ``sync``, one step
 later). A vote (``signum``) is not an average of ``v`` and is refused, except
 by ``delayed:naive``.
 
+Clipping (a script's ``clip_grad_norm_`` or ``clip_grad_value_`` between
+backward and step, :meth:`DelayedStrategy.clipped`). ``.grad`` holds ``v_t``,
+which the script clips to ``f(v_t)``; the step applies
+``f(v_t) + f(avg_{t-1}) - f(v_{t-1})``: the average is clipped with the
+script's own threshold, over every bucket, as sync clips an average, when
+it is applied. The sum telescopes to ``sum_{s<t} f(avg_s) + f(v_t)``: every
+rank applies the same clipped averages (sync's, a step late) plus its own
+latest clipped vector. With a compressor the exchange then carries the
+gradient (the optimizer is the script's, :mod:`gradwire.compare.inject`),
+so ``v_t`` is the gradient there too. A resume does not know the clip of the
+step before it: the first step after :meth:`load_state_dict` applies what
+was saved as it was saved (clipped when saved after a clipped step).
+
 Checkpoints: :meth:`DelayedStrategy.state_dict` waits for the averages in
 flight and saves what each parameter is still owed (``avg_{t-1} - v_{t-1}``)
 with the exchange's state (momentum, residuals); the first step after
