@@ -5,7 +5,10 @@ from a small grammar (people, animals, places, times, and sums such as
 "seven plus five makes twelve"), so the model has structure to learn and
 nothing is downloaded. Character level (bytes), a warm-up then cosine
 learning rate, weight decay on the matrices only (two parameter groups),
-the validation loss every ``--eval-every`` steps on rank 0.
+the validation loss every ``--eval-every`` steps on rank 0. ``--accumulate N``
+accumulates N micro-batches per step by toggling DDP's
+``require_backward_grad_sync`` (as nanoGPT does) and ``--clip 1.0`` clips the
+gradient norm before each step.
 
     torchrun --nproc-per-node 2 examples/gpt_adamw.py
     gradwire compare --net bandwidth=500mbit -- torchrun --nproc-per-node 2 examples/gpt_adamw.py --seed {seed}
@@ -96,6 +99,9 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0, help="seeds the weights and the batches")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="micro-batches per optimizer step (DDP's require_backward_grad_sync off for all but the last)")
+    p.add_argument("--clip", type=float, default=0.0, help="clip_grad_norm_ threshold before each step (0: none)")
     args = p.parse_args()
 
     device = torch.device(args.device, int(os.environ.get("LOCAL_RANK", 0)) if args.device == "cuda" else None)
@@ -136,10 +142,15 @@ def main() -> None:
 
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
-        x, y = windows(train, torch.randint(0, len(train) - args.seq - 1, (args.batch,), generator=batches), args.seq)
-        loss = loss_fn(ddp(x.to(device)), y.to(device))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for micro in range(args.accumulate):  # accumulation as nanoGPT writes it: the reducer off but for the last
+            ddp.require_backward_grad_sync = micro == args.accumulate - 1
+            x, y = windows(train, torch.randint(0, len(train) - args.seq - 1, (args.batch,), generator=batches),
+                           args.seq)
+            loss = loss_fn(ddp(x.to(device)), y.to(device))
+            (loss / args.accumulate).backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         sched.step()
         if rank == 0 and (step % args.eval_every == 0 or step == args.steps):

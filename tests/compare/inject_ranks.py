@@ -9,6 +9,7 @@ on the same ones.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import time
 from typing import Any, Callable
@@ -186,6 +187,47 @@ def ddp_options(rank: int, **options: Any) -> Callable[[], nn.Module]:
             opt.step()
         return ddp
     return train
+
+
+#: the threshold of :func:`clip_records`, far below the average gradient's norm (about 1 for this model)
+CLIP_NORM = 0.05
+
+
+def clip_records(rank: int, records: list[dict[str, Any]], optimizer: str = "sgd") -> Callable[[], nn.Module]:
+    """Clipped steps, each recorded: ``.grad`` as the script reads it before the clip, this rank's own gradient
+    (an undistributed twin at the same parameters), and the update the step applied (SGD, lr 1, no momentum:
+    the update is the gradient stepped on)."""
+    def train() -> nn.Module:
+        ddp = DDP(_model(), bucket_cap_mb=0.004)  # two buckets: the norm is over every bucket, not one
+        opt = torch.optim.SGD(ddp.parameters(), lr=1.0)
+        for x in _data(rank):
+            twin = copy.deepcopy(ddp.module)
+            _loss(twin, x).backward()
+            opt.zero_grad()
+            _loss(ddp, x).backward()
+            params = list(ddp.parameters())
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a script logging the norm
+            read = torch.cat([p.grad.reshape(-1) for p in params]).clone()
+            torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
+            before = torch.cat([p.detach().reshape(-1) for p in params])
+            opt.step()
+            after = torch.cat([p.detach().reshape(-1) for p in params])
+            records.append({"read": read, "norm": float(norm), "update": before - after,
+                            "own": torch.cat([p.grad.reshape(-1) for p in twin.parameters()])})
+        return ddp
+    return train
+
+
+def clip_cases(rank: int, world: int, strategies: list[str]) -> list[dict[str, Any]]:
+    """:func:`clip_records` under each strategy in turn in one process group."""
+    _init(rank, world)
+    out = []
+    for strategy in strategies:
+        records: list[dict[str, Any]] = []
+        run = _run(strategy, clip_records(rank, records))
+        run["records"] = records
+        out.append(run)
+    return out
 
 
 CASES: dict[str, Callable[..., Callable[[], nn.Module]]] = {

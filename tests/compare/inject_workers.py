@@ -101,6 +101,23 @@ def own_hook() -> dict[str, Any]:
     return {}
 
 
+def sgd_clipped(first_clip: int = 0) -> Callable[[], dict[str, Any]]:
+    """SGD with momentum and decay, clipping the gradient norm from step ``first_clip`` on."""
+    def script() -> dict[str, Any]:
+        ddp = DDP(_model())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+        for step in range(3):
+            x = torch.randn(8, 32)
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(x), x[:, :4]).backward()
+            if step >= first_clip:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), 0.1)
+            opt.step()
+        return {"momentum": opt.param_groups[0]["momentum"], "weight_decay": opt.param_groups[0]["weight_decay"],
+                "momentum_buffer": opt.state[next(iter(ddp.parameters()))].get("momentum_buffer") is not None}
+    return script
+
+
 def no_optimizer() -> dict[str, Any]:
     ddp = DDP(_model())
     ddp(torch.randn(8, 32)).sum().backward()
@@ -124,4 +141,6 @@ def cases(rank: int, world: int) -> dict[str, dict[str, Any]]:
         "sync_second_ddp": _case("sync", second_ddp),
         "onebit_own_hook": _case("onebit", own_hook),
         "onebit_no_optimizer": _case("onebit", no_optimizer),
+        "onebit_clipped": _case("onebit", sgd_clipped()),
+        "onebit_clips_late": _case("onebit", sgd_clipped(first_clip=1)),
     }

@@ -47,6 +47,16 @@ def test_refused_with_the_reason_before_any_step(injected, name, reason):
         assert case.get("momentum") is None  # raised at the first forward: no step was taken
 
 
+def test_a_script_that_clips_keeps_its_optimizer_and_the_exchange_carries_the_gradient(injected):
+    case = injected["onebit_clipped"]
+    assert case["status"] == "applied" and "raised" not in case, case
+    assert case["momentum"] == 0.9 and case["weight_decay"] == 1e-3 and case["momentum_buffer"]
+    assert case["scheme"] is None and "SGD as written" in case["description"], case
+    late = injected["onebit_clips_late"]  # the exchange already owns the momentum: refused in one line
+    assert late["status"] == "refused" and "clip from the first step" in late["reason"], late
+    assert "\n" not in late["reason"]
+
+
 def test_strategies_that_need_no_scheme_take_any_optimizer(injected):
     for name in ("localsgd_rmsprop", "fp16_nesterov"):
         case = injected[name]

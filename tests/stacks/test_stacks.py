@@ -55,7 +55,7 @@ STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "int8", "torch-fp16
               "localsgd:4", "async-average:4", "handler", "auto", "auto+delayed")
 #: what the suite runs by default (a training costs 15-50 s here): sync and the strategies that meet what the
 #: stack does: Lightning's closure under onebit+delayed (both own the step), the Trainer's unused-parameter
-#: map beside PowerSGD's second all_reduce and its clipping (allowed there, refused under onebit),
+#: map beside PowerSGD's second all_reduce and its clipping (onebit: the exchange carries the clipped gradient),
 #: Accelerate's loop under onebit and auto (its probes and trials on the stack's own group). (PowerSGD at rank 2 ends 0.10 above sync's eval loss in the Trainer's 60
 #: steps, outside the seeds' spread of 0.064: a lossier compression, reported by compare_stacks.sh)
 QUICK = {"lightning": ("sync", "onebit+delayed"), "hf_trainer": ("sync", "torch-powersgd:4", "onebit"),

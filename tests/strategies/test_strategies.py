@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from gradwire.launch import spawn
+from gradwire.strategies.clipping import GradientClip
 from gradwire.train import TrainConfig
 
 from . import workers
@@ -146,3 +147,27 @@ def test_torch_powersgd_over_many_buckets_pairs_the_same_collectives_on_every_ra
     # collectives across the ranks (a size-mismatch abort). torch-powersgd runs the buckets in turn.
     sums = spawn(workers.powersgd_many_buckets, 2, ("bandwidth=200mbit,latency=200us", 6), timeout=120)
     assert sums[0] == sums[1]
+
+
+@pytest.mark.parametrize("clip", [GradientClip(max_norm=0.5), GradientClip(max_norm=0.5, norm_type=1.0),
+                                  GradientClip(max_norm=0.5, norm_type=float("inf")), GradientClip(max_norm=1e3),
+                                  GradientClip(clip_value=0.05)])
+def test_a_recorded_clip_applies_as_torch_clips(clip: GradientClip) -> None:
+    """What delayed applies to an average is what clip_grad_norm_ / clip_grad_value_ does to gradients."""
+    gen = torch.Generator().manual_seed(3)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (7, 300, 1)]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen) * 0.1
+    tensors = [p.grad.clone() for p in params]
+    if clip.max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip.max_norm, norm_type=clip.norm_type)
+    else:
+        torch.nn.utils.clip_grad_value_(params, clip.clip_value)
+    clip.apply_(tensors)
+    for p, t in zip(params, tensors):
+        torch.testing.assert_close(t, p.grad, rtol=1e-6, atol=0)
+
+
+def test_a_clip_bounds_one_thing() -> None:
+    with pytest.raises(ValueError, match="either the norm"):
+        GradientClip(max_norm=1.0, clip_value=1.0)

@@ -46,8 +46,10 @@ way: :class:`StrategyRefused` is raised where the script reaches the point
 that cannot work, with the reason: a second DDP or optimizer, an optimizer no
 scheme runs, no optimizer at the first forward, a comm hook of the script's
 own, LBFGS (several closure calls per step) under a strategy that owns the
-step, gradient clipping where ``.grad`` does not hold the gradient (a
-compressor's exchanged momentum, ``delayed``'s swapped-in average), a
+step, gradient clipping that starts after the exchange took over the
+optimizer's momentum (clipping from the first step gives the optimizer back,
+:meth:`Injection.grads_read`; ``delayed`` clips each average as it applies
+it, :meth:`Injection.clipped`), a
 ``GradScaler`` where the exchange or the ranks' step decisions would mix
 scales, ``no_sync()`` under ``handler``, SGD's weight decay under a
 compressing ``handler``. A script that steps an optimizer before it ever
@@ -73,9 +75,9 @@ Traps:
   ranks end with their last local differences; :meth:`Injection.close` only
   waits for the averages still in flight, before the process group goes.
 - The checks of ``.grad`` readers patch ``clip_grad._get_total_norm`` (what
-  ``clip_grad_norm_`` calls, however it was imported), ``clip_grad_value_``
-  and ``GradScaler.unscale_``; a hand-written clipping loop over ``p.grad``
-  is not seen.
+  ``clip_grad_norm_`` calls, however it was imported), ``_clip_grads_with_norm_``
+  (the threshold), ``clip_grad_value_`` and ``GradScaler.unscale_``; a
+  hand-written clipping loop over ``p.grad`` is not seen.
 """
 # No ``from __future__ import annotations``: register_comm_hook checks the
 # hook's annotations against the real dist.GradBucket and Future[Tensor].
@@ -96,6 +98,7 @@ from gradwire.exchange.chooser import live_choosers
 from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
 
 from gradwire.strategies.base import CannotApply, Strategy, making_strategy_optimizer
+from gradwire.strategies.clipping import GradientClip
 from gradwire.strategies.registry import StrategyChoice, parse_strategy
 
 __all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
@@ -360,9 +363,34 @@ class Injection:
         return any(id(p.grad) in ids for p in ddp.module.parameters() if p.grad is not None)
 
     def grads_read(self) -> None:
-        """The script is about to read the DDP's ``.grad`` (clipping): the strategy makes it right or refuses."""
+        """The script is about to read the DDP's ``.grad`` (clipping): the strategy makes it right or refuses.
+
+        Under a compressor whose exchange owns the momentum, the optimizer is
+        first given back to the script (:meth:`OptimizerScheme.release`): the
+        exchange carries the gradient with error feedback, ``.grad`` holds its
+        decompressed average, and the script's optimizer steps on it clipped.
+        """
+        if self.strategy is None:
+            return
+        if self.scheme is not None:
+            try:
+                self.scheme.release()
+            except UnsupportedOptimizer as exc:
+                raise self.refuse(str(exc)) from None
+            log.info("gradwire: the script clips: %s runs as written, the exchange carries the gradient",
+                     self.optimizer_name)
+            self.description = self.description.replace(f"; {self.scheme.describe()}", "")
+            self.description += (f"; {self.optimizer_name} as written, on the average of the gradients compressed "
+                                 "with error feedback (the script clips)")
+            self.scheme = None
+            if self._hook is not None:
+                self._hook.scheme = None
+        self._check(self.strategy.grads_read, self.scheme is not None)
+
+    def clipped(self, clip: GradientClip) -> None:
+        """The script clipped the DDP's ``.grad`` as ``clip`` says (after :meth:`grads_read`)."""
         if self.strategy is not None:
-            self._check(self.strategy.grads_read, self._needs_scheme())
+            self.strategy.clipped(clip)
 
     def grads_unscaled(self) -> None:
         """A ``GradScaler`` is about to unscale the DDP's ``.grad``."""
@@ -535,18 +563,33 @@ def _watch_gradient_readers(injection: Injection) -> None:
             injection.grads_read()
 
     real_norm = clip_grad._get_total_norm
+    #: the norm_type of the last total norm taken of the DDP's gradients (the clip that follows bounds it)
+    norm_types: List[float] = [2.0]
 
-    def total_norm(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    def total_norm(tensors: Any, norm_type: float = 2.0, *args: Any, **kwargs: Any) -> Any:
         items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         reads(items)
-        return real_norm(items, *args, **kwargs)
+        norm_types[0] = float(norm_type)
+        return real_norm(items, norm_type, *args, **kwargs)
+
+    real_scale = clip_grad._clip_grads_with_norm_
+
+    def clip_grads_with_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+        items = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        out = real_scale(items, max_norm, *args, **kwargs)
+        if injection.owns(items):
+            injection.clipped(GradientClip(max_norm=float(max_norm), norm_type=norm_types[0]))
+        return out
 
     real_value = clip_grad.clip_grad_value_
 
-    def clip_grad_value_(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+    def clip_grad_value_(parameters: Any, clip_value: float, *args: Any, **kwargs: Any) -> Any:
         items = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         reads(items)
-        return real_value(items, *args, **kwargs)
+        out = real_value(items, clip_value, *args, **kwargs)
+        if injection.owns(items):
+            injection.clipped(GradientClip(clip_value=float(clip_value)))
+        return out
 
     real_unscale = GradScaler.unscale_
 
@@ -556,6 +599,7 @@ def _watch_gradient_readers(injection: Injection) -> None:
         return real_unscale(self, optimizer)
 
     _patch(clip_grad, "_get_total_norm", total_norm)
+    _patch(clip_grad, "_clip_grads_with_norm_", clip_grads_with_norm_)
     _patch(utils, "get_total_norm", total_norm)
     _patch(clip_grad, "clip_grad_value_", clip_grad_value_)
     _patch(utils, "clip_grad_value_", clip_grad_value_)

@@ -98,7 +98,9 @@ Traps:
 - Between ``backward()`` and the step, ``.grad`` holds the exchanged
   momentum ``u``, not the gradient: gradient clipping (``clip_grad_norm_``)
   would clip the momentum, about ``1 / (1 - beta)`` times larger than a
-  gradient. Clip inside a hook of your own before the exchange, or not at all.
+  gradient. :meth:`OptimizerScheme.release` (before the first step) gives
+  the optimizer back and makes the exchange carry the gradient instead; what
+  ``gradwire compare`` does for a script that clips.
 - Every parameter group must share one ``beta`` (``betas[0]`` for Adam): the
   exchange keeps one momentum.
 - The scheme reads and writes ``param_groups`` once, at construction: an
@@ -137,7 +139,7 @@ from torch import Tensor
 
 from gradwire.compress import StateKey
 
-from .state import CompressionState
+from .state import CompressionState, warmup_steps
 
 __all__ = [
     "DEFAULT_ADAM_WARMUP", "MAX_UPDATE_RMS", "FrozenVarianceAdam", "MomentumSGD", "OptimizerScheme",
@@ -251,6 +253,30 @@ class OptimizerScheme:
         """A few words for a table cell."""
         return self.name
 
+    def release(self) -> None:
+        """Give the optimizer back as the script wrote it; the exchange then carries the gradient itself.
+
+        For a script that reads ``.grad`` between backward and step (gradient
+        clipping): the exchange stops owning the momentum (``momentum = 0``),
+        compresses the gradient with error feedback and returns the
+        decompressed average, the same on every rank (no local correction),
+        in ``.grad``; the script clips that and its own optimizer (momentum,
+        decay, Adam's moments) steps on it, as PowerSGD's hook and ZeRO++'s
+        quantized gradients do. Called between the first backward and the
+        first step, when ``.grad`` still holds this step's gradient average.
+
+        Raises:
+            UnsupportedOptimizer: the split can no longer be undone exactly (the reason says why).
+        """
+        raise UnsupportedOptimizer(f"{self.name} cannot give {type(self.optimizer).__name__} back to the script")
+
+    def _gradient_exchange(self) -> None:
+        """The exchange's side of :meth:`release`: no momentum, no local correction, compression from now on."""
+        self.state.momentum = 0.0
+        self.state.momentum_buffers.clear()
+        self.state.local_correction = False
+        self.state.warmup_iters = warmup_steps(self.state.compressor)
+
     def _seed(self, params_and_values: Sequence[tuple]) -> None:
         """Install each parameter's momentum in the exchange (keyed by the parameter's segment name)."""
         for p, value in params_and_values:
@@ -318,6 +344,30 @@ class MomentumSGD(OptimizerScheme):
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         self.steps += 1
         return self.step_fn(closure) if closure is not None else self.step_fn()
+
+    def release(self) -> None:
+        """Momentum and decay back into SGD; ``.grad`` loses the ``wd * p`` that :meth:`prepare` added.
+
+        Exact at the first step: the exchange's momentum was then the
+        gradient itself (``m = 0 + g + wd p``), and ``p`` is the same on
+        every rank, so ``.grad - wd p`` is the gradient average. Later, SGD's
+        momentum would have to be rebuilt from the exchange's, whose residuals
+        are in other units: refused.
+        """
+        if self.steps:
+            raise UnsupportedOptimizer(f"the script reads .grad (gradient clipping) first at step {self.steps + 1}, "
+                                       "after the exchange took over SGD's momentum; clip from the first step")
+        with torch.no_grad():
+            for g in self.optimizer.param_groups:
+                decays = [self.decay[id(p)] for p in g["params"] if id(p) in self.decay]
+                g["momentum"] = self.momentum
+                g["weight_decay"] = abs(decays[0]) if decays else 0.0
+                for p in g["params"]:
+                    wd = self.decay.get(id(p))
+                    if wd and p.grad is not None:
+                        p.grad.sub_(p.detach(), alpha=wd)
+        self.decay = {}
+        self._gradient_exchange()
 
     def state_dict(self) -> Dict[str, Any]:
         """The base's, with the momentum and each parameter's decay (in ``param_groups`` order).
@@ -472,6 +522,16 @@ class FrozenVarianceAdam(OptimizerScheme):
         elif self.refresh and self.track_every and self.steps % self.track_every == 0:
             self._tracking = self._launch_levels()
         return loss
+
+    def release(self) -> None:
+        """Adam as written from here on; exact during the warm-up (the exchange averaged plain gradients)."""
+        if self.frozen:
+            raise UnsupportedOptimizer(f"the script reads .grad (gradient clipping) first at step {self.steps + 1}, "
+                                       "after the exchange took over Adam's momentum; clip from the first step")
+        self._tracking = None
+        self.local_v.clear()
+        self._stash.clear()
+        self._gradient_exchange()
 
     def _levels(self) -> Dict[Tensor, float]:
         """Each tensor's mean local variance, averaged over the ranks (one small fp32 all_reduce)."""

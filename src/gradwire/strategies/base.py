@@ -48,6 +48,8 @@ from gradwire import backend
 from gradwire.exchange import CompressionState, Compressor, get_compressor
 from gradwire.exchange.state import warmup_steps
 
+from .clipping import GradientClip
+
 __all__ = ["CannotApply", "DDPAttachment", "ExchangeModel", "ExchangeTraits", "Strategy", "Timing", "average_parameters",
            "broadcast_module", "flatten", "group_timeout", "unflatten_into"]
 
@@ -320,17 +322,27 @@ class Strategy:
     def grads_read(self, scheme: bool) -> None:
         """Called when the script reads ``.grad`` between backward and step (gradient clipping).
 
-        Make ``.grad`` hold what the script means (the gradient it would step
-        on) or raise :class:`CannotApply` with the reason. ``scheme``: an
-        optimizer scheme owns the momentum, so ``.grad`` holds the exchanged
-        momentum, not a gradient.
+        Make ``.grad`` hold what the script means (the average gradient the
+        step will use, compressed as the strategy compresses it) or raise
+        :class:`CannotApply` with the reason. ``scheme``: an optimizer scheme
+        still owns the momentum, so ``.grad`` holds the exchanged momentum,
+        not a gradient (the injection gives the optimizer back first,
+        :meth:`~gradwire.exchange.schemes.OptimizerScheme.release`, and
+        passes False once it has).
         """
         if scheme:
             raise CannotApply("the script reads .grad between backward and step (gradient clipping), but under "
                               f"{self.compressor.name if self.compressor else self.name} it holds the exchanged "
                               "momentum, not the gradient; clipping it would not clip what the script means. "
-                              "Train without clipping (max_grad_norm=0 / gradient_clip_val=None) or use a strategy "
-                              "without a compressor, torch-fp16 or torch-powersgd")
+                              "Clip from the first step, or use a strategy without a compressor")
+
+    def clipped(self, clip: GradientClip) -> None:
+        """Called after the script clipped ``.grad`` (``clip``: how), before its step.
+
+        Nothing to do where the step applies ``.grad`` as the script left it;
+        a strategy that applies something else (``delayed``: the average one
+        step later) applies the same clip to that.
+        """
 
     def grad_scaler(self, scheme: bool) -> None:
         """Called when a ``GradScaler`` unscales the gradients; raise :class:`CannotApply` if that is wrong here."""

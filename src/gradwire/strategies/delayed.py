@@ -53,6 +53,19 @@ residual difference ``e_{t-2} - e_{t-1}`` (exactly as in ``sync``, one step
 later). A vote (``signum``) is not an average of ``v`` and is refused, except
 by ``delayed:naive``.
 
+Clipping (a script's ``clip_grad_norm_`` or ``clip_grad_value_`` between
+backward and step, :meth:`DelayedStrategy.clipped`). ``.grad`` holds ``v_t``,
+which the script clips to ``f(v_t)``; the step applies
+``f(v_t) + f(avg_{t-1}) - f(v_{t-1})``: the average is clipped with the
+script's own threshold, over every bucket, as sync clips an average, when
+it is applied. The sum telescopes to ``sum_{s<t} f(avg_s) + f(v_t)``: every
+rank applies the same clipped averages (sync's, a step late) plus its own
+latest clipped vector. With a compressor the exchange then carries the
+gradient (the optimizer is the script's, :mod:`gradwire.compare.inject`),
+so ``v_t`` is the gradient there too. A resume does not know the clip of the
+step before it: the first step after :meth:`load_state_dict` applies what
+was saved as it was saved (clipped when saved after a clipped step).
+
 Checkpoints: :meth:`DelayedStrategy.state_dict` waits for the averages in
 flight and saves what each parameter is still owed (``avg_{t-1} - v_{t-1}``)
 with the exchange's state (momentum, residuals); the first step after
@@ -81,6 +94,7 @@ from gradwire.exchange import CompressionState, StateKey
 from gradwire.exchange.state import warmup_steps
 
 from .base import CannotApply, DDPAttachment, ExchangeTraits, Strategy, Timing, average_parameters, group_timeout
+from .clipping import GradientClip
 
 __all__ = ["DelayedStrategy"]
 
@@ -167,6 +181,9 @@ class DelayedStrategy(Strategy):
         #: step after DDP rebuilt its buckets (once, at step 1), the first step after a resume,
         #: or every step if the gradients stopped being views of the buckets
         self.per_parameter_steps = 0
+        #: how the script clipped this step's ``.grad`` (:meth:`clipped`), and last step's
+        self._clip: Optional[GradientClip] = None
+        self._previous_clip: Optional[GradientClip] = None
 
     @classmethod
     def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
@@ -215,10 +232,12 @@ class DelayedStrategy(Strategy):
         return self.exchange
 
     def grads_read(self, scheme: bool) -> None:
-        raise CannotApply("the script reads .grad between backward and step (gradient clipping); under delayed it "
-                          "holds this rank's own gradient, whose average was sent unclipped and is swapped in one "
-                          "step later, so the clipping would be undone: train without clipping or use sync, "
-                          "torch-fp16 or localsgd")
+        """``.grad`` holds this rank's gradient ``v_t``, the part of the update applied now (module doc)."""
+        super().grads_read(scheme)
+
+    def clipped(self, clip: GradientClip) -> None:
+        """Keep the clip for this step: ``v_t`` stays clipped, and ``avg_t`` is clipped alike when applied."""
+        self._clip = clip
 
     def grad_scaler(self, scheme: bool) -> None:
         raise CannotApply("a GradScaler unscales .grad inside its step, after delayed combined this step's scaled "
@@ -247,9 +266,12 @@ class DelayedStrategy(Strategy):
             _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key, last=last)
         self._launches.append(_Launch(key, params, grad, local, fut, tag))
 
-    def _owed_by(self, launches: List[_Launch]) -> Owed:
-        """Wait for a step's averages (exposed communication): what each bucket is owed."""
-        return [(launch.key, avg, launch.local) for launch, avg in zip(launches, self._wait(launches))]
+    def _owed_by(self, launches: List[_Launch], clip: Optional[GradientClip] = None) -> Owed:
+        """Wait for a step's averages (exposed communication), clipped as ``clip`` says: what each bucket is owed."""
+        averages = self._wait(launches)
+        if clip is not None:
+            clip.apply_(averages)
+        return [(launch.key, avg, launch.local) for launch, avg in zip(launches, averages)]
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if not self._launches:
@@ -258,6 +280,8 @@ class DelayedStrategy(Strategy):
         launches, self._launches = self._launches, []
         previous, self._previous = self._previous, launches
         owed, self._owed = self._owed, None
+        clip, self._clip = self._clip, None
+        previous_clip, self._previous_clip = self._previous_clip, clip
         self.steps += 1
         self.exchange.end_step()
         if previous is None and owed is None and self.naive:
@@ -267,18 +291,26 @@ class DelayedStrategy(Strategy):
             previous is None or [p.key for p in previous] == [launch.key for launch in launches])
         if not flat:  # DDP rebuilt its buckets since the last step (once, early), a resume, or grads are not views
             self.per_parameter_steps += 1
-            self._step_per_parameter(launches, owed if previous is None else self._owed_by(previous))
+            self._step_per_parameter(launches, owed if previous is None else self._owed_by(previous, previous_clip),
+                                     clip)
         else:
-            averages = self._wait(previous) if previous is not None else [None] * len(launches)
+            averages: List[Optional[Tensor]] = [None] * len(launches)
+            if previous is not None:
+                waited = self._wait(previous)
+                if previous_clip is not None:  # the average of clipped vectors is clipped as sync clips it
+                    previous_clip.apply_(waited)
+                averages = list(waited)
             for launch, prev, avg in zip(launches, previous or launches, averages):
-                u = launch.bucket  # the gradients; holds this rank's g_t
+                u = launch.bucket  # the gradients; holds this rank's g_t (as the script clipped it)
+                if clip is not None:  # this rank's vector, as the script clipped it, is what a step later takes back
+                    launch.local.copy_(u)
                 if self.naive:
                     assert avg is not None  # naive skips the first step
                     u.copy_(avg)
                 elif avg is None:
-                    if self.compressor is not None:
+                    if self.compressor is not None and clip is None:
                         u.copy_(launch.local)
-                elif self.compressor is not None:  # u = m_t + avg_{t-1} - m_{t-1}
+                elif self.compressor is not None and clip is None:  # u = m_t + avg_{t-1} - m_{t-1}
                     torch.add(launch.local, avg, out=u).sub_(prev.local)
                 else:  # u = g_t + avg_{t-1} - g_{t-1}
                     u.add_(avg).sub_(prev.local)
@@ -290,12 +322,16 @@ class DelayedStrategy(Strategy):
         with self.waiting(*(launch.tag for launch in launches)):
             return [launch.future.wait() for launch in launches]
 
-    def _step_per_parameter(self, launches: List[_Launch], owed: Optional[Owed]) -> None:
+    def _step_per_parameter(self, launches: List[_Launch], owed: Optional[Owed],
+                            clip: Optional[GradientClip] = None) -> None:
         """``step`` through each parameter's ``.grad``, for any bucket layout."""
         grads = self.grads()
         if self.naive:
             for g in grads:
                 g.zero_()  # the owed average replaces them
+        elif clip is not None:  # .grad holds v_t as the script clipped it: what a step later takes back
+            for launch in launches:
+                launch.local.copy_(torch.cat([p.grad.reshape(-1) for p in launch.params if p.grad is not None]))
         elif self.compressor is not None:  # the local vector is the exchange's momentum, not the gradient
             for launch in launches:
                 _copy_to_grads(launch.local, launch.params)
@@ -328,7 +364,8 @@ class DelayedStrategy(Strategy):
         launches, self._previous = self._previous, None
         for g in self.grads():
             g.zero_()
-        self._apply(self._owed_by(launches), launches)
+        clip, self._previous_clip = self._previous_clip, None
+        self._apply(self._owed_by(launches, clip), launches)
         optimizer.step()
         # Every rank has now applied the same sum of averages; the optimizer's
         # momentum (and rounding) still leave them a little apart.
@@ -343,9 +380,9 @@ class DelayedStrategy(Strategy):
         """
         if self.exchange is None:
             raise RuntimeError("delayed: state_dict() needs wrap() first")
-        owed = self._owed if self._previous is None else self._owed_by(self._previous)
-        if self._previous is not None:  # keep the waited averages for the step that applies them
-            self._owed, self._previous = owed, None
+        owed = self._owed if self._previous is None else self._owed_by(self._previous, self._previous_clip)
+        if self._previous is not None:  # keep the waited (and clipped) averages for the step that applies them
+            self._owed, self._previous, self._previous_clip = owed, None, None
         return {
             "steps": self.steps,
             "skipped": self.skipped,
