@@ -216,8 +216,11 @@ class CompressionState:
             compressor's ``warmup`` (``"onebit:warmup=50"``), or 1 when that is 0.
         min_compress_numel: tensors smaller than this are reduced uncompressed.
         local_correction: apply this rank's own compression error at once
-            (``avg + e_new - e_old``); None: on where error feedback is on and
-            the exchange averages (all but ``signum``).
+            (``avg + e_new - e_old``; needs error feedback and an exchange that
+            averages). Off by default: every rank applies the same decoded
+            average, bit for bit, and the replicas stay identical (DDP's
+            invariant). Trap when on: the ranks' parameters differ (module
+            doc). None takes the compressor's ``correct=1`` (default off).
         fuse_numel: compressed buckets smaller than this are held and sent
             with the next ones as one exchange (module doc); 0: never; None
             takes the compressor's ``fuse=N``, else :data:`FUSE_NUMEL`.
@@ -287,11 +290,11 @@ class CompressionState:
         if isinstance(error_feedback, bool):
             error_feedback = ErrorFeedback() if error_feedback else None
         if local_correction is None:
-            local_correction = error_feedback is not None and self.compressor.averages
+            local_correction = self.compressor.correct
         if local_correction and (error_feedback is None or not self.compressor.averages):
             raise ValueError("local_correction needs error feedback and an exchange that averages "
                              f"({self.compressor.name}: error_feedback={error_feedback is not None}, "
-                             f"averages={self.compressor.averages})")
+                             f"averages={self.compressor.averages}); leave it off (the default)")
         self.local_correction = bool(local_correction)
         self.error_feedback: ErrorFeedback | None = error_feedback
         self.momentum = float(momentum)
