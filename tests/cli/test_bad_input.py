@@ -65,6 +65,8 @@ CORPUS = [
     ("compare --epochs 0", "--epochs"),
     ("compare --batch-size abc", "expected an integer"),
     ("compare --strategies sync,bogus", "valid strategies"),
+    ("compare --strategies onebit:correct=2", "correct must be 0 (every rank applies the same average) or 1"),
+    ("compare --strategies signum:correct=1", "correct=1 needs error feedback and an average"),
     ("compare --model resnet", "valid models"),
     ("compare --lr -1", "--lr must be > 0"),
     ("compare --target 2", "--target must be in (0, 1]"),

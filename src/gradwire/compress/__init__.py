@@ -175,6 +175,9 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
     compressor.fuse = fuse
+    if correct and (compressor.unbiased or not compressor.averages):
+        why = "its exchange is a vote, not an average" if not compressor.averages else "it is unbiased (no error feedback)"
+        raise ValueError(f"compressor {spec!r}: correct=1 needs error feedback and an average; {why}; drop correct=1")
     compressor.correct = bool(correct)
     return compressor
 
