@@ -25,12 +25,13 @@ from __future__ import annotations
 from gradwire.compress import COMPRESSORS, AutoCompressor, Compressor, ErrorFeedback, StateKey, get_compressor
 
 from .allreduce import allreduce_compressed
+from .checkpoint import CheckpointError
 from .futures import Sequencer, Turn, completed, then, then_async
 from .schemes import OptimizerScheme, UnsupportedOptimizer, scheme_for
 from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
 
 __all__ = [
-    "COMPRESSORS", "AutoCompressor", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "COMPRESSORS", "AutoCompressor", "CheckpointError", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
     "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
     "fuse_layouts", "get_compressor", "scheme_for", "then", "then_async",
 ]

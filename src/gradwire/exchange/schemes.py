@@ -139,6 +139,7 @@ from torch import Tensor
 
 from gradwire.compress import StateKey
 
+from .checkpoint import GATHER_TIMEOUT, gather_parts, mean_tensors, own_part
 from .state import CompressionState, warmup_steps
 
 __all__ = [
@@ -283,13 +284,42 @@ class OptimizerScheme:
             key = StateKey.of(self.state.names.name(p), p.numel())
             self.state.momentum_buffers.set(key, value.detach().reshape(-1).to(p.dtype).clone())
 
-    def state_dict(self) -> Dict[str, Any]:
-        """The scheme's position and the exchange's state (save it beside the optimizer's)."""
-        return {"name": self.name, "steps": self.steps, "momentum": self.state.momentum,
-                "warmup_iters": self.state.warmup_iters, "exchange": self.state.state_dict()}
+    def state_dict(self, timeout: float = GATHER_TIMEOUT) -> Dict[str, Any]:
+        """Every rank's :meth:`local_state_dict`, gathered: a collective of every rank; save it on one.
+
+        Beside it, rank 0's ``optimizer.state_dict()`` is every rank's: the
+        optimizer steps on the same average everywhere (module doc, "Checkpoints").
+
+        Raises:
+            CheckpointError: not every rank called it within ``timeout`` seconds.
+        """
+        return gather_parts(self.local_state_dict(), self.state.process_group,
+                            f"{type(self).__name__}.state_dict()", timeout)
 
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore this rank's part of what :meth:`state_dict` (or :meth:`local_state_dict`) returned.
+
+        On another world size the part is approximate (:meth:`merge_parts`) and a warning says what.
+        """
+        rank, world = self.state.rank_world()
+        part, problem = own_part(saved, rank, world, self.merge_parts)
+        if problem is not None:
+            part = {**part, "exchange": {**part["exchange"], "rank": rank, "world": world}}
+            self.state._warn_resume(problem)
+        self.load_local_state_dict(part)
+
+    def merge_parts(self, parts: List[Dict[str, Any]], rank: int) -> Dict[str, Any]:
+        """An approximate part for another world size: the exchange's (:meth:`CompressionState.merge_parts`)."""
+        return {**parts[rank % len(parts)],
+                "exchange": CompressionState.merge_parts([p["exchange"] for p in parts], rank)}
+
+    def local_state_dict(self) -> Dict[str, Any]:
+        """This rank's part: the scheme's position and the exchange's state (no collective)."""
+        return {"name": self.name, "steps": self.steps, "momentum": self.state.momentum,
+                "warmup_iters": self.state.warmup_iters, "exchange": self.state.local_state_dict()}
+
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        """Restore what :meth:`local_state_dict` returned."""
         if saved["name"] != self.name:
             raise ValueError(f"the checkpoint is of scheme {saved['name']}, this one is {self.name}")
         self.steps = int(saved["steps"])
@@ -369,18 +399,18 @@ class MomentumSGD(OptimizerScheme):
         self.decay = {}
         self._gradient_exchange()
 
-    def state_dict(self) -> Dict[str, Any]:
+    def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with the momentum and each parameter's decay (in ``param_groups`` order).
 
         A scheme made for an optimizer that loaded its checkpoint first finds
         momentum 0 and decay 0 in its groups (the scheme moved them out): the
         checkpoint says what they were.
         """
-        return {**super().state_dict(), "beta": self.momentum,
+        return {**super().local_state_dict(), "beta": self.momentum,
                 "decay": [self.decay.get(id(p)) for p in params_of(self.optimizer)]}
 
-    def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        super().load_state_dict(saved)
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        super().load_local_state_dict(saved)
         if "decay" in saved:
             self.momentum = float(saved["beta"])
             self.decay = {id(p): float(wd) for p, wd in _aligned(self.optimizer, saved["decay"], "decay") if wd}
@@ -689,7 +719,7 @@ class FrozenVarianceAdam(OptimizerScheme):
     def short(self) -> str:
         return f"{type(self.optimizer).__name__}: 1-bit Adam scheme, warm-up {self.warmup_steps}"
 
-    def state_dict(self) -> Dict[str, Any]:
+    def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with everything the frozen step and the refreshes carry, per parameter.
 
         Per-parameter entries are lists in ``param_groups`` order (None where
@@ -701,13 +731,21 @@ class FrozenVarianceAdam(OptimizerScheme):
         self._finish_track()
         params = params_of(self.optimizer)
         per = lambda d: [None if d.get(p) is None else _plain(d[p]) for p in params]  # noqa: E731
-        return {**super().state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
+        return {**super().local_state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
                 "denominators": per(self.denominators), "local_v": per(self.local_v), "base": per(self._base),
                 "level": per(self._level), "stash": per(self._stash)}
 
-    def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (load the optimizer's own state as well)."""
-        super().load_state_dict(saved)
+    def merge_parts(self, parts: List[Dict[str, Any]], rank: int) -> Dict[str, Any]:
+        """The base's, with the mean of the ranks' local variances and stashed local gradients."""
+        merged = super().merge_parts(parts, rank)
+        for name in ("local_v", "stash"):
+            if all(p.get(name) for p in parts):
+                merged[name] = [mean_tensors(list(values)) for values in zip(*(p[name] for p in parts))]
+        return merged
+
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        """Restore what :meth:`local_state_dict` returned (load the optimizer's own state as well)."""
+        super().load_local_state_dict(saved)
         self._tracking = None
         self.frozen = bool(saved["frozen"])
         self.refreshes = int(saved.get("refreshes", 0))

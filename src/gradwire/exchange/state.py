@@ -144,6 +144,7 @@ from gradwire.compress.state import rearrange
 from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from . import patterns
+from .checkpoint import GATHER_TIMEOUT, gather_parts, mean_tensors, own_part
 from .chooser import AutoChooser
 from .futures import Sequencer, counted, then
 
@@ -254,6 +255,7 @@ class CompressionState:
         "_resumed",
         "_run_steps",
         "_rebuild_check",
+        "_layout_check",
         "_held",
         "auto",
         "_step_futures",
@@ -317,6 +319,8 @@ class CompressionState:
         self._run_steps = 0
         #: the checkpoint was written before its DDP rebuilt the buckets: compare the first two layouts
         self._rebuild_check = False
+        #: the saved run's layouts, compared with the resumed run's once DDP rebuilt its buckets
+        self._layout_check: list[StateKey] = []
         #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
         self._held: list[_Held] = []
         #: this step's exchanges (``auto`` times how long the step waits for them)
@@ -350,6 +354,12 @@ class CompressionState:
         self.step += 1
         self._loaded = []
         self._run_steps += 1
+        if self._layout_check and self._run_steps == 2:
+            saved, self._layout_check = self._layout_check, []
+            if fuse_layouts(saved, self.fuse_numel) != fuse_layouts(list(self._layouts), self.fuse_numel):
+                self._warn_resume("its bucket layout is not this run's (another bucket_cap_mb, model or DDP "
+                                  "setting): the state is carried per parameter, but the compression blocks and "
+                                  "served chunks, and so the updates, differ from the uninterrupted run's")
         if self._rebuild_check and self._run_steps == 2:
             self._rebuild_check = False
             if list(self._layouts) != list(self._last_layouts):
@@ -567,8 +577,9 @@ class CompressionState:
                 parts.append(saved)
                 covered |= saved_names
             elif saved_names & names:
-                log.warning("resumed bucket %s splits the saved layout %s: its state is carried per parameter, "
-                            "and this iteration's compression differs from an uninterrupted run's", key, saved)
+                self._warn_resume(f"the resumed bucket {key} splits the saved layout {saved} (another bucket "
+                                  "layout): its state is carried per parameter, exact, but this iteration's "
+                                  "compression blocks and served chunks differ from an uninterrupted run's")
                 return None
         return parts if covered == names else None
 
@@ -588,7 +599,8 @@ class CompressionState:
                                 "and served chunks belong to that world size)")
             elif saved_rank != rank:
                 problems.append(f"it holds rank {saved_rank}'s momentum and residuals and rank {rank} loaded it "
-                                "(save every rank's state_dict() and load each rank's own)")
+                                "(save state_dict(), which gathers every rank's part, or each rank's own "
+                                "local_state_dict())")
         replica: dict[str, int] = saved.setdefault("replica", {})
         differ = [name for name, p in ((self.names.name(p), p) for p in params)
                   if name in replica and replica.pop(name) != _checksum(p)]
@@ -668,10 +680,10 @@ class CompressionState:
         return correct
 
     # -- checkpoints -------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Everything this rank needs to continue exactly like an uninterrupted run (plain types; module doc).
+    def local_state_dict(self) -> dict[str, Any]:
+        """This rank's part of the checkpoint (plain types; no collective): what it needs to go on exactly.
 
-        Call it between steps, on every rank: the state is this rank's own.
+        For a file per rank; :meth:`state_dict` gathers every rank's part into one.
         """
         rank, world = self.rank_world()
         replica = {name: _checksum(t) for name, t in self.names.named()} if self.local_correction else {}
@@ -688,13 +700,47 @@ class CompressionState:
             **({"auto": self.auto.state_dict()} if self.auto is not None else {}),
         }
 
+    def state_dict(self, timeout: float = GATHER_TIMEOUT) -> dict[str, Any]:
+        """Every rank's part, gathered (``{"world": W, "ranks": [...]}``): a collective; save it on one rank.
+
+        Call it between steps on every rank of the state's group (module doc,
+        "Checkpoints"); :func:`~gradwire.exchange.checkpoint.gather_parts` says how.
+
+        Raises:
+            CheckpointError: not every rank called it within ``timeout`` seconds.
+        """
+        return gather_parts(self.local_state_dict(), self.process_group, "CompressionState.state_dict()", timeout)
+
+    @staticmethod
+    def merge_parts(parts: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+        """An approximate part for ``rank`` of a run of another world size (``checkpoint.own_part``).
+
+        The mean of the saved ranks' momenta and worker residuals (the update
+        carries their average); served chunks dropped (they belong to the
+        saved world's chunking); everything else saved rank ``rank % W``'s.
+        """
+        base = dict(parts[rank % len(parts)])
+        base["momentum"] = _mean_buffers([p["momentum"] for p in parts])
+        if base["error_feedback"] is not None:
+            base["error_feedback"] = _mean_buffers([p["error_feedback"] for p in parts])
+        base["replica"] = {}
+        return base
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (the configuration is not part of it).
+        """Restore this rank's part of what :meth:`state_dict` (or :meth:`local_state_dict`) returned.
+
+        The configuration is not part of it. On another world size the part
+        is approximate (:meth:`merge_parts`) and a warning says what.
 
         Raises:
             ValueError: the checkpoint holds error feedback and this state has
                 none, or the other way round.
         """
+        rank, world = self.rank_world()
+        state, problem = own_part(state, rank, world, self.merge_parts)
+        if problem is not None:
+            state = {**state, "rank": rank, "world": world}
+            self._warn_resume(problem)
         if (state["error_feedback"] is None) != (self.error_feedback is None):
             raise ValueError(f"the checkpoint has error_feedback={'off' if state['error_feedback'] is None else 'on'}, "
                              f"this state {'off' if self.error_feedback is None else 'on'}: build the state as it was saved")
@@ -712,6 +758,8 @@ class CompressionState:
         self._layouts, self._last_layouts = {}, {}
         self._run_steps = 0
         self._rebuild_check = state.get("run_steps") == 1
+        # saved after DDP's first iteration: its layouts are DDP's initial ones, which _rebuild_check judges
+        self._layout_check = [] if self._rebuild_check or not state.get("layouts") else list(self._loaded)
         if self.auto is not None and state.get("auto"):
             self.auto.load_state_dict(state["auto"])
         resumed: dict[str, Any] = {k: state[k] for k in ("rank", "world") if k in state}
@@ -721,7 +769,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check", "_held", "auto", "_step_futures")
+                "_run_steps", "_rebuild_check", "_layout_check", "_held", "auto", "_step_futures")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -735,6 +783,7 @@ class CompressionState:
         self._resumed = None
         self._run_steps = 0
         self._rebuild_check = False
+        self._layout_check = []
         self._held = []
 
 
@@ -794,6 +843,17 @@ def _checksum(t: Tensor) -> int:
     """CRC-32 of a tensor's bytes (a copy on the CPU)."""
     flat = t.detach().reshape(-1).contiguous().cpu()
     return zlib.crc32(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else 0
+
+
+def _mean_buffers(stores: list[dict[str, Any]]) -> dict[str, Any]:
+    """The element-wise mean of ``SegmentStore.state_dict()``\\ s' whole-key buffers (served chunks dropped)."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for store in stores:
+        for entry in store["buffers"]:
+            if entry.get("chunk") is None:
+                by_key.setdefault(repr(entry["segments"]), []).append(entry)
+    return {"buffers": [{**entries[0], "value": mean_tensors([e["value"] for e in entries])}
+                        for entries in by_key.values()]}
 
 
 def _copy(residual: Tensor | None) -> Tensor | None:
