@@ -42,7 +42,7 @@ def _g(step: int, n: int = 3000) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", [n for n in NAMES if get_compressor(n).averages and not get_compressor(n).unbiased])
 def test_local_correction_gives_back_the_momentum_on_one_rank(name: str) -> None:
-    state = CompressionState(name, momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    state = CompressionState(name, momentum=0.9, warmup_iters=0, min_compress_numel=0, local_correction=True)
     assert state.local_correction
     key, m = StateKey.of("w", 3000), torch.zeros(3000)
     for step in range(4):
@@ -104,12 +104,12 @@ def test_a_non_finite_input_leaves_momentum_and_residuals_as_they_were() -> None
     state = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
     key = StateKey.of("w", 3000)
     state.reduce(_g(0), key).wait()
-    before = state.state_dict()
+    before = state.local_state_dict()
     bad = _g(1)
     bad[7] = float("inf")
     out = state.reduce(bad, key).wait()
     assert not torch.isfinite(out).all()  # visible to a GradScaler
-    after = state.state_dict()
+    after = state.local_state_dict()
     for part in ("momentum", "error_feedback"):
         for x, y in zip(before[part]["buffers"], after[part]["buffers"]):
             assert torch.equal(x["value"], y["value"]), part
@@ -134,7 +134,7 @@ def test_a_tensor_that_does_not_fit_its_key_is_refused() -> None:
 
 def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     # one rank, local correction: each bucket gets back its own vector, fused or not
-    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000)
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000, local_correction=True)
     a, b = _g(1, 3000), _g(2, 2000)
     wa, wb = torch.zeros(3000), torch.zeros(2000)  # stand-ins for the buckets' parameters
     _, fa = state.reduce_params(a.clone(), [wa], last=False)
@@ -161,7 +161,8 @@ def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: 
 def test_auto_switching_keeps_the_arithmetic_and_settles_the_residuals() -> None:
     # one rank, local correction: whatever the choice, each step gives back the momentum vector m exactly,
     # across switches onebit -> none (what error feedback owed is sent, the residuals empty) -> int8 -> fp16
-    state = CompressionState("auto", momentum=0.9, warmup_iters=0, min_compress_numel=0, fuse_numel=0)
+    state = CompressionState("auto", momentum=0.9, warmup_iters=0, min_compress_numel=0, fuse_numel=0,
+                             local_correction=True)
     assert state.auto is not None and state.error_feedback is not None
     by_name = {c.name: c for c in state.auto.candidates}
     key, m = StateKey.of("w", 3000), torch.zeros(3000)
