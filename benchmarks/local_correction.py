@@ -9,7 +9,9 @@ the held-out 20% scored) from the same initial weights and data order with
   the momentum moved into the exchange, every rank applying the same decoded
   average (the default: identical replicas);
 - ``onebit:correct=1``: the same with the local correction (rank ``i``
-  applies ``avg + e'_i - e_i``), whose replicas differ.
+  applies ``avg + e'_i - e_i``), whose replicas differ;
+- ``topk:0.01`` and ``topk:0.01:correct=1``: a compressor that drops far
+  more (99% of the elements each step), where the correction has more to do.
 
 Recorded per run: rank 0's test accuracy (what a script that evaluates and
 saves on rank 0 gets), the accuracy of the ranks' mean model, and the
@@ -19,7 +21,9 @@ figures are accuracies, no time is measured. Writes
 ``benchmarks/results/local_correction/local_correction.json`` (``_results.write_results``):
 one row per strategy with the mean, min and max over seeds and the gap to ``sgd`` in points.
 
-    python benchmarks/local_correction.py --seeds 0 1 2 3 4 --epochs 5
+    python benchmarks/local_correction.py --seeds 0 1 2 3 4 --epochs 20
+    python benchmarks/local_correction.py --seeds 0 1 2 3 4 --epochs 60 \
+        --out benchmarks/results/local_correction/local_correction_60ep.json
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from _results import write_results
 
 OUT = Path(__file__).parent / "results" / "local_correction" / "local_correction.json"
-STRATEGIES = ["sgd", "onebit", "onebit:correct=1"]
+STRATEGIES = ["sgd", "onebit", "onebit:correct=1", "topk:0.01", "topk:0.01:correct=1"]
 
 
 def _flat(model: nn.Module) -> torch.Tensor:

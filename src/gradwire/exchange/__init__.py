@@ -9,6 +9,8 @@
 - :func:`scheme_for` (:mod:`.schemes`): the exchange under the user's SGD, Adam
   or AdamW (momentum, decay and Adam's frozen variance split between the
   optimizer and the exchange); :func:`gradwire.hooks.scheme_hook` is its DDP hook.
+- :mod:`.checkpoint`: ``state_dict()`` gathers every rank's momentum and
+  residuals (a collective), so that rank 0 alone saves and every rank resumes.
 - :mod:`.chooser`: what ``auto`` sends, chosen from the measured link.
 - :mod:`.patterns`: the exchange patterns (all_reduce, all_gather, two
   phases) as non-blocking future chains; :mod:`.futures`: the chains' helpers

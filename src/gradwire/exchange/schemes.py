@@ -71,11 +71,13 @@ benchmarks/README.md):
   the update applied must be the decompressed one, since the residual keeps
   only what compression dropped; the sign of ``m + e`` scaled to its RMS is
   larger than ``m``, the clip shrinks it every step and that mass is lost
-  for good, and each rank's own clip factor breaks the local correction's
-  exact mean (the ranks drift apart). Measured on the digits CNN, 4 ranks,
+  for good, and each rank's own clip factor would break the local
+  correction's exact mean where that option is on. Measured on the digits CNN, 4 ranks,
   3 seeds, AdamW: onebit with the clip -7.6 points of test accuracy, without
   it within noise of AdamW (benchmarks/README.md, ``adamw_onebit.py``).
-- Local correction (the DDP hook's default) of the compression error.
+- Every rank applies the same decoded average (identical replicas); the
+  local correction of the compression error is an option
+  (:mod:`gradwire.exchange.state`).
 
 Bias correction (a choice, and why). DeepSpeed's 1-bit Adam applies none: it
 switches after thousands of steps, where ``1 - beta2**t0`` is 1. Here the
@@ -92,7 +94,11 @@ The optimizer's state stays meaningful for checkpoints: ``exp_avg`` holds
 ``v_hat * (1 - beta2**t)``, so ``exp_avg_sq / (1 - beta2**t)``, what torch's
 AdamW reads, is ``v_hat``: the checkpoint resumes in a plain AdamW with the
 same preconditioner. Save :meth:`OptimizerScheme.state_dict` too (the
-position, the local variances and the exchange's momentum and residuals).
+position, the local variances and the exchange's momentum and residuals):
+a collective that gathers every rank's part, which rank 0 saves beside
+rank 0's ``optimizer.state_dict()`` (every rank's optimizer state is the
+same: it steps on the same average); every rank loads both
+(:mod:`gradwire.exchange.checkpoint`).
 
 Traps:
 - Between ``backward()`` and the step, ``.grad`` holds the exchanged
@@ -106,9 +112,9 @@ Traps:
 - The scheme reads and writes ``param_groups`` once, at construction: an
   optimizer whose momentum is changed later by the script (a momentum
   schedule) is not followed.
-- With local correction (the DDP hook's default) the ranks' parameters differ
-  by ``lr`` times their residual differences; average them once when identical
-  replicas matter (:mod:`gradwire.exchange.state`).
+- With the local correction switched on (``correct=1``; off by default) the
+  ranks' parameters differ by ``lr`` times their residual differences
+  (:mod:`gradwire.exchange.state`).
 - Adam's step count ``t`` is per parameter in torch; all parameters of the
   DDP model step together here.
 - The refreshes need every rank's local gradients, which only a bucket hook

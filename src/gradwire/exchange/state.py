@@ -2,7 +2,7 @@
 
 It owns the compressor, error feedback (worker and server residuals), the
 momentum kept before compression, the warm-up and small-tensor cutoff, the
-local correction, the launch order (:class:`~gradwire.exchange.futures.Sequencer`)
+optional local correction, the launch order (:class:`~gradwire.exchange.futures.Sequencer`)
 and the exchange patterns (:mod:`gradwire.exchange.patterns`). The DDP hook
 (:func:`~gradwire.hooks.compression_hook`), ``delayed``, the
 ``AsyncGradientHandler`` and the model-averaging strategies all call it.
@@ -15,8 +15,12 @@ One exchange (:meth:`CompressionState.reduce`):
 3. ``c = m + e`` (error feedback), ``Δ = C(c)``, ``e' = c - Δ``; the exchange
    returns ``avg = mean_i Δ_i`` (two-phase: re-compressed by the chunk's
    server with its residual ``s``).
-4. Local correction: rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` and, on
-   the chunk it serves, ``+ world * (s' - s)``.
+4. Every rank applies ``avg``: the same decoded average, bit for bit, so
+   the replicas stay identical after every step (DDP's invariant, which
+   evaluating and saving on rank 0 rely on). With the local correction
+   (``local_correction=True``, or ``correct=1`` in the compressor's name),
+   rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` instead and, on the chunk
+   it serves, ``+ world * (s' - s)``.
 
 Why momentum lives here (and the optimiser runs without it): plain error
 feedback (``C(g + e)``) repays every coordinate's compression error one or
@@ -27,18 +31,22 @@ momentum with a delayed gradient is stable only for much smaller steps (the
 quadratic analysis in :mod:`gradwire.strategies.delayed`). Training with the
 optimiser's momentum behind error feedback collapses (benchmarks/README.md).
 
-Why the local correction: with it ``mean_i u_i == mean_i m_i`` exactly: the
-mean model is uncompressed momentum SGD, and rank ``i`` sits at
-``lr * (mean_j e_j - e_i)`` from it (bounded, never accumulating:
-``sum_t u_i = sum_t avg + e_i``). The displacements average to zero over the
-ranks, so their first-order effect on the mean gradient cancels, where plain
-error feedback displaces every rank by the same ``lr * mean e``. This is the
-synchronous analogue of ``delayed``'s ``v_t + avg_{t-1} - v_{t-1}``. Off
-(``local_correction=False``) every rank applies ``avg`` (identical models);
-a vote (``signum``) and unbiased compressors (no error feedback) never
-correct. Trap: with it the ranks' parameters differ (by ``lr`` times their
-residual differences); average the parameters once at the end when
-identical replicas matter.
+The local correction, an option (off by default). With it ``mean_i u_i ==
+mean_i m_i`` exactly: the mean model is uncompressed momentum SGD, and rank
+``i`` sits at ``lr * (mean_j e_j - e_i)`` from it (bounded, never
+accumulating: ``sum_t u_i = sum_t avg + e_i``). The displacements average to
+zero over the ranks, so their first-order effect on the mean gradient
+cancels, where plain error feedback displaces every rank by the same ``lr *
+mean e``. This is the synchronous analogue of ``delayed``'s ``v_t +
+avg_{t-1} - v_{t-1}``. A vote (``signum``) and unbiased compressors (no
+error feedback) cannot correct. Trap: with it the ranks' parameters differ
+(by ``lr`` times their residual differences), so rank 0's evaluation and
+checkpoint are of rank 0's replica only, a model loaded before ``DDP(...)``
+is overwritten by rank 0's, and ``sync`` averages the parameters once at the
+end. Why it is not the default: on the digits CNN under onebit with momentum
+SGD (4 ranks, 5 seeds, 20 and 60 epochs) its test accuracy was within one
+test sample of the identical-replica default (benchmarks/README.md,
+``local_correction.py``): it does not pay for the replicas it breaks.
 
 Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the
 momentum still runs, so this is exactly momentum SGD), as 1-bit Adam's
@@ -94,35 +102,52 @@ parameter (a warning says so). Server residuals belong to a layout's chunk
 and restart when the layout changes. Trap: register the hook before the
 first backward (names are given in first-iteration order).
 
-Checkpoints (:meth:`CompressionState.state_dict`): the state is per rank
-(every rank's momentum and residuals come from its own gradients), and so
-are the parameters when the local correction is on. An exact resume needs
-each rank's own model and state, restored into that rank:
+Checkpoints (:meth:`CompressionState.state_dict`): the parameters are the
+same on every rank, but the momentum and residuals are each rank's own
+(they come from its own gradients). ``state_dict()`` is therefore a
+collective (:mod:`gradwire.exchange.checkpoint`): every rank calls it, and
+it returns every rank's part, which one rank saves; each rank's
+``load_state_dict`` takes its own part. As a user writes it::
 
-1. every rank saves ``ddp.state_dict()``, the optimizer's and the state's
-   (a file per rank);
-2. a new run builds the model, ``DDP(model)``, the state and the hook, and
-   *then* loads the model (``ddp.load_state_dict``), the optimizer and the
-   state. DDP's constructor broadcasts rank 0's parameters: a model loaded
-   before it (PyTorch's snapshot tutorial does so) leaves every other rank
-   with rank 0's replica; ``DDP(model, init_sync=False)`` keeps the loaded
-   one.
+    ex = state.state_dict()                  # every rank: gathers the ranks' parts
+    if rank == 0:
+        torch.save({"model": ddp.module.state_dict(), "opt": opt.state_dict(), "exchange": ex}, path)
 
-The checkpoint records the rank, the world size and, with the local
-correction on, a checksum of each of the rank's parameters; the first
-iteration after ``load_state_dict`` compares them with what it finds and
-warns when they differ (another rank's state, another world size, or a
-replica DDP overwrote), since training then goes on, but not as the
-uninterrupted run would have. A checkpoint written after the first
-iteration of a DDP, before DDP rebuilt its buckets, cannot know the rebuilt
-layout the uninterrupted run goes on with: when the resumed run's buckets
-change after its first iteration, a warning says so (write checkpoints
-after the second iteration or later). The layouts of the last step are saved too,
-so that the first resumed iteration reduces the same tensors even where no
-per-element state exists yet (a plain all_reduce of more than two ranks
-sums in an order that depends on the layout). The compressor's own state
-(PowerSGD's warm start, the random streams of ``qsgd``, ``int8`` and
-``terngrad``, ``topk``'s sample positions) is part of the checkpoint.
+    ckpt = torch.load(path, weights_only=True)   # every rank, the one file
+    model.load_state_dict(ckpt["model"])         # before DDP(model) or after (ddp.module): the same
+    opt.load_state_dict(ckpt["opt"])
+    state.load_state_dict(ckpt["exchange"])
+
+The resumed run equals the uninterrupted one bit for bit, whatever DDP's
+bucket layout: each parameter's momentum and residual follow its name.
+Called on rank 0 alone (inside ``if rank == 0:``), ``state_dict()`` raises
+:class:`~gradwire.exchange.checkpoint.CheckpointError` after ``timeout``
+seconds instead of waiting forever. A file per rank works too
+(:meth:`CompressionState.local_state_dict`).
+
+What warns (``RuntimeWarning``, and the log), since training then goes on,
+but not as the uninterrupted run would have:
+
+- another world size: each rank starts from the mean of the saved ranks'
+  momenta and worker residuals (their average carries over, each rank's own
+  share does not) and the server residuals restart;
+- another bucket layout (``bucket_cap_mb``, fusion): the state is carried per
+  parameter, but the compression blocks and served chunks differ, checked
+  once DDP rebuilt its buckets;
+- with the local correction on, a rank whose parameters are not the replica
+  it saved (each part records a checksum of its rank's parameters): DDP's
+  constructor broadcasts rank 0's, so load each rank's model after
+  ``DDP(...)`` or build it with ``init_sync=False``;
+- a checkpoint written after the first iteration of a DDP, before DDP
+  rebuilt its buckets: it cannot know the rebuilt layout the uninterrupted
+  run goes on with (write checkpoints after the second iteration or later).
+
+The layouts of the last step are saved too, so that the first resumed
+iteration reduces the same tensors even where no per-element state exists
+yet (a plain all_reduce of more than two ranks sums in an order that depends
+on the layout). The compressor's own state (PowerSGD's warm start, the
+random streams of ``qsgd``, ``int8`` and ``terngrad``, ``topk``'s sample
+positions) is part of each rank's part.
 """
 from __future__ import annotations
 
