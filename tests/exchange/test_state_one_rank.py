@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -725,3 +726,38 @@ def test_the_interpreters_exit_waits_for_callbacks_still_running_on_a_backend_th
     futures._drain_at_exit()
     assert finished and futures._running == 0 and time.monotonic() >= finished[0] + futures.EXIT_MARGIN_SECONDS
     thread.join()
+
+
+def test_a_checkpoint_of_another_world_size_loads_the_mean_of_the_ranks_parts_with_a_warning() -> None:
+    # two "ranks" of a saved run (two states fed different gradients), loaded by a run of one rank
+    key = StateKey.of("w", 3000)
+    parts = []
+    for seed in (1, 2):
+        state = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+        for step in range(3):
+            state.reduce(_g(10 * seed + step), key).wait()
+            state.end_step()
+        parts.append(state.local_state_dict())
+    assert any(e["chunk"] is not None for e in parts[0]["error_feedback"]["buffers"])  # a served chunk's residual
+    loaded = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    with pytest.warns(RuntimeWarning, match="saved by 2 ranks and this run has 1: .* mean of the saved ranks'"):
+        loaded.load_state_dict({"world": 2, "ranks": parts})
+    for store in ("momentum", "error_feedback"):
+        (entry,) = loaded.local_state_dict()[store]["buffers"]  # the served chunks restart
+        mine = [next(e["value"] for e in p[store]["buffers"] if e["chunk"] is None) for p in parts]
+        torch.testing.assert_close(entry["value"], (mine[0] + mine[1]) / 2, rtol=0, atol=1e-7)
+    assert loaded.step == 3
+
+
+def test_a_gathered_checkpoint_of_the_same_world_size_loads_this_ranks_part_silently() -> None:
+    state = CompressionState("topk:0.1", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    state.reduce(_g(0, 3000), StateKey.of("w", 3000)).wait()
+    state.end_step()
+    saved = state.state_dict()  # one rank, no process group: a gather of one part
+    assert saved["world"] == 1 and len(saved["ranks"]) == 1
+    other = CompressionState("topk:0.1", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        other.load_state_dict(saved)
+    assert torch.equal(other.local_state_dict()["momentum"]["buffers"][0]["value"],
+                       saved["ranks"][0]["momentum"]["buffers"][0]["value"])
