@@ -118,8 +118,9 @@ it returns every rank's part, which one rank saves; each rank's
     opt.load_state_dict(ckpt["opt"])
     state.load_state_dict(ckpt["exchange"])
 
-The resumed run equals the uninterrupted one bit for bit, whatever DDP's
-bucket layout: each parameter's momentum and residual follow its name.
+The resumed run equals the uninterrupted one bit for bit, the model loaded
+before or after ``DDP(...)``, whatever layout DDP's first iteration gives
+the buckets: each parameter's momentum and residual follow its name.
 Called on rank 0 alone (inside ``if rank == 0:``), ``state_dict()`` raises
 :class:`~gradwire.exchange.checkpoint.CheckpointError` after ``timeout``
 seconds instead of waiting forever. A file per rank works too
