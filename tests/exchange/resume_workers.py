@@ -9,18 +9,22 @@ A spec names the model, DDP's ``bucket_cap_mb``, the compressor, the scheme
 (``hook``: the state's momentum and SGD without it; ``sgd``: ``scheme_for``
 of SGD with momentum and decay; ``adamw``: ``scheme_for`` of AdamW, its
 variance refreshed and followed every step), the warm-up, the number of steps,
-the step after which the checkpoint is written and how the resumed run loads
-(``after``: the model after ``DDP(...)``; ``init_sync``: into the module,
-then ``DDP(module, init_sync=False)``; ``opt_first``: the optimizer before
-``scheme_for``; ``before_ddp``: into the module, then ``DDP(module)``, which
-broadcasts rank 0's parameters; ``rank0``: every rank loads rank 0's
-checkpoint: neither is exact, and the resumed run says so).
+the step after which the checkpoint is written, how the resumed run loads
+(``after``: the model after ``DDP(...)``; ``before_ddp``: into the module,
+then ``DDP(module)``, which broadcasts rank 0's parameters, as PyTorch's
+tutorials do; ``init_sync``: into the module, then ``DDP(module,
+init_sync=False)``; ``opt_first``: the optimizer before ``scheme_for``) and
+which file (``own``: each rank saves its checkpoint; ``rank0``: rank 0
+alone saves, as users write it, and every rank loads that one). The exchange's
+``state_dict()`` gathers every rank's part, so both are exact. ``resume_cap``:
+the resumed run's ``bucket_cap_mb``, when it differs (a warning says so).
 """
 from __future__ import annotations
 
 import datetime
 import io
 import queue
+import time
 import warnings
 from typing import Any, Callable
 
@@ -67,10 +71,10 @@ class Run:
         torch.manual_seed(0)
         model = MODELS[spec["model"]]()
         load = spec.get("load", "after")
-        load = "after" if load == "rank0" else load
         if checkpoint is not None and load in ("init_sync", "before_ddp"):
             model.load_state_dict({k.removeprefix("module."): v for k, v in checkpoint["model"].items()})
-        kwargs: dict[str, Any] = {} if spec["cap"] is None else {"bucket_cap_mb": spec["cap"]}
+        cap = spec["cap"] if checkpoint is None else spec.get("resume_cap", spec["cap"])
+        kwargs: dict[str, Any] = {} if cap is None else {"bucket_cap_mb": cap}
         if checkpoint is not None and load == "init_sync":
             kwargs["init_sync"] = False
         self.ddp = DDP(model, **kwargs)
@@ -132,11 +136,12 @@ def example(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     straight.train(rank, 0, spec["steps"])
     first = Run(spec)
     first.train(rank, 0, spec["save"])
-    ckpt = first.checkpoint()
-    if spec.get("path"):
+    ckpt = first.checkpoint()  # a collective: every rank calls it
+    rank0 = spec.get("file") == "rank0"
+    if spec.get("path") and (rank == 0 or not rank0):
         torch.save(ckpt, f"{spec['path']}.rank{rank}")
     del first
-    if spec.get("load") == "rank0":  # one snapshot, rank 0's, loaded by every rank
+    if rank0:  # one snapshot, rank 0's, loaded by every rank
         shared = [ckpt]
         dist.broadcast_object_list(shared, src=0)
         ckpt = shared[0]
@@ -171,9 +176,27 @@ def serve(rank: int, world: int, tasks: list[Any]) -> str:
 def resume_from_files(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     """New processes: load this rank's checkpoint from ``spec['path']`` and train to the end."""
     _init(rank, world)
+    saver = 0 if spec.get("file") == "rank0" else rank
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        resumed = Run(spec, torch.load(f"{spec['path']}.rank{rank}", weights_only=True))
+        resumed = Run(spec, torch.load(f"{spec['path']}.rank{saver}", weights_only=True))
         resumed.train(rank, spec["save"], spec["steps"])
     return {**resumed.result(),
             "warnings": [str(w.message) for w in caught if "CompressionState resumed" in str(w.message)]}
+
+
+def lonely_state_dict(rank: int, world: int, scheme: str) -> str:
+    """Rank 0 alone calls ``state_dict()`` (inside ``if rank == 0:``); it must raise, not hang. Returns the error."""
+    from gradwire.exchange import CheckpointError
+
+    _init(rank, world)
+    run = Run({"model": "tanh", "cap": None, "compressor": "onebit", "scheme": scheme, "warmup": 1})
+    run.train(rank, 0, 2)
+    if rank != 0:
+        time.sleep(3.0)  # alive, busy elsewhere: rank 0's wait must end by its timeout
+        return ""
+    try:
+        run.scheme.state_dict(timeout=1.0) if run.scheme is not None else run.state.state_dict(timeout=1.0)
+    except CheckpointError as exc:
+        return str(exc)
+    return "no error"

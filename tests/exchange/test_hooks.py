@@ -168,7 +168,7 @@ def test_ddp_fp16_hook_close_to_plain_ddp(plain_ddp):
 
 
 def test_ddp_onebit_momentum_four_ranks():
-    # Without local correction every rank applies the same average; with it (the default) the
+    # Without local correction (the default) every rank applies the same average; with it the
     # ranks differ by lr * their residuals, and the mean model is the uncorrected one's plus
     # lr * the mean residual change (checked exactly in test_local_correction_*).
     base = {"compressor": "onebit", "hook_momentum": 0.9, "steps": 3}
@@ -176,7 +176,7 @@ def test_ddp_onebit_momentum_four_ranks():
     assert plain[0]["buckets"] >= 2  # several buckets: the launch order across buckets is exercised
     for r in plain[1:]:
         assert torch.equal(r["params"], plain[0]["params"])
-    corrected = spawn(workers.ddp_train, 4, args=(base,), timeout=100)
+    corrected = spawn(workers.ddp_train, 4, args=({**base, "local_correction": True},), timeout=100)
     params = torch.stack([r["params"] for r in corrected]).double()
     applied = torch.stack([r["residual"] for r in corrected]).double()
     # SGD without momentum applies u_i = avg + (e_i' - e_i) [+ world (s_i' - s_i) on the served chunk] each step, so
@@ -223,13 +223,16 @@ def test_local_correction_off_applies_the_compressed_average_on_every_rank():
 
 
 def test_local_correction_defaults_and_validation():
-    assert CompressionState("onebit").local_correction and CompressionState("topk:0.01").local_correction
-    assert not CompressionState("signum").local_correction  # a vote is not an average
-    assert not CompressionState("int8").local_correction  # unbiased: no error feedback, nothing to correct
-    assert not CompressionState("onebit", local_correction=False).local_correction
-    for name, kwargs in (("signum", {}), ("onebit", {"error_feedback": False})):
+    # off by default (identical replicas); an option where error feedback and an average exist
+    assert not CompressionState("onebit").local_correction and not CompressionState("topk:0.01").local_correction
+    assert CompressionState("onebit", local_correction=True).local_correction
+    assert CompressionState("onebit:correct=1").local_correction  # the spec's option
+    assert not CompressionState("onebit:correct=1", local_correction=False).local_correction  # the argument wins
+    for name, kwargs in (("signum", {}), ("onebit", {"error_feedback": False}), ("int8", {})):
         with pytest.raises(ValueError, match="local_correction"):
             CompressionState(name, local_correction=True, **kwargs)
+    with pytest.raises(ValueError, match="correct=1 needs error feedback"):
+        CompressionState("signum:correct=1")
 
 
 @pytest.mark.parametrize("model, cap, compressor", [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -42,7 +43,7 @@ def _g(step: int, n: int = 3000) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", [n for n in NAMES if get_compressor(n).averages and not get_compressor(n).unbiased])
 def test_local_correction_gives_back_the_momentum_on_one_rank(name: str) -> None:
-    state = CompressionState(name, momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    state = CompressionState(name, momentum=0.9, warmup_iters=0, min_compress_numel=0, local_correction=True)
     assert state.local_correction
     key, m = StateKey.of("w", 3000), torch.zeros(3000)
     for step in range(4):
@@ -104,12 +105,12 @@ def test_a_non_finite_input_leaves_momentum_and_residuals_as_they_were() -> None
     state = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
     key = StateKey.of("w", 3000)
     state.reduce(_g(0), key).wait()
-    before = state.state_dict()
+    before = state.local_state_dict()
     bad = _g(1)
     bad[7] = float("inf")
     out = state.reduce(bad, key).wait()
     assert not torch.isfinite(out).all()  # visible to a GradScaler
-    after = state.state_dict()
+    after = state.local_state_dict()
     for part in ("momentum", "error_feedback"):
         for x, y in zip(before[part]["buffers"], after[part]["buffers"]):
             assert torch.equal(x["value"], y["value"]), part
@@ -134,7 +135,7 @@ def test_a_tensor_that_does_not_fit_its_key_is_refused() -> None:
 
 def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     # one rank, local correction: each bucket gets back its own vector, fused or not
-    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000)
+    state = CompressionState("onebit", warmup_iters=0, min_compress_numel=0, fuse_numel=10_000, local_correction=True)
     a, b = _g(1, 3000), _g(2, 2000)
     wa, wb = torch.zeros(3000), torch.zeros(2000)  # stand-ins for the buckets' parameters
     _, fa = state.reduce_params(a.clone(), [wa], last=False)
@@ -161,7 +162,8 @@ def test_fused_buckets_each_get_their_part_and_all_share_a_failure(monkeypatch: 
 def test_auto_switching_keeps_the_arithmetic_and_settles_the_residuals() -> None:
     # one rank, local correction: whatever the choice, each step gives back the momentum vector m exactly,
     # across switches onebit -> none (what error feedback owed is sent, the residuals empty) -> int8 -> fp16
-    state = CompressionState("auto", momentum=0.9, warmup_iters=0, min_compress_numel=0, fuse_numel=0)
+    state = CompressionState("auto", momentum=0.9, warmup_iters=0, min_compress_numel=0, fuse_numel=0,
+                             local_correction=True)
     assert state.auto is not None and state.error_feedback is not None
     by_name = {c.name: c for c in state.auto.candidates}
     key, m = StateKey.of("w", 3000), torch.zeros(3000)
@@ -724,3 +726,38 @@ def test_the_interpreters_exit_waits_for_callbacks_still_running_on_a_backend_th
     futures._drain_at_exit()
     assert finished and futures._running == 0 and time.monotonic() >= finished[0] + futures.EXIT_MARGIN_SECONDS
     thread.join()
+
+
+def test_a_checkpoint_of_another_world_size_loads_the_mean_of_the_ranks_parts_with_a_warning() -> None:
+    # two "ranks" of a saved run (two states fed different gradients), loaded by a run of one rank
+    key = StateKey.of("w", 3000)
+    parts = []
+    for seed in (1, 2):
+        state = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+        for step in range(3):
+            state.reduce(_g(10 * seed + step), key).wait()
+            state.end_step()
+        parts.append(state.local_state_dict())
+    assert any(e["chunk"] is not None for e in parts[0]["error_feedback"]["buffers"])  # a served chunk's residual
+    loaded = CompressionState("onebit", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    with pytest.warns(RuntimeWarning, match="saved by 2 ranks and this run has 1: .* mean of the saved ranks'"):
+        loaded.load_state_dict({"world": 2, "ranks": parts})
+    for store in ("momentum", "error_feedback"):
+        (entry,) = loaded.local_state_dict()[store]["buffers"]  # the served chunks restart
+        mine = [next(e["value"] for e in p[store]["buffers"] if e["chunk"] is None) for p in parts]
+        torch.testing.assert_close(entry["value"], (mine[0] + mine[1]) / 2, rtol=0, atol=1e-7)
+    assert loaded.step == 3
+
+
+def test_a_gathered_checkpoint_of_the_same_world_size_loads_this_ranks_part_silently() -> None:
+    state = CompressionState("topk:0.1", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    state.reduce(_g(0, 3000), StateKey.of("w", 3000)).wait()
+    state.end_step()
+    saved = state.state_dict()  # one rank, no process group: a gather of one part
+    assert saved["world"] == 1 and len(saved["ranks"]) == 1
+    other = CompressionState("topk:0.1", momentum=0.9, warmup_iters=0, min_compress_numel=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        other.load_state_dict(saved)
+    assert torch.equal(other.local_state_dict()["momentum"]["buffers"][0]["value"],
+                       saved["ranks"][0]["momentum"]["buffers"][0]["value"])

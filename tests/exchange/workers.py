@@ -366,7 +366,7 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
         if step == bad_step and rank in bad_ranks:
             loss = loss * float("inf")
         if step == bad_step:
-            out["before"] = state.state_dict()
+            out["before"] = state.local_state_dict()
         if amp is not None:
             amp.scale(loss).backward()
             amp.step(opt)
@@ -380,7 +380,7 @@ def overflow_steps(rank: int, world: int, compressor: str, steps: int, bad_step:
             else:
                 out["skipped"].append(step)
         if step == bad_step:
-            out["after"] = state.state_dict()
+            out["after"] = state.local_state_dict()
         elif bad_step is not None and step > bad_step:
             out["finite_after"] &= all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
     out["params"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])

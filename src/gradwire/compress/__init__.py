@@ -12,7 +12,10 @@ follow, each after a colon::
 Every name takes ``warmup=N``: the hooks reduce the first N steps uncompressed
 (:class:`~gradwire.exchange.CompressionState` reads ``compressor.warmup``), and
 ``fuse=N``: buckets of fewer than N elements are sent together as one
-exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``).
+exchange (``fuse=0``: each bucket alone; default 65536, ``compressor.fuse``),
+and ``correct=1``: the exchange applies each rank's own compression error at
+once (the local correction, ``compressor.correct``; off by default, so that
+every rank applies the same average and the replicas stay identical).
 
 Names (``COMPRESSORS`` lists them with their parameter):
 
@@ -33,7 +36,7 @@ powersgd:r          allreduce  r (rows + cols) floats in two rounds
 
 Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
 for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
-``warmup=N``, ``fuse=N`` (all).
+``warmup=N``, ``fuse=N``, ``correct=0|1`` (all).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.exchange`.
@@ -96,7 +99,7 @@ class CompressorEntry:
 COMPRESSORS: dict[str, CompressorEntry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
-COMMON_OPTIONS = ("warmup", "fuse")
+COMMON_OPTIONS = ("warmup", "fuse", "correct")
 
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
@@ -165,9 +168,17 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     fuse = options.pop("fuse", None)
     if fuse is not None and fuse < 0:
         raise ValueError(f"compressor {spec!r}: fuse must be >= 0 elements (0: never fuse buckets), got {fuse}")
+    correct = options.pop("correct", 0)
+    if correct not in (0, 1):
+        raise ValueError(f"compressor {spec!r}: correct must be 0 (every rank applies the same average) or 1 "
+                         f"(the local correction), got {correct}")
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
     compressor.fuse = fuse
+    if correct and (compressor.unbiased or not compressor.averages):
+        why = "its exchange is a vote, not an average" if not compressor.averages else "it is unbiased (no error feedback)"
+        raise ValueError(f"compressor {spec!r}: correct=1 needs error feedback and an average; {why}; drop correct=1")
+    compressor.correct = bool(correct)
     return compressor
 
 

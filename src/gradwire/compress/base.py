@@ -82,6 +82,8 @@ class Compressor:
     warmup: int = 0
     #: buckets below this many elements are fused into one exchange (``name:fuse=N``; None: the hook's default)
     fuse: int | None = None
+    #: the exchange applies each rank's own compression error at once (``name:correct=1``; replicas then differ)
+    correct: bool = False
 
     # -- what subclasses implement -------------------------------------------
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:

@@ -9,6 +9,8 @@
 - :func:`scheme_for` (:mod:`.schemes`): the exchange under the user's SGD, Adam
   or AdamW (momentum, decay and Adam's frozen variance split between the
   optimizer and the exchange); :func:`gradwire.hooks.scheme_hook` is its DDP hook.
+- :mod:`.checkpoint`: ``state_dict()`` gathers every rank's momentum and
+  residuals (a collective), so that rank 0 alone saves and every rank resumes.
 - :mod:`.chooser`: what ``auto`` sends, chosen from the measured link.
 - :mod:`.patterns`: the exchange patterns (all_reduce, all_gather, two
   phases) as non-blocking future chains; :mod:`.futures`: the chains' helpers
@@ -25,12 +27,13 @@ from __future__ import annotations
 from gradwire.compress import COMPRESSORS, AutoCompressor, Compressor, ErrorFeedback, StateKey, get_compressor
 
 from .allreduce import allreduce_compressed
+from .checkpoint import CheckpointError
 from .futures import Sequencer, Turn, completed, then, then_async
 from .schemes import OptimizerScheme, UnsupportedOptimizer, scheme_for
 from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
 
 __all__ = [
-    "COMPRESSORS", "AutoCompressor", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "COMPRESSORS", "AutoCompressor", "CheckpointError", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
     "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
     "fuse_layouts", "get_compressor", "scheme_for", "then", "then_async",
 ]

@@ -71,11 +71,13 @@ benchmarks/README.md):
   the update applied must be the decompressed one, since the residual keeps
   only what compression dropped; the sign of ``m + e`` scaled to its RMS is
   larger than ``m``, the clip shrinks it every step and that mass is lost
-  for good, and each rank's own clip factor breaks the local correction's
-  exact mean (the ranks drift apart). Measured on the digits CNN, 4 ranks,
+  for good, and each rank's own clip factor would break the local
+  correction's exact mean where that option is on. Measured on the digits CNN, 4 ranks,
   3 seeds, AdamW: onebit with the clip -7.6 points of test accuracy, without
   it within noise of AdamW (benchmarks/README.md, ``adamw_onebit.py``).
-- Local correction (the DDP hook's default) of the compression error.
+- Every rank applies the same decoded average (identical replicas); the
+  local correction of the compression error is an option
+  (:mod:`gradwire.exchange.state`).
 
 Bias correction (a choice, and why). DeepSpeed's 1-bit Adam applies none: it
 switches after thousands of steps, where ``1 - beta2**t0`` is 1. Here the
@@ -92,7 +94,11 @@ The optimizer's state stays meaningful for checkpoints: ``exp_avg`` holds
 ``v_hat * (1 - beta2**t)``, so ``exp_avg_sq / (1 - beta2**t)``, what torch's
 AdamW reads, is ``v_hat``: the checkpoint resumes in a plain AdamW with the
 same preconditioner. Save :meth:`OptimizerScheme.state_dict` too (the
-position, the local variances and the exchange's momentum and residuals).
+position, the local variances and the exchange's momentum and residuals):
+a collective that gathers every rank's part, which rank 0 saves beside
+rank 0's ``optimizer.state_dict()`` (every rank's optimizer state is the
+same: it steps on the same average); every rank loads both
+(:mod:`gradwire.exchange.checkpoint`).
 
 Traps:
 - Between ``backward()`` and the step, ``.grad`` holds the exchanged
@@ -106,9 +112,9 @@ Traps:
 - The scheme reads and writes ``param_groups`` once, at construction: an
   optimizer whose momentum is changed later by the script (a momentum
   schedule) is not followed.
-- With local correction (the DDP hook's default) the ranks' parameters differ
-  by ``lr`` times their residual differences; average them once when identical
-  replicas matter (:mod:`gradwire.exchange.state`).
+- With the local correction switched on (``correct=1``; off by default) the
+  ranks' parameters differ by ``lr`` times their residual differences
+  (:mod:`gradwire.exchange.state`).
 - Adam's step count ``t`` is per parameter in torch; all parameters of the
   DDP model step together here.
 - The refreshes need every rank's local gradients, which only a bucket hook
@@ -139,6 +145,7 @@ from torch import Tensor
 
 from gradwire.compress import StateKey
 
+from .checkpoint import GATHER_TIMEOUT, gather_parts, mean_tensors, own_part
 from .state import CompressionState, warmup_steps
 
 __all__ = [
@@ -283,13 +290,42 @@ class OptimizerScheme:
             key = StateKey.of(self.state.names.name(p), p.numel())
             self.state.momentum_buffers.set(key, value.detach().reshape(-1).to(p.dtype).clone())
 
-    def state_dict(self) -> Dict[str, Any]:
-        """The scheme's position and the exchange's state (save it beside the optimizer's)."""
-        return {"name": self.name, "steps": self.steps, "momentum": self.state.momentum,
-                "warmup_iters": self.state.warmup_iters, "exchange": self.state.state_dict()}
+    def state_dict(self, timeout: float = GATHER_TIMEOUT) -> Dict[str, Any]:
+        """Every rank's :meth:`local_state_dict`, gathered: a collective of every rank; save it on one.
+
+        Beside it, rank 0's ``optimizer.state_dict()`` is every rank's: the
+        optimizer steps on the same average everywhere (module doc, "Checkpoints").
+
+        Raises:
+            CheckpointError: not every rank called it within ``timeout`` seconds.
+        """
+        return gather_parts(self.local_state_dict(), self.state.process_group,
+                            f"{type(self).__name__}.state_dict()", timeout)
 
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore this rank's part of what :meth:`state_dict` (or :meth:`local_state_dict`) returned.
+
+        On another world size the part is approximate (:meth:`merge_parts`) and a warning says what.
+        """
+        rank, world = self.state.rank_world()
+        part, problem = own_part(saved, rank, world, self.merge_parts)
+        if problem is not None:
+            part = {**part, "exchange": {**part["exchange"], "rank": rank, "world": world}}
+            self.state._warn_resume(problem)
+        self.load_local_state_dict(part)
+
+    def merge_parts(self, parts: List[Dict[str, Any]], rank: int) -> Dict[str, Any]:
+        """An approximate part for another world size: the exchange's (:meth:`CompressionState.merge_parts`)."""
+        return {**parts[rank % len(parts)],
+                "exchange": CompressionState.merge_parts([p["exchange"] for p in parts], rank)}
+
+    def local_state_dict(self) -> Dict[str, Any]:
+        """This rank's part: the scheme's position and the exchange's state (no collective)."""
+        return {"name": self.name, "steps": self.steps, "momentum": self.state.momentum,
+                "warmup_iters": self.state.warmup_iters, "exchange": self.state.local_state_dict()}
+
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        """Restore what :meth:`local_state_dict` returned."""
         if saved["name"] != self.name:
             raise ValueError(f"the checkpoint is of scheme {saved['name']}, this one is {self.name}")
         self.steps = int(saved["steps"])
@@ -369,18 +405,18 @@ class MomentumSGD(OptimizerScheme):
         self.decay = {}
         self._gradient_exchange()
 
-    def state_dict(self) -> Dict[str, Any]:
+    def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with the momentum and each parameter's decay (in ``param_groups`` order).
 
         A scheme made for an optimizer that loaded its checkpoint first finds
         momentum 0 and decay 0 in its groups (the scheme moved them out): the
         checkpoint says what they were.
         """
-        return {**super().state_dict(), "beta": self.momentum,
+        return {**super().local_state_dict(), "beta": self.momentum,
                 "decay": [self.decay.get(id(p)) for p in params_of(self.optimizer)]}
 
-    def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        super().load_state_dict(saved)
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        super().load_local_state_dict(saved)
         if "decay" in saved:
             self.momentum = float(saved["beta"])
             self.decay = {id(p): float(wd) for p, wd in _aligned(self.optimizer, saved["decay"], "decay") if wd}
@@ -689,7 +725,7 @@ class FrozenVarianceAdam(OptimizerScheme):
     def short(self) -> str:
         return f"{type(self.optimizer).__name__}: 1-bit Adam scheme, warm-up {self.warmup_steps}"
 
-    def state_dict(self) -> Dict[str, Any]:
+    def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with everything the frozen step and the refreshes carry, per parameter.
 
         Per-parameter entries are lists in ``param_groups`` order (None where
@@ -701,13 +737,21 @@ class FrozenVarianceAdam(OptimizerScheme):
         self._finish_track()
         params = params_of(self.optimizer)
         per = lambda d: [None if d.get(p) is None else _plain(d[p]) for p in params]  # noqa: E731
-        return {**super().state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
+        return {**super().local_state_dict(), "frozen": self.frozen, "refreshes": self.refreshes,
                 "denominators": per(self.denominators), "local_v": per(self.local_v), "base": per(self._base),
                 "level": per(self._level), "stash": per(self._stash)}
 
-    def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (load the optimizer's own state as well)."""
-        super().load_state_dict(saved)
+    def merge_parts(self, parts: List[Dict[str, Any]], rank: int) -> Dict[str, Any]:
+        """The base's, with the mean of the ranks' local variances and stashed local gradients."""
+        merged = super().merge_parts(parts, rank)
+        for name in ("local_v", "stash"):
+            if all(p.get(name) for p in parts):
+                merged[name] = [mean_tensors(list(values)) for values in zip(*(p[name] for p in parts))]
+        return merged
+
+    def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
+        """Restore what :meth:`local_state_dict` returned (load the optimizer's own state as well)."""
+        super().load_local_state_dict(saved)
         self._tracking = None
         self.frozen = bool(saved["frozen"])
         self.refreshes = int(saved.get("refreshes", 0))

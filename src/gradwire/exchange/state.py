@@ -2,7 +2,7 @@
 
 It owns the compressor, error feedback (worker and server residuals), the
 momentum kept before compression, the warm-up and small-tensor cutoff, the
-local correction, the launch order (:class:`~gradwire.exchange.futures.Sequencer`)
+optional local correction, the launch order (:class:`~gradwire.exchange.futures.Sequencer`)
 and the exchange patterns (:mod:`gradwire.exchange.patterns`). The DDP hook
 (:func:`~gradwire.hooks.compression_hook`), ``delayed``, the
 ``AsyncGradientHandler`` and the model-averaging strategies all call it.
@@ -15,8 +15,12 @@ One exchange (:meth:`CompressionState.reduce`):
 3. ``c = m + e`` (error feedback), ``Δ = C(c)``, ``e' = c - Δ``; the exchange
    returns ``avg = mean_i Δ_i`` (two-phase: re-compressed by the chunk's
    server with its residual ``s``).
-4. Local correction: rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` and, on
-   the chunk it serves, ``+ world * (s' - s)``.
+4. Every rank applies ``avg``: the same decoded average, bit for bit, so
+   the replicas stay identical after every step (DDP's invariant, which
+   evaluating and saving on rank 0 rely on). With the local correction
+   (``local_correction=True``, or ``correct=1`` in the compressor's name),
+   rank ``i`` applies ``u_i = avg + (e'_i - e_i)`` instead and, on the chunk
+   it serves, ``+ world * (s' - s)``.
 
 Why momentum lives here (and the optimiser runs without it): plain error
 feedback (``C(g + e)``) repays every coordinate's compression error one or
@@ -27,18 +31,24 @@ momentum with a delayed gradient is stable only for much smaller steps (the
 quadratic analysis in :mod:`gradwire.strategies.delayed`). Training with the
 optimiser's momentum behind error feedback collapses (benchmarks/README.md).
 
-Why the local correction: with it ``mean_i u_i == mean_i m_i`` exactly: the
-mean model is uncompressed momentum SGD, and rank ``i`` sits at
-``lr * (mean_j e_j - e_i)`` from it (bounded, never accumulating:
-``sum_t u_i = sum_t avg + e_i``). The displacements average to zero over the
-ranks, so their first-order effect on the mean gradient cancels, where plain
-error feedback displaces every rank by the same ``lr * mean e``. This is the
-synchronous analogue of ``delayed``'s ``v_t + avg_{t-1} - v_{t-1}``. Off
-(``local_correction=False``) every rank applies ``avg`` (identical models);
-a vote (``signum``) and unbiased compressors (no error feedback) never
-correct. Trap: with it the ranks' parameters differ (by ``lr`` times their
-residual differences); average the parameters once at the end when
-identical replicas matter.
+The local correction, an option (off by default). With it ``mean_i u_i ==
+mean_i m_i`` exactly: the mean model is uncompressed momentum SGD, and rank
+``i`` sits at ``lr * (mean_j e_j - e_i)`` from it (bounded, never
+accumulating: ``sum_t u_i = sum_t avg + e_i``). The displacements average to
+zero over the ranks, so their first-order effect on the mean gradient
+cancels, where plain error feedback displaces every rank by the same ``lr *
+mean e``. This is the synchronous analogue of ``delayed``'s ``v_t +
+avg_{t-1} - v_{t-1}``. A vote (``signum``) and unbiased compressors (no
+error feedback) cannot correct. Trap: with it the ranks' parameters differ
+(by ``lr`` times their residual differences), so rank 0's evaluation and
+checkpoint are of rank 0's replica only, a model loaded before ``DDP(...)``
+is overwritten by rank 0's, and ``sync`` averages the parameters once at the
+end. Whether it pays (benchmarks/README.md, ``local_correction.py``: the
+digits CNN under onebit and topk with momentum SGD, 4 ranks, 5 seeds): early
+in training, yes (after 60 steps 14-18 points of test accuracy higher, after
+120 steps 2.3), trained to the end, no (after 220 and 720 steps within one
+test image). It is off by default because identical replicas are what a
+script that evaluates and saves on rank 0 relies on.
 
 Warm-up: the first ``warmup_iters`` steps are reduced uncompressed (the
 momentum still runs, so this is exactly momentum SGD), as 1-bit Adam's
@@ -94,35 +104,53 @@ parameter (a warning says so). Server residuals belong to a layout's chunk
 and restart when the layout changes. Trap: register the hook before the
 first backward (names are given in first-iteration order).
 
-Checkpoints (:meth:`CompressionState.state_dict`): the state is per rank
-(every rank's momentum and residuals come from its own gradients), and so
-are the parameters when the local correction is on. An exact resume needs
-each rank's own model and state, restored into that rank:
+Checkpoints (:meth:`CompressionState.state_dict`): the parameters are the
+same on every rank, but the momentum and residuals are each rank's own
+(they come from its own gradients). ``state_dict()`` is therefore a
+collective (:mod:`gradwire.exchange.checkpoint`): every rank calls it, and
+it returns every rank's part, which one rank saves; each rank's
+``load_state_dict`` takes its own part. As a user writes it::
 
-1. every rank saves ``ddp.state_dict()``, the optimizer's and the state's
-   (a file per rank);
-2. a new run builds the model, ``DDP(model)``, the state and the hook, and
-   *then* loads the model (``ddp.load_state_dict``), the optimizer and the
-   state. DDP's constructor broadcasts rank 0's parameters: a model loaded
-   before it (PyTorch's snapshot tutorial does so) leaves every other rank
-   with rank 0's replica; ``DDP(model, init_sync=False)`` keeps the loaded
-   one.
+    ex = state.state_dict()                  # every rank: gathers the ranks' parts
+    if rank == 0:
+        torch.save({"model": ddp.module.state_dict(), "opt": opt.state_dict(), "exchange": ex}, path)
 
-The checkpoint records the rank, the world size and, with the local
-correction on, a checksum of each of the rank's parameters; the first
-iteration after ``load_state_dict`` compares them with what it finds and
-warns when they differ (another rank's state, another world size, or a
-replica DDP overwrote), since training then goes on, but not as the
-uninterrupted run would have. A checkpoint written after the first
-iteration of a DDP, before DDP rebuilt its buckets, cannot know the rebuilt
-layout the uninterrupted run goes on with: when the resumed run's buckets
-change after its first iteration, a warning says so (write checkpoints
-after the second iteration or later). The layouts of the last step are saved too,
-so that the first resumed iteration reduces the same tensors even where no
-per-element state exists yet (a plain all_reduce of more than two ranks
-sums in an order that depends on the layout). The compressor's own state
-(PowerSGD's warm start, the random streams of ``qsgd``, ``int8`` and
-``terngrad``, ``topk``'s sample positions) is part of the checkpoint.
+    ckpt = torch.load(path, weights_only=True)   # every rank, the one file
+    model.load_state_dict(ckpt["model"])         # before DDP(model) or after (ddp.module): the same
+    opt.load_state_dict(ckpt["opt"])
+    state.load_state_dict(ckpt["exchange"])
+
+The resumed run equals the uninterrupted one bit for bit, the model loaded
+before or after ``DDP(...)``, whatever layout DDP's first iteration gives
+the buckets: each parameter's momentum and residual follow its name.
+Called on rank 0 alone (inside ``if rank == 0:``), ``state_dict()`` raises
+:class:`~gradwire.exchange.checkpoint.CheckpointError` after ``timeout``
+seconds instead of waiting forever. A file per rank works too
+(:meth:`CompressionState.local_state_dict`).
+
+What warns (``RuntimeWarning``, and the log), since training then goes on,
+but not as the uninterrupted run would have:
+
+- another world size: each rank starts from the mean of the saved ranks'
+  momenta and worker residuals (their average carries over, each rank's own
+  share does not) and the server residuals restart;
+- another bucket layout (``bucket_cap_mb``, fusion): the state is carried per
+  parameter, but the compression blocks and served chunks differ, checked
+  once DDP rebuilt its buckets;
+- with the local correction on, a rank whose parameters are not the replica
+  it saved (each part records a checksum of its rank's parameters): DDP's
+  constructor broadcasts rank 0's, so load each rank's model after
+  ``DDP(...)`` or build it with ``init_sync=False``;
+- a checkpoint written after the first iteration of a DDP, before DDP
+  rebuilt its buckets: it cannot know the rebuilt layout the uninterrupted
+  run goes on with (write checkpoints after the second iteration or later).
+
+The layouts of the last step are saved too, so that the first resumed
+iteration reduces the same tensors even where no per-element state exists
+yet (a plain all_reduce of more than two ranks sums in an order that depends
+on the layout). The compressor's own state (PowerSGD's warm start, the
+random streams of ``qsgd``, ``int8`` and ``terngrad``, ``topk``'s sample
+positions) is part of each rank's part.
 """
 from __future__ import annotations
 
@@ -144,6 +172,7 @@ from gradwire.compress.state import rearrange
 from gradwire.compress.twophase import chunk_bounds, chunk_granule
 
 from . import patterns
+from .checkpoint import GATHER_TIMEOUT, gather_parts, mean_tensors, own_part
 from .chooser import AutoChooser
 from .futures import Sequencer, counted, then
 
@@ -216,8 +245,11 @@ class CompressionState:
             compressor's ``warmup`` (``"onebit:warmup=50"``), or 1 when that is 0.
         min_compress_numel: tensors smaller than this are reduced uncompressed.
         local_correction: apply this rank's own compression error at once
-            (``avg + e_new - e_old``); None: on where error feedback is on and
-            the exchange averages (all but ``signum``).
+            (``avg + e_new - e_old``; needs error feedback and an exchange that
+            averages). Off by default: every rank applies the same decoded
+            average, bit for bit, and the replicas stay identical (DDP's
+            invariant). Trap when on: the ranks' parameters differ (module
+            doc). None takes the compressor's ``correct=1`` (default off).
         fuse_numel: compressed buckets smaller than this are held and sent
             with the next ones as one exchange (module doc); 0: never; None
             takes the compressor's ``fuse=N``, else :data:`FUSE_NUMEL`.
@@ -251,6 +283,7 @@ class CompressionState:
         "_resumed",
         "_run_steps",
         "_rebuild_check",
+        "_layout_check",
         "_held",
         "auto",
         "_step_futures",
@@ -287,11 +320,11 @@ class CompressionState:
         if isinstance(error_feedback, bool):
             error_feedback = ErrorFeedback() if error_feedback else None
         if local_correction is None:
-            local_correction = error_feedback is not None and self.compressor.averages
+            local_correction = self.compressor.correct
         if local_correction and (error_feedback is None or not self.compressor.averages):
             raise ValueError("local_correction needs error feedback and an exchange that averages "
                              f"({self.compressor.name}: error_feedback={error_feedback is not None}, "
-                             f"averages={self.compressor.averages})")
+                             f"averages={self.compressor.averages}); leave it off (the default)")
         self.local_correction = bool(local_correction)
         self.error_feedback: ErrorFeedback | None = error_feedback
         self.momentum = float(momentum)
@@ -314,6 +347,8 @@ class CompressionState:
         self._run_steps = 0
         #: the checkpoint was written before its DDP rebuilt the buckets: compare the first two layouts
         self._rebuild_check = False
+        #: the saved run's layouts, compared with the resumed run's once DDP rebuilt its buckets
+        self._layout_check: list[StateKey] = []
         #: buckets waiting to leave with the next ones as one exchange (fusion, module doc)
         self._held: list[_Held] = []
         #: this step's exchanges (``auto`` times how long the step waits for them)
@@ -347,6 +382,12 @@ class CompressionState:
         self.step += 1
         self._loaded = []
         self._run_steps += 1
+        if self._layout_check and self._run_steps == 2:
+            saved, self._layout_check = self._layout_check, []
+            if fuse_layouts(saved, self.fuse_numel) != fuse_layouts(list(self._layouts), self.fuse_numel):
+                self._warn_resume("its bucket layout is not this run's (another bucket_cap_mb, model or DDP "
+                                  "setting): the state is carried per parameter, but the compression blocks and "
+                                  "served chunks, and so the updates, differ from the uninterrupted run's")
         if self._rebuild_check and self._run_steps == 2:
             self._rebuild_check = False
             if list(self._layouts) != list(self._last_layouts):
@@ -564,8 +605,9 @@ class CompressionState:
                 parts.append(saved)
                 covered |= saved_names
             elif saved_names & names:
-                log.warning("resumed bucket %s splits the saved layout %s: its state is carried per parameter, "
-                            "and this iteration's compression differs from an uninterrupted run's", key, saved)
+                self._warn_resume(f"the resumed bucket {key} splits the saved layout {saved} (another bucket "
+                                  "layout): its state is carried per parameter, exact, but this iteration's "
+                                  "compression blocks and served chunks differ from an uninterrupted run's")
                 return None
         return parts if covered == names else None
 
@@ -585,7 +627,8 @@ class CompressionState:
                                 "and served chunks belong to that world size)")
             elif saved_rank != rank:
                 problems.append(f"it holds rank {saved_rank}'s momentum and residuals and rank {rank} loaded it "
-                                "(save every rank's state_dict() and load each rank's own)")
+                                "(save state_dict(), which gathers every rank's part, or each rank's own "
+                                "local_state_dict())")
         replica: dict[str, int] = saved.setdefault("replica", {})
         differ = [name for name, p in ((self.names.name(p), p) for p in params)
                   if name in replica and replica.pop(name) != _checksum(p)]
@@ -665,10 +708,10 @@ class CompressionState:
         return correct
 
     # -- checkpoints -------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Everything this rank needs to continue exactly like an uninterrupted run (plain types; module doc).
+    def local_state_dict(self) -> dict[str, Any]:
+        """This rank's part of the checkpoint (plain types; no collective): what it needs to go on exactly.
 
-        Call it between steps, on every rank: the state is this rank's own.
+        For a file per rank; :meth:`state_dict` gathers every rank's part into one.
         """
         rank, world = self.rank_world()
         replica = {name: _checksum(t) for name, t in self.names.named()} if self.local_correction else {}
@@ -685,13 +728,47 @@ class CompressionState:
             **({"auto": self.auto.state_dict()} if self.auto is not None else {}),
         }
 
+    def state_dict(self, timeout: float = GATHER_TIMEOUT) -> dict[str, Any]:
+        """Every rank's part, gathered (``{"world": W, "ranks": [...]}``): a collective; save it on one rank.
+
+        Call it between steps on every rank of the state's group (module doc,
+        "Checkpoints"); :func:`~gradwire.exchange.checkpoint.gather_parts` says how.
+
+        Raises:
+            CheckpointError: not every rank called it within ``timeout`` seconds.
+        """
+        return gather_parts(self.local_state_dict(), self.process_group, "CompressionState.state_dict()", timeout)
+
+    @staticmethod
+    def merge_parts(parts: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+        """An approximate part for ``rank`` of a run of another world size (``checkpoint.own_part``).
+
+        The mean of the saved ranks' momenta and worker residuals (the update
+        carries their average); served chunks dropped (they belong to the
+        saved world's chunking); everything else saved rank ``rank % W``'s.
+        """
+        base = dict(parts[rank % len(parts)])
+        base["momentum"] = _mean_buffers([p["momentum"] for p in parts])
+        if base["error_feedback"] is not None:
+            base["error_feedback"] = _mean_buffers([p["error_feedback"] for p in parts])
+        base["replica"] = {}
+        return base
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (the configuration is not part of it).
+        """Restore this rank's part of what :meth:`state_dict` (or :meth:`local_state_dict`) returned.
+
+        The configuration is not part of it. On another world size the part
+        is approximate (:meth:`merge_parts`) and a warning says what.
 
         Raises:
             ValueError: the checkpoint holds error feedback and this state has
                 none, or the other way round.
         """
+        rank, world = self.rank_world()
+        state, problem = own_part(state, rank, world, self.merge_parts)
+        if problem is not None:
+            state = {**state, "rank": rank, "world": world}
+            self._warn_resume(problem)
         if (state["error_feedback"] is None) != (self.error_feedback is None):
             raise ValueError(f"the checkpoint has error_feedback={'off' if state['error_feedback'] is None else 'on'}, "
                              f"this state {'off' if self.error_feedback is None else 'on'}: build the state as it was saved")
@@ -709,6 +786,8 @@ class CompressionState:
         self._layouts, self._last_layouts = {}, {}
         self._run_steps = 0
         self._rebuild_check = state.get("run_steps") == 1
+        # saved after DDP's first iteration: its layouts are DDP's initial ones, which _rebuild_check judges
+        self._layout_check = [] if self._rebuild_check or not state.get("layouts") else list(self._loaded)
         if self.auto is not None and state.get("auto"):
             self.auto.load_state_dict(state["auto"])
         resumed: dict[str, Any] = {k: state[k] for k in ("rank", "world") if k in state}
@@ -718,7 +797,7 @@ class CompressionState:
     # -- pickling without the process group ----------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "sequencer", "names", "_loaded", "_layouts", "_last_layouts", "_resumed",
-                "_run_steps", "_rebuild_check", "_held", "auto", "_step_futures")
+                "_run_steps", "_rebuild_check", "_layout_check", "_held", "auto", "_step_futures")
         return {s: getattr(self, s) for s in self.__slots__ if s not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -732,6 +811,7 @@ class CompressionState:
         self._resumed = None
         self._run_steps = 0
         self._rebuild_check = False
+        self._layout_check = []
         self._held = []
 
 
@@ -791,6 +871,17 @@ def _checksum(t: Tensor) -> int:
     """CRC-32 of a tensor's bytes (a copy on the CPU)."""
     flat = t.detach().reshape(-1).contiguous().cpu()
     return zlib.crc32(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else 0
+
+
+def _mean_buffers(stores: list[dict[str, Any]]) -> dict[str, Any]:
+    """The element-wise mean of ``SegmentStore.state_dict()``\\ s' whole-key buffers (served chunks dropped)."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for store in stores:
+        for entry in store["buffers"]:
+            if entry.get("chunk") is None:
+                by_key.setdefault(repr(entry["segments"]), []).append(entry)
+    return {"buffers": [{**entries[0], "value": mean_tensors([e["value"] for e in entries])}
+                        for entries in by_key.values()]}
 
 
 def _copy(residual: Tensor | None) -> Tensor | None:

@@ -8,9 +8,9 @@ optimizer scheme (:func:`gradwire.exchange.scheme_for`) prepare each bucket. ``c
    parameter when DDP rebuilds its buckets.
 2. :meth:`CompressionState.reduce_params` runs the whole exchange: momentum,
    plain average during warm-up and for small buckets, otherwise error
-   feedback, compression, the pattern's collectives and the local
-   correction, decompressed in place into the bucket buffer in the last
-   callback. Small buckets of a compressing step wait for the next ones and
+   feedback, compression and the pattern's collectives, decompressed in
+   place into the bucket buffer in the last callback: the same average on
+   every rank (the local correction, an option, adds the rank's own error). Small buckets of a compressing step wait for the next ones and
    leave as one exchange (fusion, up to ``state.fuse_numel`` elements, or
    at the step's last bucket).
 3. ``bucket.is_last()`` advances ``state.step``.

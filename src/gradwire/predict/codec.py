@@ -23,7 +23,8 @@ PowerSGD's work depends on the parameters' shapes, not on the element count.
 CPU time (:func:`codec_cost`) is measured here, once per compressor and
 device, at two sizes, and fitted as ``a + b n`` per stage: the stages and the
 tensor passes :class:`~gradwire.exchange.CompressionState` runs (momentum,
-error feedback, the local correction's residual copies; see
+error feedback, the local correction's residual copies where
+it is on (``correct=1``); see
 :func:`_stages`), on the device the prediction is for (``cuda`` for GPU
 clusters when one is here). Trap: on a CPU that other work shares, the
 figures move with the load; a profile of the same strategy measures them in
@@ -217,7 +218,7 @@ class _Bench:
         self.m = torch.zeros_like(self.x)
         self.key = StateKey.of("p0", numel)
         self.ef = ErrorFeedback() if not compressor.unbiased else None
-        self.correcting = self.ef is not None and compressor.averages
+        self.correcting = self.ef is not None and compressor.averages and compressor.correct  # off by default
         self.old = torch.zeros_like(self.x)
 
     def prepare(self) -> torch.Tensor:

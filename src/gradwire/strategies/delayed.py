@@ -215,7 +215,7 @@ class DelayedStrategy(Strategy):
         self.comm_group = dist.new_group(ranks, timeout=group_timeout(self.group))
         state = self.exchange_state(self.comm_group, momentum=self.momentum if self.compressor is not None else 0.0)
         if self.exchange is not None:  # restored before wrap: keep what load_state_dict put there
-            state.load_state_dict(self.exchange.state_dict())
+            state.load_state_dict(self.exchange.local_state_dict())
         self.exchange = state
         if register_hook:
             ddp.register_comm_hook(self, delayed_hook)
@@ -386,7 +386,7 @@ class DelayedStrategy(Strategy):
         return {
             "steps": self.steps,
             "skipped": self.skipped,
-            "exchange": self.exchange.state_dict(),
+            "exchange": self.exchange.local_state_dict(),
             "owed": [{**key.as_plain(), "average": avg.clone(), "local": local.clone()} for key, avg, local in owed or []],
         }
 

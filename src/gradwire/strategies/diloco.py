@@ -248,7 +248,7 @@ class DiLoCoStrategy(_Averaging):
         return {"steps": self.steps, "rounds": list(self.rounds), "averages": self.averages,
                 "anchors": [p.anchor.clone() for p in self._parts],
                 "momenta": [p.momentum.clone() for p in self._parts],
-                "exchange": self._exchange.state_dict()}
+                "exchange": self._exchange.local_state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         anchors, momenta = state["anchors"], state["momenta"]

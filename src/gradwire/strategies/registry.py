@@ -276,6 +276,10 @@ def check_composition(compressor: str | Compressor | None, spec: StrategySpec) -
     if compressor is None:
         return
     entry = STRATEGIES[spec.name]
+    if spec.name != "sync" and get_compressor(compressor).correct:
+        raise ValueError(f"compressor {getattr(compressor, 'name', compressor)!r} cannot compose with strategy "
+                         f"{spec}: correct=1 is the local correction of sync's DDP hook, and {spec} applies the "
+                         "same average on every rank (or corrects in its own way); drop correct=1")
     head = compressor.name if isinstance(compressor, Compressor) else compressor.split(":")[0].lower()
     refuses: Mapping[str, str] = entry.refuses
     if any(spec.params.get(flag) for flag in entry.lifts_refusals):

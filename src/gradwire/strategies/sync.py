@@ -112,11 +112,12 @@ class SyncStrategy(Strategy):
         return state if isinstance(state, CompressionState) else None
 
     def finish(self, optimizer: torch.optim.Optimizer) -> None:
-        """Average the parameters once when the compression hook applies local corrections.
+        """Average the parameters once when the compression hook applies local corrections (``correct=1``).
 
-        With local correction every rank sits within ``lr * residual`` of the
-        common model (see :mod:`gradwire.exchange.state`); one exact average at
-        the end makes the replicas identical again.
+        With the local correction every rank sits within ``lr * residual`` of
+        the common model (see :mod:`gradwire.exchange.state`); one exact
+        average at the end makes the replicas identical again. Off (the
+        default) they are identical already and nothing is sent.
         """
         state = self._timed.state if self._timed is not None else None
         if getattr(state, "local_correction", False):
