@@ -33,7 +33,9 @@ powersgd:r          allreduce  r (rows + cols) floats in two rounds
 
 Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
 for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
-``warmup=N``, ``fuse=N`` (all).
+``warmup=N``, ``fuse=N``, ``ef=N`` (all; ``ef``: the percent of the dropped error
+that error feedback carries into the next step, 100 by default, see
+:class:`~gradwire.compress.errorfeedback.ErrorFeedback`).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.exchange`.
@@ -96,7 +98,7 @@ class CompressorEntry:
 COMPRESSORS: dict[str, CompressorEntry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
-COMMON_OPTIONS = ("warmup", "fuse")
+COMMON_OPTIONS = ("warmup", "fuse", "ef")
 
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
@@ -165,9 +167,14 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     fuse = options.pop("fuse", None)
     if fuse is not None and fuse < 0:
         raise ValueError(f"compressor {spec!r}: fuse must be >= 0 elements (0: never fuse buckets), got {fuse}")
+    ef = options.pop("ef", 100)
+    if not 0 <= ef <= 100:
+        raise ValueError(f"compressor {spec!r}: ef is the percent of the residual error feedback keeps, "
+                         f"0 to 100, got {ef}")
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
     compressor.fuse = fuse
+    compressor.ef = ef
     return compressor
 
 

@@ -82,6 +82,8 @@ class Compressor:
     warmup: int = 0
     #: buckets below this many elements are fused into one exchange (``name:fuse=N``; None: the hook's default)
     fuse: int | None = None
+    #: percent of the dropped error that error feedback keeps for the next step (``name:ef=N``; 100: all of it)
+    ef: int = 100
 
     # -- what subclasses implement -------------------------------------------
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:
