@@ -65,6 +65,7 @@ CORPUS = [
     ("compare --epochs 0", "--epochs"),
     ("compare --batch-size abc", "expected an integer"),
     ("compare --strategies sync,bogus", "valid strategies"),
+    ("compare --strategies sync,onebit:ef=150", "ef is the percent of the residual"),
     ("compare --model resnet", "valid models"),
     ("compare --lr -1", "--lr must be > 0"),
     ("compare --target 2", "--target must be in (0, 1]"),
