@@ -13,6 +13,8 @@
 #   bash benchmarks/clip_acceptance.sh                     # both scripts (about 40 min on a busy 2-core host)
 #   SCRIPTS=hf_trainer SEEDS=1 bash benchmarks/clip_acceptance.sh
 #   OUT=/tmp/clip bash benchmarks/clip_acceptance.sh       # elsewhere than benchmarks/results/
+#   ONE_BIT=onebit:allgather:block=64 STRATEGIES=sync,onebit:allgather:block=64,onebit:allgather:block=64+delayed \
+#     OUT=benchmarks/results/clip_acceptance_onebit64 bash benchmarks/clip_acceptance.sh  # another 1-bit exchange
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$repo/benchmarks/results/clip_acceptance}

@@ -68,6 +68,7 @@ CORPUS = [
     ("compare --strategies onebit:correct=2", "correct must be 0 (every rank applies the same average) or 1"),
     ("compare --strategies signum:correct=1", "correct=1 needs error feedback and an average"),
     ("compare --strategies onebit:correct=1+delayed", "correct=1 is the local correction of sync's DDP hook"),
+    ("compare --strategies sync,onebit:ef=150", "ef is the percent of the residual"),
     ("compare --model resnet", "valid models"),
     ("compare --lr -1", "--lr must be > 0"),
     ("compare --target 2", "--target must be in (0, 1]"),

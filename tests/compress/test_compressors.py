@@ -113,10 +113,31 @@ def test_options_parse_and_warmup_rides_on_the_compressor():
     assert get_compressor("int8").pattern is Pattern.TWO_PHASE
 
 
+def test_ef_option_damps_the_residual_through_the_state():
+    """``ef=N`` keeps N% of what compression dropped; the state builds its error feedback with it."""
+    from gradwire.compress import ErrorFeedback, StateKey
+    from gradwire.exchange import CompressionState
+    assert get_compressor("onebit").ef == 100 and get_compressor("onebit:block=64:ef=50").ef == 50
+    assert CompressionState("onebit:ef=50").error_feedback.keep == 0.5
+    assert CompressionState("onebit").error_feedback.keep == 1.0
+    torch.manual_seed(0)
+    x = torch.randn(1024)
+    key = StateKey.of("p0", x.numel())
+    full, half = ErrorFeedback(), ErrorFeedback(keep=0.5)
+    approx = roundtrip(get_compressor("onebit:block=64"), x)
+    full.update(key, x.clone(), approx)
+    half.update(key, x.clone(), approx)
+    assert torch.equal(full.residual(key), x - approx)
+    assert torch.allclose(half.residual(key), 0.5 * (x - approx))
+    with pytest.raises(ValueError, match="0 to 1"):
+        ErrorFeedback(keep=1.5)
+
+
 @pytest.mark.parametrize("spec, match", [
     ("onebit:block=12", "multiple of 8"), ("onebit:bloc=8", "unknown option 'bloc'"),
     ("fp16:block=8", "options of fp16: warmup"), ("onebit:warmup=x", "integer"),
     ("topk:0.1:0.2", "at most one positional"), ("onebit:warmup=-1", ">= 0"), ("onebit:rms=2", "rms"),
+    ("onebit:ef=150", "0 to 100"), ("onebit:ef=-1", "0 to 100"),
 ])
 def test_bad_options_say_what_is_valid(spec, match):
     with pytest.raises(ValueError, match=match):

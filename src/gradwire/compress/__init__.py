@@ -36,7 +36,9 @@ powersgd:r          allreduce  r (rows + cols) floats in two rounds
 
 Options: ``block=N`` (``int8``, ``onebit``, ``signum``: elements per scale, 0
 for one scale per tensor), ``rms=0`` (``onebit``: mean-|x| scales),
-``warmup=N``, ``fuse=N``, ``correct=0|1`` (all).
+``warmup=N``, ``fuse=N``, ``correct=0|1``, ``ef=N`` (all; ``ef``: the percent of the dropped error
+that error feedback carries into the next step, 100 by default, see
+:class:`~gradwire.compress.errorfeedback.ErrorFeedback`).
 
 This package never imports ``torch.distributed``; the exchange patterns are
 implemented in :mod:`gradwire.exchange`.
@@ -99,7 +101,7 @@ class CompressorEntry:
 COMPRESSORS: dict[str, CompressorEntry] = {}
 
 #: options every compressor accepts (handled here, not by the factories)
-COMMON_OPTIONS = ("warmup", "fuse", "correct")
+COMMON_OPTIONS = ("warmup", "fuse", "correct", "ef")
 
 
 def register_compressor(name: str, factory: Callable[..., Compressor], param: str = "", doc: str = "",
@@ -172,6 +174,10 @@ def get_compressor(spec: str | Compressor) -> Compressor:
     if correct not in (0, 1):
         raise ValueError(f"compressor {spec!r}: correct must be 0 (every rank applies the same average) or 1 "
                          f"(the local correction), got {correct}")
+    ef = options.pop("ef", 100)
+    if not 0 <= ef <= 100:
+        raise ValueError(f"compressor {spec!r}: ef is the percent of the residual error feedback keeps, "
+                         f"0 to 100, got {ef}")
     compressor = COMPRESSORS[name].factory(arg, **options)
     compressor.warmup = warmup
     compressor.fuse = fuse
@@ -179,6 +185,7 @@ def get_compressor(spec: str | Compressor) -> Compressor:
         why = "its exchange is a vote, not an average" if not compressor.averages else "it is unbiased (no error feedback)"
         raise ValueError(f"compressor {spec!r}: correct=1 needs error feedback and an average; {why}; drop correct=1")
     compressor.correct = bool(correct)
+    compressor.ef = ef
     return compressor
 
 

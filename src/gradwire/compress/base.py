@@ -84,6 +84,8 @@ class Compressor:
     fuse: int | None = None
     #: the exchange applies each rank's own compression error at once (``name:correct=1``; replicas then differ)
     correct: bool = False
+    #: percent of the dropped error that error feedback keeps for the next step (``name:ef=N``; 100: all of it)
+    ef: int = 100
 
     # -- what subclasses implement -------------------------------------------
     def encode(self, flat: Tensor, ctx: Ctx) -> list[Tensor]:

@@ -318,7 +318,7 @@ class CompressionState:
         if error_feedback is None:
             error_feedback = not self.compressor.unbiased
         if isinstance(error_feedback, bool):
-            error_feedback = ErrorFeedback() if error_feedback else None
+            error_feedback = ErrorFeedback(keep=self.compressor.ef / 100) if error_feedback else None
         if local_correction is None:
             local_correction = self.compressor.correct
         if local_correction and (error_feedback is None or not self.compressor.averages):
