@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ops", action="store_true",
                    help="time every op of --ops-steps optimizer steps on this device: device=profile:DIR replays them")
     p.add_argument("--ops-steps", type=positive_int(1), default=5, metavar="N",
-                   help="optimizer steps timed op by op with --ops, after the first (default 5); the steps after "
+                   help="optimizer steps timed op by op with --ops, after the first two (default 5); the steps after "
                         "them run untimed and give the recorded step")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(func=run)

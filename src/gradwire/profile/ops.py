@@ -4,8 +4,8 @@ An :class:`OpRecorder` is a torch dispatch mode entered on the training
 thread (torch hands it to autograd's threads too, so a GPU's backward is
 seen). It times a window of optimizer steps, op by op:
 
-1. the first ``skip`` optimizer steps run unrecorded (DDP rebuilds its
-   buckets, allocators warm up), then ``steps`` steps are timed: each op's
+1. the first ``skip`` optimizer steps (2) run unrecorded (DDP rebuilds its
+   buckets in the second, allocators warm up), then ``steps`` steps are timed: each op's
    wall time around the call, on CUDA synchronised before and after (so an
    op's time is its kernels', not its launch's); ops of the backend's own
    work (:meth:`SimClock.in_backend`) are not the rank's compute and are
@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from gradwire.backend.simclock import SIMCLOCK
@@ -70,7 +71,7 @@ def device_of(cuda: bool) -> dict[str, str]:
 class OpRecorder(TorchDispatchMode):
     """Times every op of ``steps`` optimizer steps after ``skip`` (module doc)."""
 
-    def __init__(self, steps: int = 5, skip: int = 1) -> None:
+    def __init__(self, steps: int = 5, skip: int = 2) -> None:
         super().__init__()
         if steps < 1 or skip < 0:
             raise ValueError(f"an op recording needs steps >= 1 and skip >= 0, got {steps} and {skip}")
@@ -91,7 +92,7 @@ class OpRecorder(TorchDispatchMode):
 
     def start(self) -> "OpRecorder":
         """Enter on the training thread; the window opens after ``skip`` optimizer steps."""
-        self._handles.append(torch.optim.optimizer.register_optimizer_step_post_hook(self._after_step))
+        self._handles.append(register_optimizer_step_post_hook(self._after_step))
         self._handles.append(on_first_model_forward(self._model))
         self.recording = self.skip == 0
         self.__enter__()
@@ -174,7 +175,8 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
     """One device's recording from the ranks' ``rank*.json`` records (module doc); ValueError if there is none.
 
     Per op key, calls and seconds are summed over ranks (a replay prices every
-    rank alike, at the mean). The recorded step is each rank's median step
+    rank alike, at the mean); the ops of a step are the window's median step's.
+    The recorded step is each rank's median step
     after the window, averaged over ranks; its compute is the step less the
     communication the rank waited for (``backward_wait`` + ``waited``).
     """
@@ -183,7 +185,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
         raise ValueError("no rank recorded ops: did the script call torch.distributed.init_process_group?")
     if not any(r["op_record"]["per_step"] for r in recs):
         raise ValueError("no optimizer step was recorded: --ops needs a script whose optimizer steps "
-                         "(torch.optim), and more steps than --ops-steps + 1")
+                         "(torch.optim), and more steps than --ops-steps + 2")
     table: dict[str, list[float]] = {}
     for r in recs:
         for key, o in r["op_record"]["ops"].items():
@@ -191,8 +193,9 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
             e[0] += o["calls"]
             e[1] += o["seconds"]
     per_step = [p for r in recs for p in r["op_record"]["per_step"]]
-    op_seconds_step = statistics.fmean(p[0] for p in per_step)
-    ops_step = statistics.fmean(p[1] for p in per_step)
+    # the median step of the window: a one-off step (DDP's bucket rebuild, a lazy allocation) is not a step
+    op_seconds_step = statistics.median(p[0] for p in per_step)
+    ops_step = statistics.median(p[1] for p in per_step)
     clean = [_clean(r) for r in recs]
     if all(clean):
         step = statistics.fmean(statistics.median(s["step"] for s in c) for c in clean)

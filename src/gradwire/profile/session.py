@@ -97,7 +97,7 @@ class ProfileSession:
         trace: write a Chrome trace here on exit (the network's events, plus
             torch.profiler's when ``torch_profiler`` is true).
         torch_profiler: also run torch.profiler (CPU activities) in the region.
-        ops: time every op of this many optimizer steps (after the first),
+        ops: time every op of this many optimizer steps (after the first two),
             :mod:`gradwire.profile.ops`; 0: none.
     """
 
