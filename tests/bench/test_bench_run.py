@@ -93,7 +93,7 @@ def test_doctor_passes_on_two_healthy_ranks(capsys) -> None:
 def test_gradwire_on_cuda_tensors_is_correct_and_simulated(tmp_path, capsys) -> None:
     """The ops DDP and the hooks use, on CUDA tensors of 2 ranks (one shared GPU runs them on gloo)."""
     out_json = tmp_path / "cuda.json"
-    rc = main(["bench", "--backend", "gradwire", "--device", "cuda", "--net", "1gbe", "-b", "64K", "-e", "1M",
+    rc = main(["bench", "--backend", "gradwire", "--tensors", "cuda", "--net", "1gbe", "-b", "64K", "-e", "1M",
                "-f", "16", "-n", "3", "-w", "1", "--op", "all_reduce", "--op", "all_gather", "--op", "broadcast",
                "--op", "all_to_all", "--json", str(out_json)])
     out = capsys.readouterr().out

@@ -48,8 +48,22 @@ def _header(result: BenchResult) -> list[str]:
     if result.net:
         how = "simulated by the gradwire backend" if result.simulated else "priced by the model only"
         lines.append(f"#  network: {result.net.to_string()} ({how}; model(us) = its price of one call)")
+        if result.simulated:
+            lines.append("#  clock: " + _clock_line(result.net))
     lines += ["#", "# Using devices", *(f"#  {r}" for r in result.ranks), "#"]
     return lines
+
+
+def _clock_line(net: Any) -> str:
+    """What a row's time is, in words: the simulated cluster clock (and its device) or this host's wall clock."""
+    if net.clock != "sim":
+        return "this host's wall clock (realtime: the modelled network waited out, real packets)"
+    if not net.device:
+        return "the simulated cluster clock (the network model's time; no device: no compute priced)"
+    from gradwire.device import parse_device
+
+    return ("the simulated cluster clock (the network model's time, plus a reduction's arithmetic and the "
+            f"benchmark's copies on {parse_device(net.device).describe()})")
 
 
 def format_table(result: BenchResult) -> str:
