@@ -34,8 +34,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ops", action="store_true",
                    help="time every op of --ops-steps optimizer steps on this device: device=profile:DIR replays them")
     p.add_argument("--ops-steps", type=positive_int(1), default=5, metavar="N",
-                   help="optimizer steps timed op by op with --ops, after the first two (default 5); the steps after "
-                        "them run untimed and give the recorded step")
+                   help="optimizer steps timed op by op with --ops (default 5): every other step after the first two; "
+                        "the untimed steps between them give the recorded step")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(func=run)
 
@@ -86,7 +86,7 @@ def _write_ops(results: list[dict], spec: NetSpec, out: Path) -> int:
         print(f"gradwire profile --ops: {exc}", file=sys.stderr)
         return 1
     path = write_recording(out, record["device"]["name"], record)
-    note = "" if record["clean_steps"] else " (no step ran after the timed ones: the step includes the timing's cost)"
+    note = "" if record["clean_steps"] else " (no untimed step between timed ones: the step includes the timing's cost)"
     print(f"ops: {len(record['ops'])} ops over {record['steps_recorded']} steps on {record['device']['description']}, "
           f"step {record['step_seconds'] * 1e3:.2f} ms, its compute {record['compute_seconds'] * 1e3:.2f} ms{note}: "
           f"{path}; replay with --net ...,clock=sim,device=profile:{out}")

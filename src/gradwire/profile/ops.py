@@ -5,7 +5,9 @@ thread (torch hands it to autograd's threads too, so a GPU's backward is
 seen). It times a window of optimizer steps, op by op:
 
 1. the first ``skip`` optimizer steps (2) run unrecorded (DDP rebuilds its
-   buckets in the second, allocators warm up), then ``steps`` steps are timed: each op's
+   buckets in the second, allocators warm up), then ``steps`` steps are timed,
+   every other one (timed, untimed, timed...: a host whose load changes
+   changes both alike); in a timed step each op's
    wall time around the call, on CUDA synchronised before and after (so an
    op's time is its kernels', not its launch's); ops of the backend's own
    work (:meth:`SimClock.in_backend`) are not the rank's compute and are
@@ -13,14 +15,14 @@ seen). It times a window of optimizer steps, op by op:
 2. per op key (:func:`gradwire.device.op_key`): calls, seconds, and the op's
    roofline time on the recorded device's kind (``cpu-core`` on a CPU), whose
    ratio prices the ops a replay meets that the recording does not hold;
-3. the recorder then leaves the dispatch stack, and the steps after the
-   window run as the script runs them: their times (:mod:`.steps`) are the
-   recorded step, whose compute less the window's per-step op time is the
-   framework's time between ops (:func:`merge`).
+3. between timed steps the recorder leaves the dispatch stack, and the
+   untimed steps run as the script runs them: their median (:mod:`.steps`)
+   is the recorded step, whose compute less the timed steps' median op time
+   is the framework's time between ops (:func:`merge`).
 
 :func:`merge` turns the ranks' records into one device's recording
 (:func:`gradwire.device.recorded.write_recording`). Trap: timing every op
-adds Python overhead between the ops of the window; that is why the window's
+adds Python overhead between the ops of a timed step; that is why the timed
 steps are not the recorded step.
 """
 from __future__ import annotations
@@ -83,20 +85,21 @@ class OpRecorder(TorchDispatchMode):
         self.signature: dict[str, Any] | None = None
         self.cuda = False
         self.recording = False
-        #: the backend clock's time when the window ended (steps after it are the clean ones); None: not ended
+        #: the backend clock's time when the last timed step ended; None: fewer steps ran
         self.ended_at: float | None = None
+        #: (start, end) of each timed step on the backend's clock: the steps between them are the untimed ones
+        self.spans: list[tuple[float, float]] = []
         self._done = 0
         self._sec, self._ops = 0.0, 0
         self._handles: list[Any] = []
         self._entered = False
 
     def start(self) -> "OpRecorder":
-        """Enter on the training thread; the window opens after ``skip`` optimizer steps."""
+        """Hook the optimizer's steps; the first timed step starts after ``skip`` of them."""
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
         self._handles.append(on_first_model_forward(self._model))
-        self.recording = self.skip == 0
-        self.__enter__()
-        self._entered = True
+        if self.skip == 0:
+            self._open()
         return self
 
     def _model(self, module: Any) -> None:
@@ -110,6 +113,15 @@ class OpRecorder(TorchDispatchMode):
         self._handles.clear()
         self._leave()
 
+    def _open(self) -> None:
+        from gradwire.backend.completer import CLOCK
+
+        self.recording = True
+        self._sec, self._ops = 0.0, 0
+        self.spans.append((CLOCK.now(), float("inf")))
+        self.__enter__()
+        self._entered = True
+
     def _leave(self) -> None:
         if self._entered and _get_current_dispatch_mode() is self:
             self.__exit__(None, None, None)
@@ -119,15 +131,15 @@ class OpRecorder(TorchDispatchMode):
         from gradwire.backend.completer import CLOCK
 
         self._done += 1
-        if self.recording:
+        if self.recording:  # a timed step ended: the next one runs untimed (leaving the stack: no cost)
             self.per_step.append((self._sec, self._ops))
+            self.recording = False
+            self.spans[-1] = (self.spans[-1][0], CLOCK.now())
+            self._leave()
             if len(self.per_step) >= self.steps:
-                self.recording = False
                 self.ended_at = CLOCK.now()
-                self._leave()  # the steps after run unmetered: they are the recorded step
-        elif self._done == self.skip and not self.per_step:
-            self.recording = True
-        self._sec, self._ops = 0.0, 0
+        elif self._done > self.skip and len(self.per_step) < self.steps and (self._done - self.skip) % 2 == 1:
+            self._open()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -160,15 +172,19 @@ class OpRecorder(TorchDispatchMode):
         world = dist.get_world_size() if dist.is_initialized() else None
         return {"world_size": world, "ops": {k: {"calls": int(c), "seconds": s, "roofline": r} for k, (c, s, r) in self.table.items()},
                 "per_step": [list(p) for p in self.per_step], "model": self.signature,
-                "device": device_of(self.cuda), "torch": torch.__version__, "ended_at": self.ended_at}
+                "device": device_of(self.cuda), "torch": torch.__version__, "ended_at": self.ended_at,
+                "spans": [list(sp) for sp in self.spans]}
 
 
 def _clean(rank: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rank's steps after its window (unmetered): what its run takes without the recorder."""
-    ended = rank["op_record"].get("ended_at")
-    if ended is None:
+    """The rank's untimed steps between its timed ones: what its run takes without the recorder, at the same time."""
+    spans = rank["op_record"].get("spans") or []
+    closed = [(a, b) for a, b in spans if b != float("inf")]
+    if len(closed) < 2:
         return []
-    return [s for s in rank.get("steps", []) if s.get("origin", 0.0) > ended]
+    lo, hi = closed[0][0], closed[-1][1]
+    return [s for s in rank.get("steps", []) if lo < s.get("origin", lo) < hi
+            and not any(a <= s["origin"] <= b for a, b in closed)]
 
 
 def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
@@ -176,8 +192,8 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
 
     Per op key, calls and seconds are summed over ranks (a replay prices every
     rank alike, at the mean); the ops of a step are the window's median step's.
-    The recorded step is each rank's median step
-    after the window, averaged over ranks; its compute is the step less the
+    The recorded step is each rank's median untimed
+    step between its timed ones, averaged over ranks; its compute is the step less the
     communication the rank waited for (``backward_wait`` + ``waited``).
     """
     recs = [r for r in ranks if r.get("op_record")]
@@ -185,7 +201,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
         raise ValueError("no rank recorded ops: did the script call torch.distributed.init_process_group?")
     if not any(r["op_record"]["per_step"] for r in recs):
         raise ValueError("no optimizer step was recorded: --ops needs a script whose optimizer steps "
-                         "(torch.optim), and more steps than --ops-steps + 2")
+                         "(torch.optim), and at least 2 + 2 x --ops-steps steps")
     table: dict[str, list[float]] = {}
     for r in recs:
         for key, o in r["op_record"]["ops"].items():
@@ -200,7 +216,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
     if all(clean):
         step = statistics.fmean(statistics.median(s["step"] for s in c) for c in clean)
         waited = statistics.fmean(statistics.median(s["backward_wait"] + s["waited"] for s in c) for c in clean)
-    else:  # no step ran after the window: the window's own steps, with the recorder's overhead in them
+    else:  # fewer than two timed steps: every step, the timed ones' recorder overhead in them
         window = [s for r in recs for s in r.get("steps", [])]
         step = statistics.median(s["step"] for s in window) if window else op_seconds_step
         waited = statistics.median(s["backward_wait"] + s["waited"] for s in window) if window else 0.0
