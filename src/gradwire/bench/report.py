@@ -48,8 +48,8 @@ def _header(result: BenchResult) -> list[str]:
     if result.net:
         how = "simulated by the gradwire backend" if result.simulated else "priced by the model only"
         lines.append(f"#  network: {result.net.to_string()} ({how}; model(us) = its price of one call)")
-        if result.simulated:
-            lines.append("#  clock: " + _clock_line(result.net))
+    if c.backend == "gradwire" and c.net is not None:  # a zero network (loopback) has no model, still a clock
+        lines.append("#  clock: " + _clock_line(c.net))
     lines += ["#", "# Using devices", *(f"#  {r}" for r in result.ranks), "#"]
     return lines
 

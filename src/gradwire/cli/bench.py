@@ -87,8 +87,9 @@ def _clock_and_device(args: argparse.Namespace) -> tuple[str, str, Any]:
     cluster and implies ``--clock sim``. ``--clock`` and ``--device`` time on the
     gradwire backend (its network model), the default backend then.
     """
+    from dataclasses import replace
+
     from gradwire.device import parse_device
-    from gradwire.net import parse_spec
 
     device, tensors = args.device, args.tensors
     if device is not None and device.strip().lower() in _PLACEMENTS:
@@ -112,8 +113,8 @@ def _clock_and_device(args: argparse.Namespace) -> tuple[str, str, Any]:
             raise ValueError(f"--clock {clock} times collectives on the gradwire backend's network model, and "
                              f"--backend {backend} has none: use --backend gradwire (or leave --backend out)")
         backend = "gradwire"
-        text = net.to_string() if net is not None else "loopback"
-        net = parse_spec(f"{text},clock={clock}" + (f",device={device}" if device else ""))
+        base = net if net is not None else net_spec("loopback")
+        net = replace(base, clock=clock, device=device if device else base.device)
     return backend or "gloo", tensors or "auto", net
 
 

@@ -7,9 +7,12 @@ seen). It times a window of optimizer steps, op by op:
 1. the first ``skip`` optimizer steps (2) run unrecorded (DDP rebuilds its
    buckets in the second, allocators warm up), then ``steps`` steps are timed,
    every other one (timed, untimed, timed...: a host whose load changes
-   changes both alike); in a timed step each op's
-   wall time around the call, on CUDA synchronised before and after (so an
-   op's time is its kernels', not its launch's); ops of the backend's own
+   changes both alike); in a timed step each op's time is read on the run's
+   own clock: wall time on the realtime clock and on a GPU, the thread's CPU
+   time on the simulated clock with ``device=host`` (what that clock charges,
+   and what other processes on the host do not inflate); on CUDA each op is
+   synchronised before and after (so its time is its kernels', not its
+   launch's); ops of the backend's own
    work (:meth:`SimClock.in_backend`) are not the rank's compute and are
    skipped;
 2. per op key (:func:`gradwire.device.op_key`): calls, seconds, and the op's
@@ -93,9 +96,15 @@ class OpRecorder(TorchDispatchMode):
         self._sec, self._ops = 0.0, 0
         self._handles: list[Any] = []
         self._entered = False
+        #: what an op's time is read from: the run's own clock (wall time, or the thread CPU time of device=host)
+        self._timer = time.perf_counter
+        self.meter = "wall time"
 
     def start(self) -> "OpRecorder":
         """Hook the optimizer's steps; the first timed step starts after ``skip`` of them."""
+        device = SIMCLOCK.device if SIMCLOCK.enabled else None
+        if device is not None and device.kind == "host":  # the clock's own meter: this thread's CPU time
+            self._timer, self.meter = time.thread_time, "thread CPU time (clock=sim,device=host)"
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
         self._handles.append(on_first_model_forward(self._model))
         if self.skip == 0:
@@ -149,11 +158,11 @@ class OpRecorder(TorchDispatchMode):
         if cuda:
             self.cuda = True
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = self._timer()
         out = func(*args, **kwargs)
         if cuda:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        seconds = self._timer() - t0
         key = op_key(func, args, kwargs)
         entry = self.table.get(key)
         if entry is None:
@@ -172,7 +181,7 @@ class OpRecorder(TorchDispatchMode):
         world = dist.get_world_size() if dist.is_initialized() else None
         return {"world_size": world, "ops": {k: {"calls": int(c), "seconds": s, "roofline": r} for k, (c, s, r) in self.table.items()},
                 "per_step": [list(p) for p in self.per_step], "model": self.signature,
-                "device": device_of(self.cuda), "torch": torch.__version__, "ended_at": self.ended_at,
+                "device": device_of(self.cuda), "torch": torch.__version__, "ended_at": self.ended_at, "meter": self.meter,
                 "spans": [list(sp) for sp in self.spans]}
 
 
@@ -228,7 +237,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
     first = recs[0]["op_record"]
     batches = [s.get("batch") for r in recs for s in r.get("steps", []) if s.get("batch")]
     return {
-        "device": first["device"], "torch": first["torch"], "world_size": first.get("world_size") or len(ranks), "model": first["model"] or {},
+        "device": first["device"], "torch": first["torch"], "meter": first.get("meter", "wall time"), "world_size": first.get("world_size") or len(ranks), "model": first["model"] or {},
         "batch": statistics.median(batches) if batches else None, "net": net,
         "steps_recorded": len(per_step) // len(recs), "clean_steps": min(len(c) for c in clean),
         "step_seconds": step, "compute_seconds": compute, "waited_seconds": waited,
