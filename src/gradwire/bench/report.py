@@ -58,8 +58,9 @@ def _clock_line(net: Any) -> str:
     """What a row's time is, in words: the simulated cluster clock (and its device) or this host's wall clock."""
     if net.clock != "sim":
         return "this host's wall clock (realtime: the modelled network waited out, real packets)"
-    if not net.device:
-        return "the simulated cluster clock (the network model's time; no device: no compute priced)"
+    if not net.device or net.device.startswith("host"):
+        return ("the simulated cluster clock (the network model's time, plus the benchmark's own tensor work as "
+                "this host's thread CPU time: device=host, the default)")
     from gradwire.device import parse_device
 
     return ("the simulated cluster clock (the network model's time, plus a reduction's arithmetic and the "
