@@ -120,3 +120,28 @@ def test_a_recorder_and_a_replay_agree_op_for_op() -> None:
         step()
     assert mode.roofline_ops == 0 and mode.recorded_ops == summary["per_step"][0][1]
     assert sum(charged) == pytest.approx(sum(o["seconds"] for o in summary["ops"].values()) / 2, rel=1e-6)
+
+
+def _rank(per_step: list, steps: list) -> dict:
+    ops = {"aten.mm.default(float32[8,8],float32[8,8])": {"calls": 10, "seconds": 0.01, "roofline": 0.0005}}
+    return {"steps": steps, "op_record": {"ops": ops, "per_step": per_step, "model": {"hash": "h"}, "world_size": 2,
+                                          "device": {"name": "cpu", "kind": "cpu", "description": "c", "base": "cpu-core"},
+                                          "torch": "t", "spans": [[1.0, 2.0], [3.0, 4.0]], "meter": "wall time"}}
+
+
+def _step(origin: float, step: float, wait: float) -> dict:
+    return {"origin": origin, "step": step, "backward_wait": wait, "waited": 0.0, "batch": 8}
+
+
+def test_merge_spreads_the_framework_s_time_or_scales_the_ops() -> None:
+    """The recorded step is the untimed steps between timed ones; its compute less the ops' median is spread."""
+    from gradwire.profile.ops import merge
+
+    steps = [_step(1.5, 0.05, 0.01), _step(2.5, 0.012, 0.002), _step(3.5, 0.05, 0.01), _step(5.0, 0.03, 0.0)]
+    record = merge([_rank([(0.008, 100), (0.009, 100)], steps)] * 2, "1gbe")
+    assert record["clean_steps"] == 1 and record["step_seconds"] == pytest.approx(0.012)  # only the step at 2.5
+    assert record["compute_seconds"] == pytest.approx(0.010) and record["scale"] == 1.0
+    assert record["overhead"] == pytest.approx((0.010 - 0.0085) / 100)
+    assert record["roofline_ratio"] == pytest.approx(2.0) and record["world_size"] == 2 and record["batch"] == 8
+    slow = merge([_rank([(0.02, 100)], steps)] * 2, "1gbe")  # ops add up past the step: scaled down instead
+    assert slow["overhead"] == 0.0 and slow["scale"] == pytest.approx(0.010 / 0.02)
