@@ -22,7 +22,7 @@ status=0
 timeout 420 "$py" -m pytest -q -m cuda -p no:cacheprovider -o addopts="" -rfEs 2>&1 | tee "$out/pytest_cuda.txt"
 status=$(( status | ${PIPESTATUS[0]} ))
 for op in all_reduce all_gather broadcast all_to_all reduce_scatter reduce sendrecv; do
-    timeout 120 "$py" -m gradwire.cli.main bench --backend gradwire --device cuda --net 10gbe --world-size 2 \
+    timeout 120 "$py" -m gradwire.cli.main bench --backend gradwire --tensors cuda --net 10gbe --world-size 2 \
         -b 1M -e 64M -f 8 -n 5 -w 2 --op "$op" --no-progress 2>&1 | grep -v "^#  Rank"
 done | tee "$out/bench_gradwire_cuda.txt"
 timeout 300 "$py" benchmarks/compress_timing.py --device cuda --repeats 20 --out "$out/compress_timing_cuda.json"

@@ -93,7 +93,7 @@ def test_doctor_passes_on_two_healthy_ranks(capsys) -> None:
 def test_gradwire_on_cuda_tensors_is_correct_and_simulated(tmp_path, capsys) -> None:
     """The ops DDP and the hooks use, on CUDA tensors of 2 ranks (one shared GPU runs them on gloo)."""
     out_json = tmp_path / "cuda.json"
-    rc = main(["bench", "--backend", "gradwire", "--device", "cuda", "--net", "1gbe", "-b", "64K", "-e", "1M",
+    rc = main(["bench", "--backend", "gradwire", "--tensors", "cuda", "--net", "1gbe", "-b", "64K", "-e", "1M",
                "-f", "16", "-n", "3", "-w", "1", "--op", "all_reduce", "--op", "all_gather", "--op", "broadcast",
                "--op", "all_to_all", "--json", str(out_json)])
     out = capsys.readouterr().out
@@ -103,3 +103,31 @@ def test_gradwire_on_cuda_tensors_is_correct_and_simulated(tmp_path, capsys) -> 
     timed = [r for r in data["rows"] if r["time_us"] is not None]
     # a simulated 1 Gbit/s link: no op finishes before its model says the data arrived
     assert timed and all(r["time_us"] >= 0.95 * r["model_us"] for r in timed)
+
+
+def test_sim_clock_with_a_device_prices_the_reduction_on_it(tmp_path, capsys) -> None:
+    """--clock sim --device: an in-place all_reduce takes the network model's time plus the ring's additions on the
+    device, to the nanosecond; broadcast computes nothing; out-of-place adds the copy the benchmark makes."""
+    from gradwire.bench.collectives import COLLECTIVES
+    from gradwire.device import DEVICES, op_seconds
+
+    out_json = tmp_path / "sim.json"
+    assert main(["bench", "--clock", "sim", "--net", "10gbe", "--device", "cpu-core", "--op", "all_reduce",
+                 "--op", "broadcast", "-b", "1M", "-e", "1M", "-n", "2", "-w", "0", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "clock: the simulated cluster clock" in out and "cpu-core" in out
+    rows = {(r["op"], r["placement"]): r for r in json.loads(out_json.read_text())["rows"]}
+    flops, nbytes, ops = COLLECTIVES["all_reduce"].reduction(COLLECTIVES["all_reduce"].layout(1 << 20, 4, 2), 2)
+    assert (flops, nbytes, ops) == (131072.0, 3 << 19, 1)
+    add = op_seconds(DEVICES["cpu-core"], flops, nbytes, False) * 1e6
+    ar = rows[("all_reduce", "in-place")]
+    assert ar["time_us"] == pytest.approx(ar["model_us"] + add, rel=1e-6)
+    assert rows[("all_reduce", "out-of-place")]["time_us"] > ar["time_us"]
+    bc = rows[("broadcast", "in-place")]
+    assert bc["time_us"] == pytest.approx(bc["model_us"], rel=1e-6)
+
+
+def test_device_cpu_still_places_the_tensors_with_a_note(capsys) -> None:
+    assert main(["bench", "--device", "cpu", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "--device cpu places the tensors: it is --tensors cpu now" in err

@@ -55,7 +55,7 @@ def test_world_too_small_for_the_op() -> None:
     (["--op", "all_reduse"], "unknown collective 'all_reduse'"),
     (["-d", "complex"], "unknown dtype 'complex'"),
     (["--op", "sendrecv", "--world-size", "1"], "sendrecv needs a world size >= 2"),
-] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda needs CUDA GPUs")]))
+] + ([] if torch.cuda.is_available() else [(["--tensors", "cuda"], "--tensors cuda needs CUDA GPUs")]))
 def test_cli_bad_input_exits_2_with_a_clear_message(argv: list, message: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err

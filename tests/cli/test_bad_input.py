@@ -42,6 +42,16 @@ def _files(tmp):
         (nosync / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "steps": [step] * 6}))
     (tmp / "models.py").write_text("from torch import nn\n\ndef empty():\n    return nn.Sequential(nn.ReLU())\n\n"
                                    "def broken():\n    return nn.Linear()\n")
+    from gradwire.device.recorded import write_recording
+
+    recording = {"device": {"name": "cpu", "kind": "cpu", "description": "a CPU", "base": "cpu-core"},
+                 "world_size": 2, "model": {"hash": "0" * 16, "parameters": 1, "tensors": 1}, "scale": 1.0,
+                 "overhead": 0.0, "roofline_ratio": 1.0, "ops": []}
+    write_recording(tmp / "rec", "cpu", recording)  # device=profile:DIR: a recording of another model, 2 ranks
+    write_recording(tmp / "two", "cpu", recording)
+    write_recording(tmp / "two", "nvidia-h100", recording)
+    (tmp / "corrupt" / "ops").mkdir(parents=True)
+    (tmp / "corrupt" / "ops" / "cpu.json").write_text("{ops: [")
     return {"FILE": str(afile), "DIR": str(folder), "TMP": str(tmp)}
 
 
@@ -55,6 +65,26 @@ CORPUS = [
     ("compare --net 1gbe,clock=sim,device=a1000", "unknown device 'a1000'"),
     ("bench --net 1gbe,clock=sim,device=step:35ms", "scales compute by a training step"),
     ("bench --net 1gbe,device=a100", "add clock=sim"),
+    # a device recorded by gradwire profile --ops (device=profile:DIR)
+    ("compare --device profile:{TMP}/nope", "no such folder; record one with gradwire profile --ops"),
+    ("compare --device profile:{FILE}", "is not a folder"),
+    ("compare --device profile:{DIR}", "holds no ops/<device>.json"),
+    ("compare --device profile:{TMP}/corrupt", "is not a JSON recording (corrupt?)"),
+    ("compare --device profile:{TMP}/rec@h100", "the profile holds no recording on h100; it holds cpu"),
+    ("compare --net 1gbe,clock=sim,device=profile:{TMP}/two", "holds recordings of cpu, nvidia-h100; name one"),
+    ("compare --workers 4 --device profile:{TMP}/rec", "was recorded on 2 ranks and this job has 4"),
+    ("compare --workers 2 --device profile:{TMP}/rec", "was recorded on another model"),
+    ("bench --clock sim --device profile:{TMP}/rec", "prices a recorded model's ops"),
+    ("profile --net clock=sim,device=profile:{TMP}/two@tpu -- true", "holds no recording on tpu"),
+    ("profile --ops --ops-steps 0 -- true", "--ops-steps"),
+    # bench on the simulated clock
+    ("bench --clock wall", "invalid choice: 'wall' (choose from 'sim', 'realtime')"),
+    ("bench --device a1000", "unknown device 'a1000'"),
+    ("bench --device a100 --clock realtime", "use --clock sim, or leave --device out"),
+    ("bench --clock sim --backend nccl", "use --backend gradwire (or leave --backend out)"),
+    ("bench --device cpu --tensors cuda", "--device cpu is the old spelling of --tensors"),
+    ("bench --device step:35ms", "scales compute by a training step"),
+    ("bench --tensors tpu", "invalid choice: 'tpu'"),
     # compare
     ("compare --out /proc/x", "not writable"),
     ("compare --out {FILE}", "is a file, not a folder"),

@@ -62,7 +62,10 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
                          ", ".join(spec.unused_by_local()))
         _model = NetworkModel(resolve_topology(spec, world, os.environ), world)
         if spec.clock == "sim":  # each training starts at t = 0 of its simulated cluster
-            SIMCLOCK.enable(parse_device(spec.device or "host"))
+            device = parse_device(spec.device or "host")
+            if device.kind == "recorded":  # a recording of another world size prices other ops: refuse it
+                device.recording.check_world(world)
+            SIMCLOCK.enable(device)
             rank = opts.group_rank if not global_ranks else dist.get_rank()
             SIMCLOCK.slow_down(_model.compute_factor(rank))
         else:

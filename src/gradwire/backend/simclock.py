@@ -121,6 +121,8 @@ class SimClock:
         #: seconds of compute charged to the main timeline, and at the last step mark
         self.computed = 0.0
         self._marks: list[float] = []
+        #: a recorded device's check of the model at its first forward (:meth:`_check_model_once`)
+        self._model_hook: Any = None
 
     # ---- lifecycle --------------------------------------------------------
     def enable(self, device: DeviceSpec) -> None:
@@ -136,6 +138,8 @@ class SimClock:
             self._loose.clear()
             self._stamps.clear()
             self._enter_meter()
+            if device.kind == "recorded":
+                self._check_model_once(device)
             if os.environ.get(TIME_ENV) == "1":
                 self._patch_time()
 
@@ -145,6 +149,9 @@ class SimClock:
                 self._leave_meter()
             self.enabled = False
             time.perf_counter, time.time = _REAL_PERF_COUNTER, _REAL_TIME
+            if self._model_hook is not None:
+                self._model_hook.remove()
+                self._model_hook = None
 
     def _patch_time(self) -> None:
         """Opt-in (``GRADWIRE_SIM_TIME=1``): the main thread's ``time.perf_counter()`` and ``time.time()`` read
@@ -164,9 +171,20 @@ class SimClock:
         tls = self._tls
         assert self.device is not None
         if self.device.device is not None and self.device.kind != "host" and tls.mode is None:
-            tls.mode = RooflineMode(self.device.device, self._charge, self._paused)
+            tls.mode = RooflineMode(self.device.device, self._charge, self._paused, self.device.recording)
             tls.mode.__enter__()
         tls.cpu_mark = time.thread_time()
+
+    def _check_model_once(self, device: DeviceSpec) -> None:
+        """A recorded device (``profile:DIR``): refuse another model than the recorded one at its first forward.
+
+        The first module whose forward runs with grad enabled and parameters is the model (a DDP wrapper's
+        ``module.`` prefix is dropped); its signature must be the recording's (ValueError in one line).
+        """
+        from gradwire.device.recorded import model_signature, on_first_model_forward
+
+        self._model_hook = on_first_model_forward(
+            lambda module: device.recording.check_model(model_signature(module.named_parameters())))
 
     def _leave_meter(self) -> None:
         tls = self._tls
@@ -179,6 +197,10 @@ class SimClock:
 
     # ---- metering ----------------------------------------------------------
     def _paused(self) -> bool:
+        return self._tls.paused > 0
+
+    def in_backend(self) -> bool:
+        """Whether this thread runs the backend's own work now (on either clock): not the rank's compute."""
         return self._tls.paused > 0
 
     def _charge(self, seconds: float) -> None:

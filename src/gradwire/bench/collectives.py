@@ -127,6 +127,18 @@ class Collective:
         """Modelled seconds of one call on ``model`` (what the gradwire backend charges)."""
         return model.cost(self.model_op, size).seconds
 
+    def reduction(self, lay: Buffers, p: int) -> tuple[float, int, int]:
+        """``(flops, bytes, ops)`` of the arithmetic one rank does in one call: a ring's additions.
+
+        A reducing collective on a ring of ``p`` ranks adds ``p - 1`` chunks of
+        ``1/p`` of the buffer on each rank, one op per chunk, each reading two
+        chunks and writing one; the others compute nothing.
+        """
+        if not self.reduces or p < 2:
+            return 0.0, 0, 0
+        share = (p - 1) / p
+        return lay.count * share, int(3 * lay.size * share), p - 1
+
 
 class AllReduce(Collective):
     name = model_op = "all_reduce"

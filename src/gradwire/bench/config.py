@@ -92,7 +92,7 @@ class BenchConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"unknown device {self.device!r}; valid: auto, cpu, cuda")
         if self.backend == "nccl" and self.device == "cpu":
-            raise ValueError("backend nccl runs CUDA tensors only; use --device cuda (or auto), or gloo for cpu")
+            raise ValueError("backend nccl runs CUDA tensors only; use --tensors cuda (or auto), or gloo for cpu")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.redop not in REDOPS:
@@ -118,6 +118,9 @@ class BenchConfig:
             if self.net.device is not None and self.net.device.startswith("step:"):
                 raise ValueError(f"device={self.net.device} scales compute by a training step, and a benchmark of "
                                  "collectives has none; give the device itself (e.g. device=a100), or no device")
+            if self.net.device is not None and self.net.device.startswith("profile:"):
+                raise ValueError(f"device={self.net.device} prices a recorded model's ops, and a benchmark of "
+                                 "collectives runs none of them; give a device (e.g. device=cpu-core or a100)")
 
     @property
     def device_type(self) -> str:

@@ -7,9 +7,15 @@ expected values. The time of a row is the mean over ranks of each rank's
 mean time per call; ``#wrong`` is the sum over ranks.
 
 Clock: with the gradwire backend, time is read from :func:`gradwire.clock`,
-which is wall time in realtime mode and the simulated clock in virtual mode
-(``clock=virtual``: nothing waits, so a long sweep on a slow simulated network
-finishes quickly and still reports the simulated times).
+which is wall time in realtime mode and the simulated clock in sim mode
+(``clock=sim``: nothing waits, so a long sweep on a slow simulated network
+finishes quickly and still reports the simulated times). On the simulated
+clock a collective's time is the network model's, and the arithmetic it
+needs (a reducing collective's additions, :meth:`Collective.reduction`) is
+priced on the spec's roofline device (:func:`reduction_seconds`) and added:
+the backend's own work is never charged, so the row would otherwise hold
+the network alone. Added after the transfer, not pipelined with the next
+chunk's: an upper bound where a library overlaps the two.
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from gradwire.bench.config import DTYPES, BenchConfig
 if TYPE_CHECKING:
     from gradwire.net import NetSpec, NetworkModel
 
-__all__ = ["BenchResult", "CORRUPT_ENV", "BenchRow", "run", "run_in_group", "run_rank", "under_torchrun"]
+__all__ = ["BenchResult", "CORRUPT_ENV", "BenchRow", "reduction_seconds", "run", "run_in_group", "run_rank",
+           "under_torchrun"]
 
 #: test-only: a collective name whose checked output each rank corrupts before comparing
 CORRUPT_ENV = "GRADWIRE_BENCH_CORRUPT"
@@ -98,7 +105,7 @@ def run(config: BenchConfig) -> BenchResult:
     import torch
 
     if config.device_type == "cuda" and not torch.cuda.is_available():
-        what = "backend nccl needs" if config.backend == "nccl" else "--device cuda needs"
+        what = "backend nccl needs" if config.backend == "nccl" else "--tensors cuda needs"
         raise ValueError(f"{what} CUDA GPUs and this machine has none; use gloo or gradwire on cpu")
     if under_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -231,11 +238,33 @@ def _measure(coll: Collective, lay: Buffers, config: BenchConfig, ctx: RankSetup
     t0 = clock()
     for _ in range(config.iters):
         coll.run(ctx, send, recv, in_place)
-    seconds = (clock() - t0) / config.iters
+    seconds = (clock() - t0) / config.iters + reduction_seconds(coll, lay, ctx.world, config)
     wrong = _check(coll, lay, ctx, in_place) if config.check else 0
     both = torch.tensor([seconds, float(wrong)], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(both)
     return both[0].item() / ctx.world, (int(both[1].item()) if config.check else None)
+
+
+def reduction_seconds(coll: Collective, lay: Buffers, world: int, config: BenchConfig) -> float:
+    """Seconds of one call's arithmetic on the simulated cluster's roofline device (module doc); 0 elsewhere.
+
+    Only on the simulated clock with a roofline device (a named one, TFLOPS/GBps,
+    ``:xF``): ``host`` prices this host's CPU time, which the backend's paused
+    meter does not see, and no device at all prices no compute.
+    """
+    net = config.net
+    if config.backend != "gradwire" or net is None or net.clock != "sim" or not net.device:
+        return 0.0
+    from gradwire.device import op_seconds, parse_device
+
+    spec = parse_device(net.device)
+    if spec.kind != "roofline" or spec.device is None:
+        return 0.0
+    flops, nbytes, ops = coll.reduction(lay, world)
+    if not ops:
+        return 0.0
+    half = config.dtype in ("half", "float16", "bfloat16")
+    return ops * op_seconds(spec.device, flops / ops, nbytes // ops, half)
 
 
 def _check(coll: Collective, lay: Buffers, ctx: RankSetup, in_place: bool) -> int:

@@ -48,8 +48,23 @@ def _header(result: BenchResult) -> list[str]:
     if result.net:
         how = "simulated by the gradwire backend" if result.simulated else "priced by the model only"
         lines.append(f"#  network: {result.net.to_string()} ({how}; model(us) = its price of one call)")
+    if c.backend == "gradwire" and c.net is not None:  # a zero network (loopback) has no model, still a clock
+        lines.append("#  clock: " + _clock_line(c.net))
     lines += ["#", "# Using devices", *(f"#  {r}" for r in result.ranks), "#"]
     return lines
+
+
+def _clock_line(net: Any) -> str:
+    """What a row's time is, in words: the simulated cluster clock (and its device) or this host's wall clock."""
+    if net.clock != "sim":
+        return "this host's wall clock (realtime: the modelled network waited out, real packets)"
+    if not net.device or net.device.startswith("host"):
+        return ("the simulated cluster clock (the network model's time, plus the benchmark's own tensor work as "
+                "this host's thread CPU time: device=host, the default)")
+    from gradwire.device import parse_device
+
+    return ("the simulated cluster clock (the network model's time, plus a reduction's arithmetic and the "
+            f"benchmark's copies on {parse_device(net.device).describe()})")
 
 
 def format_table(result: BenchResult) -> str:

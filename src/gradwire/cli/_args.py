@@ -175,15 +175,21 @@ def default_nets(given: "list[NetSpec] | None", default: "Sequence[str]") -> "li
 
 
 def check_net_fits(spec: NetSpec, world: int) -> None:
-    """Refuse a network that cannot hold ``world`` ranks: a topology of another size, a straggler past the last rank.
+    """Refuse a network that cannot hold ``world`` ranks: a topology of another size, a straggler past the last rank,
+    a recorded device (``device=profile:DIR``) recorded at another world size.
 
     The network model's own check, run before any rank starts (a spec whose
     topology is resolved later, ``topology=auto``, is left to the backend).
     """
+    from gradwire.device import parse_device
     from gradwire.net import NetworkModel
 
     if not isinstance(spec.topology, str):
         NetworkModel(spec, world)  # ValueError naming what the world size must be
+    if spec.device is not None:
+        device = parse_device(spec.device)
+        if device.kind == "recorded":  # a recording of another world size: refused before any rank starts
+            device.recording.check_world(world)
 
 
 #: longest message :func:`fail` prints; an echoed 100,000-character input is cut

@@ -4,7 +4,17 @@
     gradwire bench --backend gradwire --net 1gbe -b 1M -e 64M -n 5
     gradwire bench --op all_gather --op reduce_scatter --world-size 4 --json out.json
     gradwire bench --backend gradwire --net bandwidth=1gbit,latency=2ms,clock=virtual --fit -b 1K -e 16M
+    gradwire bench --clock sim --net 10gbe --device a100 -b 1M -e 256M -f 4   # the simulated cluster clock
     torchrun --nproc-per-node 2 -m gradwire.cli.main bench -b 1M -e 64M   # ranks from torchrun
+
+``--clock sim`` times each collective on the simulated cluster clock (the
+gradwire backend: the network model's time, nothing waited out), ``--clock
+realtime`` on this host's wall clock with real packets (to check the model);
+``--device NAME`` is the device of the simulated cluster, whose compute a
+collective needs (a reduction's arithmetic) is priced on it
+(:func:`gradwire.bench.driver.reduction_seconds`). Tensors' placement is
+``--tensors cpu|cuda|auto``; ``--device cpu|cuda|auto`` still means that, with
+a note that it moved.
 
 The command exits 1 when any collective returned wrong data (the ``#wrong``
 column), 2 on bad input.
@@ -28,11 +38,18 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--op", action="append", metavar="OP",
                    help=f"collective, repeatable: {', '.join(COLLECTIVE_NAMES)} or all (default all_reduce)")
-    p.add_argument("--backend", default="gloo", help=f"{', '.join(BACKENDS)} (default gloo)")
+    p.add_argument("--backend", default=None,
+                   help=f"{', '.join(BACKENDS)} (default gloo; gradwire with --clock or --device)")
     p.add_argument("--net", metavar="SPEC", type=net_spec,
                    help="network spec: simulated with --backend gradwire; with gloo/nccl only priced in model(us)")
     p.add_argument("--world-size", type=positive_int(1), default=2, metavar="N", help="ranks to spawn (default 2)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+    p.add_argument("--clock", choices=("sim", "realtime"), default=None,
+                   help="sim: the simulated cluster clock (the network model's time); realtime: this host's wall "
+                        "clock with real packets (default: the --net spec's clock)")
+    p.add_argument("--device", metavar="NAME", default=None,
+                   help="device of the simulated cluster (a100, cpu-core, 19.5/1555, host:x0.1...): a collective's "
+                        "compute (reduction) priced on it; implies --clock sim")
+    p.add_argument("--tensors", default=None, choices=("auto", "cpu", "cuda"),
                    help="tensors on cpu or cuda (default auto: cuda for nccl, else cpu)")
     p.add_argument("-b", "--minbytes", type=byte_size, default=32 << 20, metavar="SIZE",
                    help="smallest size, K/M/G = powers of 1024 (default 32M)")
@@ -58,16 +75,60 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run_bench)
 
 
+#: what ``--device`` meant before it named the simulated cluster's device: the tensors' placement
+_PLACEMENTS = ("auto", "cpu", "cuda")
+
+
+def _clock_and_device(args: argparse.Namespace) -> tuple[str, str, Any]:
+    """(backend, tensors, net) of ``--backend``, ``--clock``, ``--device``, ``--tensors`` and ``--net``.
+
+    ``--device cpu|cuda|auto`` is the old spelling of ``--tensors`` (a note on
+    stderr says so); any other ``--device`` is a device of the simulated
+    cluster and implies ``--clock sim``. ``--clock`` and ``--device`` time on the
+    gradwire backend (its network model), the default backend then.
+    """
+    from dataclasses import replace
+
+    from gradwire.device import parse_device
+
+    device, tensors = args.device, args.tensors
+    if device is not None and device.strip().lower() in _PLACEMENTS:
+        if tensors is not None:
+            raise ValueError(f"--device {device} and --tensors {tensors}: --device {device} is the old spelling of "
+                             "--tensors; give --tensors alone")
+        placement = device.strip().lower()
+        print(f"gradwire bench: note: --device {device} places the tensors: it is --tensors {placement} "
+              "now; --device names the simulated cluster's device (e.g. a100)", file=sys.stderr)
+        device, tensors = None, placement
+    clock = args.clock
+    if device is not None:
+        device = parse_device(device).text  # one line naming the devices there are
+        if clock == "realtime":
+            raise ValueError(f"--device {device} prices compute on the simulated clock, and --clock realtime takes "
+                             "it as this host runs it: use --clock sim, or leave --device out")
+        clock = "sim"
+    backend, net = args.backend, args.net
+    if clock is not None:
+        if backend is not None and backend != "gradwire":
+            raise ValueError(f"--clock {clock} times collectives on the gradwire backend's network model, and "
+                             f"--backend {backend} has none: use --backend gradwire (or leave --backend out)")
+        backend = "gradwire"
+        base = net if net is not None else net_spec("loopback")
+        net = replace(base, clock=clock, device=device if device else base.device)
+    return backend or "gloo", tensors or "auto", net
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build the checked :class:`BenchConfig` of a parsed command line."""
     ops = args.op or ["all_reduce"]
     if "all" in ops:
         ops = list(COLLECTIVE_NAMES)
+    backend, tensors, net = _clock_and_device(args)
     return BenchConfig(
-        ops=tuple(dict.fromkeys(ops)), backend=args.backend, net=args.net, world_size=args.world_size,
+        ops=tuple(dict.fromkeys(ops)), backend=backend, net=net, world_size=args.world_size,
         min_bytes=args.minbytes, max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,
         warmup=args.warmup_iters, check=bool(args.check), dtype=args.datatype, redop=args.redop,
-        root=args.root, timeout=args.timeout, device=args.device, progress=not args.no_progress and sys.stderr.isatty(),
+        root=args.root, timeout=args.timeout, device=tensors, progress=not args.no_progress and sys.stderr.isatty(),
     )
 
 

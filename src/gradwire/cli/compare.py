@@ -215,6 +215,7 @@ def _run_models(args: argparse.Namespace) -> int:
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
+        _check_recorded_model(net, cfg.model)
     if workers > usable_cores() and cfg.nets[0].clock != "sim":
         print(f"gradwire compare: warning: {workers} workers on {usable_cores()} cores: ranks will wait for peers "
               "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
@@ -222,6 +223,16 @@ def _run_models(args: argparse.Namespace) -> int:
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
                            "accuracy.png", args.tolerance,
                            predict_for=cfg if cfg.nets[0].clock == "realtime" else None)
+
+
+def _check_recorded_model(net: NetSpec, model: str) -> None:
+    """A recorded device (``device=profile:DIR``) prices the recorded model's ops: refuse another bundled model."""
+    from gradwire.device import model_signature, parse_device
+    from gradwire.train import build_model
+
+    device = parse_device(net.device) if net.device else None
+    if device is not None and device.kind == "recorded":
+        device.recording.check_model(model_signature(build_model(model).named_parameters()))
 
 
 def _world_of(cmd: list[str]) -> int | None:

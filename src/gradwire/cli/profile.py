@@ -3,7 +3,10 @@
 The job runs unchanged: every ``init_process_group`` in it uses the
 ``gradwire`` backend with ``SPEC`` (see gradwire.profile.bootstrap). Each rank
 writes its counters on exit; this command prints the breakdown and writes a
-merged Chrome trace of all ranks.
+merged Chrome trace of all ranks. With ``--ops`` every op of a window of
+optimizer steps is timed on the device the ranks ran on, and the folder's
+``ops/<DEVICE>.json`` is what ``device=profile:DIR`` replays on the simulated
+clock (gradwire.profile.ops, gradwire.device.recorded).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradwire.cli._args import command_after_dashes, net_spec, output_dir
+from gradwire.cli._args import command_after_dashes, net_spec, output_dir, positive_int
 
 if TYPE_CHECKING:
     from gradwire.net import NetSpec
@@ -28,6 +31,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=output_dir, default=None,
                    help="folder for per-rank results and trace.json, created if missing (default: a temp folder)")
     p.add_argument("--torch-profiler", action="store_true", help="also record torch.profiler events into the trace")
+    p.add_argument("--ops", action="store_true",
+                   help="time every op of --ops-steps optimizer steps on this device: device=profile:DIR replays them")
+    p.add_argument("--ops-steps", type=positive_int(1), default=5, metavar="N",
+                   help="optimizer steps timed op by op with --ops (default 5): every other step after the first two; "
+                        "the untimed steps between them give the recorded step")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(func=run)
 
@@ -41,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gradwire-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     keep_previous(out, ("rank*.json", "trace*.json", "profile.json"))  # an earlier profile is kept, not lost
-    code = subprocess.call(cmd, env=child_env(spec.to_string(), out, args.torch_profiler))
+    code = subprocess.call(cmd, env=child_env(spec.to_string(), out, args.torch_profiler,
+                                              ops=args.ops_steps if args.ops else 0))
     results = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if not results:
         print(f"gradwire profile: the command wrote no results (exit code {code}); "
@@ -57,11 +66,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"trace: {out / 'trace.json'} (open in https://ui.perfetto.dev or chrome://tracing)")
     (out / "profile.json").write_text(json.dumps({"net": spec.to_string(), "ranks": results}, indent=2))
     print(f"results: {out / 'profile.json'}")
+    if args.ops:
+        code = _write_ops(results, spec, out) or code
     steps = min(len(r.get("steps", [])) for r in results)
     if steps:  # per-step records of a DDP job (gradwire.profile.steps): a step is an optimizer step
         print(f"{steps} training steps recorded per rank (optimizer steps{_micro_steps(results)}); "
               f"larger clusters: gradwire predict --profile {out}")
     return code
+
+
+def _write_ops(results: list[dict], spec: NetSpec, out: Path) -> int:
+    """Merge the ranks' op records into ``out/ops/<DEVICE>.json``; 1 (and one line) if there is nothing to merge."""
+    from gradwire.device.recorded import write_recording
+    from gradwire.profile.ops import merge
+
+    try:
+        record = merge(results, spec.to_string())
+    except ValueError as exc:
+        print(f"gradwire profile --ops: {exc}", file=sys.stderr)
+        return 1
+    path = write_recording(out, record["device"]["name"], record)
+    note = "" if record["clean_steps"] else " (no untimed step between timed ones: the step includes the timing's cost)"
+    print(f"ops: {len(record['ops'])} ops over {record['steps_recorded']} steps on {record['device']['description']}, "
+          f"step {record['step_seconds'] * 1e3:.2f} ms, its compute {record['compute_seconds'] * 1e3:.2f} ms{note}: "
+          f"{path}; replay with --net ...,clock=sim,device=profile:{out}")
+    return 0
 
 
 def _micro_steps(results: list[dict]) -> str:

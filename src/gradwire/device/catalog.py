@@ -19,10 +19,14 @@ kinds:
 Grammar (``device=`` in a network spec, or ``--device``)::
 
     device := NAME | NAME ":x" FACTOR | TFLOPS "/" GBPS | "host" [":x" FACTOR] | "step:" TIME
+            | "profile:" DIR ["@" DEVICE]
 
 e.g. ``a100``, ``h100:x2``, ``19.5/1555``,
-``host``, ``host:x0.1``, ``step:35ms``. The CLI also takes the forms
-``19.5,1555`` and ``step=35ms``.
+``host``, ``host:x0.1``, ``step:35ms``, ``profile:prof@cpu``. The CLI also
+takes the forms ``19.5,1555`` and ``step=35ms``. Kinds with a prefix
+(``step:``, ``profile:``) are found in :data:`SPEC_KINDS`, where a module
+registers its own (:mod:`gradwire.device.recorded` registers ``profile:``, a
+device recorded by ``gradwire profile --ops``).
 
 The figures of the named devices are the vendors' datasheet peaks (dense, no
 sparsity): NVIDIA T4, V100 SXM2, A100 SXM4 80GB and H100 SXM5 datasheets; the
@@ -39,9 +43,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 
-__all__ = ["DEVICES", "Device", "DeviceSpec", "parse_device"]
+__all__ = ["DEVICES", "SPEC_KINDS", "Device", "DeviceSpec", "parse_device", "register_spec_kind"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,26 @@ def _step_time(text: str) -> float:
     return float(m["value"]) * _UNITS[m["unit"]]
 
 
+#: device kinds written ``PREFIX...`` (``step:35ms``, ``profile:DIR``): prefix -> parser of the whole text
+SPEC_KINDS: dict[str, Callable[[str], DeviceSpec]] = {}
+
+
+def register_spec_kind(prefix: str, parse: Callable[[str], DeviceSpec]) -> None:
+    """Register a device kind written ``prefix...`` (lowercase prefix; the parser gets the text as given)."""
+    SPEC_KINDS[prefix] = parse
+
+
+def _parse_step(raw: str) -> DeviceSpec:
+    text = raw.strip().lower()
+    try:
+        seconds = _step_time(text[5:])
+    except ValueError as exc:
+        raise ValueError(f"device {raw!r}: {exc}; e.g. step:35ms") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"device {raw!r}: the step's time must be positive, e.g. step:35ms")
+    return DeviceSpec(f"step:{text[5:]}", "step", DEVICES["cpu-core"], step_seconds=seconds)
+
+
 _FACTOR = re.compile(r"^(?P<base>[a-z0-9-]+):x(?P<factor>[^:]+)$")
 _PAIR = re.compile(r"^(?P<tflops>[0-9.eE+-]+)\s*[/,]\s*(?P<gbps>[0-9.eE+-]+)$")
 
@@ -120,8 +145,9 @@ class DeviceSpec:
     """A parsed ``device=`` value: which meter prices compute, and how.
 
     ``kind`` is ``roofline`` (``device`` set), ``host`` (``factor`` scales this
-    rank's thread CPU time) or ``step`` (``device`` scaled so that a step's
-    compute takes ``step_seconds``).
+    rank's thread CPU time), ``step`` (``device`` scaled so that a step's
+    compute takes ``step_seconds``) or ``recorded`` (``recording`` prices each
+    op as the user's own run took it, ``device`` the ops it does not hold).
     """
 
     text: str
@@ -130,6 +156,8 @@ class DeviceSpec:
     device: Device | None = None
     factor: float = 1.0
     step_seconds: float = 0.0
+    recording: Any = None
+    """a :class:`gradwire.device.recorded.Recording` (kind ``recorded``)"""
 
     def describe(self) -> str:
         """In words, for tables: ``a100 (19.5 TFLOP/s fp32, ...)``, ``this host's CPU time x0.1``."""
@@ -137,6 +165,8 @@ class DeviceSpec:
             return "this host's thread CPU time" + ("" if self.factor == 1 else f" x{self.factor:g}")
         if self.kind == "step":
             return f"a step of {self.step_seconds * 1e3:g} ms (cpu-core roofline, scaled)"
+        if self.kind == "recorded":
+            return str(self.recording.describe())
         assert self.device is not None
         return self.device.describe()
 
@@ -167,15 +197,10 @@ def parse_device(text: "str | DeviceSpec") -> DeviceSpec:
     if isinstance(text, DeviceSpec):
         return text
     raw = text
+    for prefix, parse in SPEC_KINDS.items():  # before lowercasing: a prefix's body may be a path
+        if text.strip().lower().startswith(prefix):
+            return parse(raw)
     text = text.strip().lower()
-    if text.startswith("step=") or text.startswith("step:"):
-        try:
-            seconds = _step_time(text[5:])
-        except ValueError as exc:
-            raise ValueError(f"device {raw!r}: {exc}; e.g. step:35ms") from None
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError(f"device {raw!r}: the step's time must be positive, e.g. step:35ms")
-        return DeviceSpec(f"step:{text[5:]}", "step", DEVICES["cpu-core"], step_seconds=seconds)
     pair = _PAIR.match(text)
     if pair:
         tflops, gbps = float(pair["tflops"]), float(pair["gbps"])
@@ -192,5 +217,9 @@ def parse_device(text: "str | DeviceSpec") -> DeviceSpec:
     device = DEVICES.get(base)
     if device is None:
         raise ValueError(f"unknown device {raw!r}: use one of {', '.join(DEVICES)}, host, host:xF (a factor), "
-                         f"TFLOPS/GBps (e.g. 19.5/1555) or step:TIME (e.g. step:35ms)")
+                         f"TFLOPS/GBps (e.g. 19.5/1555), step:TIME (e.g. step:35ms) or profile:DIR[@DEVICE]")
     return DeviceSpec(text, "roofline", device.slowed(factor) if factor != 1 else device, factor=factor)
+
+
+register_spec_kind("step:", _parse_step)
+register_spec_kind("step=", _parse_step)

@@ -25,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from gradwire.device.catalog import Device
+from gradwire.device.recorded import op_key
 
 __all__ = ["op_seconds", "op_cost", "RooflineMode"]
 
@@ -79,17 +80,23 @@ def op_seconds(device: Device, flops: float, nbytes: int, half: bool) -> float:
 class RooflineMode(torch.utils._python_dispatch.TorchDispatchMode):
     """A dispatch mode that prices every op this thread runs on ``device`` and adds it to ``charge``.
 
+    With a ``recording`` (:class:`gradwire.device.recorded.Recording`), an op it
+    holds is priced as recorded and ``device`` prices only the others.
     ``charge(seconds)`` is called once per op. While ``paused()`` returns true
     (the backend's own work), ops run unpriced. The mode is thread-local, as
     torch's mode stack is: each thread that computes for the rank enters its own.
     """
 
-    def __init__(self, device: Device, charge: Callable[[float], None], paused: Callable[[], bool]) -> None:
+    def __init__(self, device: Device, charge: Callable[[float], None], paused: Callable[[], bool],
+                 recording: Any = None) -> None:
         super().__init__()
         self.device = device
+        self.recording = recording
+        #: ops priced from the recording, and on ``device`` (not recorded)
+        self.recorded_ops = self.roofline_ops = 0
         self._charge = charge
         self._paused = paused
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, tuple[float, bool]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -101,16 +108,22 @@ class RooflineMode(torch.utils._python_dispatch.TorchDispatchMode):
     def _price(self, func: Any, args: tuple, kwargs: dict, out: Any) -> float:
         key = (func, *(_signature(a) for a in args), *((k, _signature(v)) for k, v in kwargs.items()))
         try:
-            seconds = self._cache.get(key)
+            hit = self._cache.get(key)
         except TypeError:  # an unhashable argument: price it every time
-            key, seconds = None, None  # type: ignore[assignment]
-        if seconds is None:
-            seconds = op_seconds(self.device, *op_cost(func, args, kwargs, out))
+            key, hit = None, None  # type: ignore[assignment]
+        if hit is None:
+            seconds = self.recording.price(op_key(func, args, kwargs)) if self.recording is not None else None
+            hit = (op_seconds(self.device, *op_cost(func, args, kwargs, out)), False) if seconds is None \
+                else (seconds, True)
             if key is not None:
                 if len(self._cache) > 65536:
                     self._cache.clear()
-                self._cache[key] = seconds
-        return seconds
+                self._cache[key] = hit
+        if hit[1]:
+            self.recorded_ops += 1
+        else:
+            self.roofline_ops += 1
+        return hit[0]
 
 
 def _signature(x: Any) -> Any:

@@ -41,12 +41,14 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env",
+__all__ = ["AFTER_INIT_ENV", "DIR_ENV", "NET_ENV", "OPS_ENV", "SITE_DIR", "TORCH_PROFILER_ENV", "child_env",
            "destroy_process_group", "init_process_group"]
 
 DIR_ENV = "GRADWIRE_PROFILE_DIR"
 NET_ENV = "GRADWIRE_NET"
 TORCH_PROFILER_ENV = "GRADWIRE_PROFILE_TORCH"
+#: optimizer steps whose every op ``gradwire profile --ops`` times (:mod:`gradwire.profile.ops`)
+OPS_ENV = "GRADWIRE_PROFILE_OPS"
 #: a module to start in every rank right after init (see the module doc)
 AFTER_INIT_ENV = "GRADWIRE_AFTER_INIT"
 #: the folder ``gradwire profile`` puts first on the job's PYTHONPATH
@@ -56,10 +58,11 @@ _installed = False
 
 
 def child_env(net: str, out: Path, torch_profiler: bool = False,
-              base: Mapping[str, str] | None = None, after_init: str | None = None) -> dict[str, str]:
+              base: Mapping[str, str] | None = None, after_init: str | None = None, ops: int = 0) -> dict[str, str]:
     """The environment of a job run under the profile: ``base`` (default ``os.environ``) plus ours.
 
-    ``after_init`` names a module to start in every rank after init (see the module doc).
+    ``after_init`` names a module to start in every rank after init (see the module doc); ``ops``: time
+    every op of that many optimizer steps (``--ops``).
     """
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -73,6 +76,10 @@ def child_env(net: str, out: Path, torch_profiler: bool = False,
         env[AFTER_INIT_ENV] = after_init
     else:
         env.pop(AFTER_INIT_ENV, None)
+    if ops:
+        env[OPS_ENV] = str(ops)
+    else:
+        env.pop(OPS_ENV, None)
     return env
 
 
@@ -121,7 +128,8 @@ def init_process_group(real_init: Callable[..., Any], backend: str | None = None
     asked = names.requested_name(backend, kwargs.pop("device_id", None))
     real_init("gradwire", *args, **kwargs)
     names.report_as(dist.distributed_c10d._get_default_group(), asked)
-    _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1").__enter__()
+    _session = ProfileSession(torch_profiler=os.environ.get(TORCH_PROFILER_ENV) == "1",
+                              ops=int(os.environ.get(OPS_ENV, "0") or 0)).__enter__()
     extra = _after_init()
     if extra is not None:
         extra.start(Path(os.environ[DIR_ENV]))

@@ -19,6 +19,9 @@ waited:
   events into one Chrome/Perfetto trace (one timeline, Unix-time based);
 - per training step: forward, backward, each DDP bucket's size and ready
   time, the optimizer (:mod:`gradwire.profile.steps`), for ``gradwire predict``;
+- with ``ops`` steps, each op's compute on the rank's device over a window
+  of that many optimizer steps (:mod:`gradwire.profile.ops`: what
+  ``device=profile:DIR`` replays on the simulated clock);
 - where the rank computed (:func:`host`): its host, the CPU cores it may
   use, and whether it used CUDA, so that ``gradwire predict`` knows when the
   ranks of a CPU job shared cores (their compute then ran slower than it
@@ -41,6 +44,7 @@ from gradwire.backend import condition_events
 from gradwire.backend.accounting import LEDGER
 from gradwire.backend.completer import CLOCK
 from gradwire.exchange.chooser import trace_events as auto_trace_events
+from gradwire.profile.ops import OpRecorder
 from gradwire.profile.steps import HookRecorder, steps
 from gradwire.profile.waits import WaitRecorder, length, overlap, union
 
@@ -66,6 +70,8 @@ class ProfileResult:
     hooks: list[str] = field(default_factory=list)
     #: where the rank computed (:func:`host`)
     host: dict[str, Any] = field(default_factory=dict)
+    #: per-op compute of a window of steps (:meth:`gradwire.profile.ops.OpRecorder.summary`); None: not recorded
+    op_record: dict[str, Any] | None = None
 
     @property
     def hidden_seconds(self) -> float:
@@ -91,11 +97,15 @@ class ProfileSession:
         trace: write a Chrome trace here on exit (the network's events, plus
             torch.profiler's when ``torch_profiler`` is true).
         torch_profiler: also run torch.profiler (CPU activities) in the region.
+        ops: time every op of this many optimizer steps (after the first two),
+            :mod:`gradwire.profile.ops`; 0: none.
     """
 
-    def __init__(self, trace: str | Path | None = None, torch_profiler: bool = False) -> None:
+    def __init__(self, trace: str | Path | None = None, torch_profiler: bool = False, ops: int = 0) -> None:
         self.trace = Path(trace) if trace else None
         self.torch_profiler = torch_profiler
+        self.ops = ops
+        self._ops: OpRecorder | None = None
         self.result: ProfileResult | None = None
         self._prof: Any = None
         self._waits: WaitRecorder | None = None
@@ -111,6 +121,8 @@ class ProfileSession:
             self._prof.__enter__()
         self._waits = WaitRecorder().start()  # watches the thread that enters: the training thread
         self._hooks = HookRecorder().start()
+        if self.ops:
+            self._ops = OpRecorder(self.ops).start()
         self._start = CLOCK.now()
         return self
 
@@ -124,6 +136,8 @@ class ProfileSession:
         if self._waits is None:
             raise RuntimeError("stop() before the session started; use it as `with ProfileSession(): ...`")
         end = CLOCK.now()
+        if self._ops is not None:
+            self._ops.stop()
         self._waits.stop()
         hooks = self._hooks
         if hooks is not None:
@@ -147,6 +161,8 @@ class ProfileSession:
             self.result.steps = steps(self._waits.backwards, hooks.optimizer, hooks.buckets, gradwire.events(),
                                       self._waits.windows, hooks.closures, hooks.forwards)
             self.result.hooks = hooks.hooks
+        if self._ops is not None:
+            self.result.op_record = self._ops.summary()
         if self.trace is not None:
             self.trace.parent.mkdir(parents=True, exist_ok=True)
             self.trace.write_text(json.dumps(merge_traces(LEDGER.trace_events() + condition_events() + auto_trace_events(LEDGER.rank),
