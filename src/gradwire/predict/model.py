@@ -139,7 +139,8 @@ def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1
     return simulate(profile.accumulation_seconds + profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
                     horizon=CHANGING_HORIZON if pricer.changes else None,
-                    busy_cores=host is not None and host.busy_cores)
+                    busy_cores=host is not None and host.busy_cores,
+                    finalize=profile.finalize if profile.on_sim_clock else 0.0)
 
 
 def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
@@ -235,7 +236,7 @@ def _own_cores(profile: StepProfile) -> StepProfile:
         for e in profile.exchanges)
     floor = f"; its own step ({profile.loop_seconds or 0:.4g} s) stays the floor at {profile.world} ranks"
     return replace(profile, forward=profile.forward / c, backward=profile.backward / c,
-                   optimizer=profile.optimizer / c, exchanges=exchanges,
+                   optimizer=profile.optimizer / c, exchanges=exchanges, finalize=profile.finalize / c,
                    micro=None if profile.micro is None else profile.micro / c,
                    buckets=tuple(replace(b, ready=b.ready / c) for b in profile.buckets),
                    stretch=profile.stretch / c,
