@@ -43,7 +43,7 @@ host's wall clock, :mod:`gradwire.predict.calibrate`'s path.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -52,8 +52,8 @@ from gradwire.device import Device, DeviceSpec, RooflineMode, parse_device
 from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages
 from gradwire.predict.timeline import StepProfile
 
-__all__ = ["PRICED_SIZES", "device_of", "priced_codec_cost", "priced_hook_cost", "priced_net", "priced_profiles",
-           "priced_steps", "priced_seconds"]
+__all__ = ["PRICED_SIZES", "device_of", "priced_codec_cost", "priced_cost", "priced_hook_cost", "priced_net",
+           "priced_profiles", "priced_steps", "priced_seconds"]
 
 #: the element counts each compressor's stages are priced at (a line through both: roofline prices are linear in
 #: the bytes above the per-op cost)
@@ -166,12 +166,41 @@ def priced_codec_cost(spec: str, device: str) -> CodecCost:
     return CodecCost(lines["encode"], lines["serve"], lines["decode"])
 
 
-def priced_hook_cost(model: Any, device: str, buckets: Sequence[BucketKey]) -> HookCost:
-    """A hook's stages (:class:`~gradwire.strategies.ExchangeModel`) priced on ``device`` at each bucket."""
-    measured = {}
-    for numel, shapes, world in buckets:
-        stages = model.stages(numel, shapes, world, "cpu")
-        for stage in stages:  # state built on a first call, as the hook builds it on its first steps
-            stage()
-        measured[(numel, tuple(tuple(s) for s in shapes), world)] = tuple(priced_seconds(s, device) for s in stages)
-    return HookCost(model, measured=measured)
+@functools.lru_cache(maxsize=1024)
+def _hook_stages(model: Any, numel: int, shapes: tuple[tuple[int, ...], ...], world: int,
+                 device: str) -> tuple[float, ...]:
+    stages = model.stages(numel, shapes, world, "cpu")
+    for stage in stages:  # state built on a first call, as the hook builds it on its first steps
+        stage()
+    return tuple(priced_seconds(s, device) for s in stages)
+
+
+@dataclass(frozen=True)
+class _PricedHookCost(HookCost):
+    """A hook's stages priced on a device at each bucket asked for (once per process)."""
+
+    on: str = "cpu-core"
+
+    def stages(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int) -> tuple[float, ...]:
+        key = (numel, tuple(tuple(s) for s in shapes), world)
+        found = self.measured.get(key) or _hook_stages(self.model, *key, self.on)
+        return tuple(t * self.scale for t in found)
+
+
+def priced_hook_cost(model: Any, device: str, buckets: Sequence[BucketKey] = ()) -> HookCost:
+    """A hook's stages (:class:`~gradwire.strategies.ExchangeModel`) priced on ``device``: at ``buckets`` now,
+    at any other bucket when the step model asks for it."""
+    measured = {(n, tuple(tuple(s) for s in shapes), w): _hook_stages(model, n, tuple(tuple(s) for s in shapes),
+                                                                       w, device) for n, shapes, w in buckets}
+    return _PricedHookCost(model, measured=measured, on=device)
+
+
+def priced_cost(strategy: str, device: str) -> Any:
+    """``strategy``'s exchange priced on ``device``: its compressor's lines or its hook's stages (free without)."""
+    from gradwire.predict.codec import FREE
+    from gradwire.strategies import parse_strategy
+
+    codec = parse_strategy(strategy).exchange.codec
+    if codec is None:
+        return FREE
+    return priced_codec_cost(codec, device) if isinstance(codec, str) else priced_hook_cost(codec, device)
