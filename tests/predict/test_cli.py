@@ -67,11 +67,34 @@ def test_fast_network_needs_no_compression_and_profiles_round_trip(tmp_path, fac
 
 
 def test_a_bundled_model_is_measured_then_predicted(tmp_path):
-    """--model NAME: a short loopback run per DDP strategy; model averaging priced from sync's run."""
+    """--device host: a short loopback run per DDP strategy on this host's clock; model averaging priced from
+    sync's run."""
     out = tmp_path / "p.json"
-    assert main(["predict", "--model", "tiny", "--measure-world", "2", "--steps", "7", "--strategies",
+    assert main(["predict", "--device", "host", "--model", "tiny", "--measure-world", "2", "--steps", "7", "--strategies",
                  "sync,localsgd:2", "--worlds", "2,4", "--codec", "free", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert set(res["profiles"]) == {"sync", "*"} and res["profiles"]["sync"]["source"] == "measured"
     assert res["profiles"]["sync"]["world"] == 2 and len(res["predictions"]) == 4
     assert res["profiles"]["sync"]["stretch"] != 1.0  # calibrated against its own loopback run
+
+
+def test_a_bundled_model_is_priced_on_the_device_model(tmp_path, capsys):
+    """The default: each strategy's short run on the simulated clock (cpu-core), the same figures every time,
+    fitted to its own run without stretching (the replay follows the clock's rules), and labelled as the
+    simulated cluster's."""
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / f"{name}.json"
+        assert main(["predict", "--model", "tiny", "--measure-world", "2", "--strategies", "sync,onebit",
+                     "--worlds", "2,8", "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    first, again = runs
+    assert first["clock"] == "sim" and first["device"] == "cpu-core"
+    assert first["predictions"] == again["predictions"]  # the device's prices, not this host's timings
+    for s in ("sync", "onebit"):
+        prof = first["profiles"][s]
+        assert prof["net"] == "loopback,clock=sim,device=cpu-core"
+        assert prof["stretch"] == pytest.approx(1.0, abs=0.01)
+    printed = capsys.readouterr().out
+    assert "times on the simulated cluster clock; device cpu-core" in printed
+    assert "compression time priced on cpu-core" in printed

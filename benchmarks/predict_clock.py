@@ -1,0 +1,161 @@
+"""predict on the simulated cluster clock: its step against the step compare measures, and on a busy host.
+
+    python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100]
+    python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100]
+
+agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
+seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
+(200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s for 250 ms
+every 500 ms), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
+its steady steps (past the strategy's warm-up and DDP's rebuild, an epoch's partial last batch left out); predict's:
+its steady step (on the changing network, its mean over 600 s of the schedule). Both on the simulated cluster
+clock, so neither depends on this host.
+
+hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
+against the quiet run's.
+
+Results: ``benchmarks/results/predict_clock/{agree,hosts}.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "predict_clock"
+BUSY = [sys.executable, "-c", "while True: pass"]
+NETS = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "bandwidth=10gbit,latency=20us",
+        "changing": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms"}
+STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
+MODEL, BATCH, EPOCHS = "cnn-wide", 64, 3
+
+
+def _run(cmd: list[str]) -> None:
+    env = dict(os.environ)
+    subprocess.run([sys.executable, "-m", "gradwire", *cmd], check=True, stdout=subprocess.DEVNULL, env=env)
+
+
+def _steady(steps: list[float], strategy: str, world: int, changing: bool) -> float:
+    """Compare's steady step (module doc): the median of its steady steps on a static network (a ``delayed``
+    step after an epoch's evaluation finds its exchange done: the evaluation's compute moved the clock), their
+    mean on a changing one (each step meets another condition)."""
+    from gradwire.strategies import parse_strategy
+    from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
+
+    per_epoch = steps_per_epoch(TRAIN_SIZE, world, BATCH)
+    partial = (TRAIN_SIZE // world) % BATCH != 0
+    skip = parse_strategy(strategy).exchange.warmup_steps + 2
+    kept = [t for i, t in enumerate(steps) if i >= skip and not (partial and i % per_epoch == per_epoch - 1)]
+    return statistics.fmean(kept) if changing else statistics.median(kept)
+
+
+def compare_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], float]:
+    """(net name, strategy) -> compare's steady step in seconds (a results.json already in ``tmp`` is reused)."""
+    out = tmp / f"compare-{device}-{world}"
+    cmd = ["compare", "--workers", str(world), "--epochs", str(EPOCHS), "--seeds", "1", "--batch-size", str(BATCH),
+           "--model", MODEL, "--device", device, "--strategies", ",".join(STRATEGIES), "--out", str(out)]
+    for net in NETS.values():
+        cmd += ["--net", net]
+    if not (out / "results.json").exists():
+        _run(cmd)
+    res = json.loads((out / "results.json").read_text())
+    steps = {}
+    for run in res["runs"]:
+        name = _name(run["net"])
+        if run["strategy"] in STRATEGIES and name is not None:
+            steps[(name, run["strategy"])] = _steady(run["seeds"][0]["step_seconds"], run["strategy"], world,
+                                                     name == "changing")
+    return steps
+
+
+def _name(spec: str) -> str | None:
+    """Which of :data:`NETS` a spec string is (its clock and device left out)."""
+    import re
+
+    bare = re.sub(r",(clock|device)=[^,]*", "", spec)
+    return next((k for k, n in NETS.items() if n == bare), None)
+
+
+def predict_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], float]:
+    """(net name, strategy) -> predict's step in seconds."""
+    out = tmp / f"predict-{device}-{world}.json"
+    cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
+           "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
+    for net in NETS.values():
+        cmd += ["--net", net]
+    _run(cmd)
+    res = json.loads(out.read_text())
+    return {(str(_name(p["net"])), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
+
+
+def agree(devices: list[str], worlds: list[int], work: str | None) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = work or scratch
+        for device in devices:
+            for world in worlds:
+                measured = compare_steps(device, world, Path(tmp))
+                predicted = predict_steps(device, world, Path(tmp))
+                for (net, strategy), step in sorted(measured.items()):
+                    p = predicted[(net, strategy)]
+                    rows.append({"device": device, "world": world, "net": net, "spec": NETS[net],
+                                 "strategy": strategy, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
+                                 "error": p / step - 1})
+                    print(f"{device:9} {world:2} {net:14} {strategy:17} compare {step * 1e3:8.2f} ms  predict "
+                          f"{p * 1e3:8.2f} ms  {p / step - 1:+.1%}", flush=True)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= 0.05 for r in rows)
+    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
+          f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
+    write_results(RESULTS / "agree.json", rows, clock="simulated cluster clock (both sides)",
+                  within_5pct=within, points=len(rows), largest_error=worst["error"])
+
+
+def hosts(devices: list[str], worlds: list[int]) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for device in devices:
+            for world in worlds:
+                quiet = predict_steps(device, world, Path(tmp))
+                loops = [subprocess.Popen(BUSY) for _ in range(2)]
+                try:
+                    busy = predict_steps(device, world, Path(tmp))
+                finally:
+                    for p in loops:
+                        p.kill()
+                        p.wait()
+                for key, step in sorted(quiet.items()):
+                    rows.append({"device": device, "world": world, "net": key[0], "strategy": key[1],
+                                 "quiet_ms": step * 1e3, "busy_ms": busy[key] * 1e3, "difference": busy[key] / step - 1})
+    worst = max(abs(r["difference"]) for r in rows)
+    print(f"{len(rows)} predictions, the largest difference beside two busy loops: {worst:.3%}")
+    write_results(RESULTS / "hosts.json", rows, clock="simulated cluster clock", largest_difference=worst)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("agree", "hosts"))
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--devices", default="cpu-core,a100")
+    ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
+    args = ap.parse_args()
+    worlds = [int(w) for w in args.worlds.split(",")]
+    devices = args.devices.split(",")
+    if args.mode == "agree":
+        agree(devices, worlds, args.work)
+    else:
+        hosts(devices, worlds)
+
+
+if __name__ == "__main__":
+    main()
