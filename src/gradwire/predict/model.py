@@ -195,7 +195,7 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
 
     if profile.loop_seconds is None or profile.source == "described" or profile.strategy is None:
         return profile
-    if profile.shared > 1:
+    if profile.shared > 1 and not profile.on_sim_clock:  # the simulated clock prices ops, not the host's cores
         return _own_cores(profile)
     if profile.net is None:
         return replace(profile, notes=(*profile.notes, "not calibrated: the network its run used is unknown"))

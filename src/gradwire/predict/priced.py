@@ -113,8 +113,11 @@ def priced_profiles(strategies: Sequence[str], model: str, world: int, device: s
         prof = profile_of(config, ranks, skip=skip)
         tail = [r["step_seconds"][skip:] for r in ranks]
         loop = sum(sum(t) / len(t) for t in tail) / len(tail)
-        out[s] = replace(prof, strategy=s, loop_seconds=loop,
-                         notes=(*prof.notes, f"priced on {spec.describe()} (simulated cluster clock)"))
+        # ranks that shared this host's cores computed at the device's speed all the same: the clock prices ops,
+        # not this host's time, so nothing is divided by the ranks per core (``shared``)
+        notes = tuple(n for n in prof.notes if "ranks per CPU core" not in n)
+        out[s] = replace(prof, strategy=s, loop_seconds=loop, shared=1.0,
+                         notes=(*notes, f"priced on {spec.describe()} (simulated cluster clock)"))
     return out
 
 
