@@ -5,8 +5,8 @@
 
 agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
-(200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s for 250 ms
-every 500 ms), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+(200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s half the time:
+for 250 ms every 500 ms on cpu-core, 10 ms every 20 ms on an a100, whose step is 20 times shorter), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
 its steady steps (past the strategy's warm-up and DDP's rebuild, an epoch's partial last batch left out); predict's:
 its steady step (on the changing network, its mean over 600 s of the schedule). Both on the simulated cluster
@@ -34,8 +34,15 @@ from _results import write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "predict_clock"
 BUSY = [sys.executable, "-c", "while True: pass"]
-NETS = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "bandwidth=10gbit,latency=20us",
-        "changing": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms"}
+STATIC = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "bandwidth=10gbit,latency=20us"}
+#: the changing network of each device: 10 Gbit/s dropping to 200 Mbit/s half the time, a period of about eight of
+#: sync's steps there, so that compare's short run meets the change several times
+CHANGING = {"cpu-core": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms",
+            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=10ms:every=20ms"}
+
+
+def nets_of(device: str) -> dict[str, str]:
+    return {**STATIC, "changing": CHANGING.get(device, CHANGING["cpu-core"])}
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
 MODEL, BATCH, EPOCHS = "cnn-wide", 64, 3
 
@@ -64,26 +71,26 @@ def compare_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], f
     out = tmp / f"compare-{device}-{world}"
     cmd = ["compare", "--workers", str(world), "--epochs", str(EPOCHS), "--seeds", "1", "--batch-size", str(BATCH),
            "--model", MODEL, "--device", device, "--strategies", ",".join(STRATEGIES), "--out", str(out)]
-    for net in NETS.values():
+    for net in nets_of(device).values():
         cmd += ["--net", net]
     if not (out / "results.json").exists():
         _run(cmd)
     res = json.loads((out / "results.json").read_text())
     steps = {}
     for run in res["runs"]:
-        name = _name(run["net"])
+        name = _name(run["net"], device)
         if run["strategy"] in STRATEGIES and name is not None:
             steps[(name, run["strategy"])] = _steady(run["seeds"][0]["step_seconds"], run["strategy"], world,
                                                      name == "changing")
     return steps
 
 
-def _name(spec: str) -> str | None:
-    """Which of :data:`NETS` a spec string is (its clock and device left out)."""
+def _name(spec: str, device: str) -> str | None:
+    """Which of the device's networks a spec string is (its clock and device left out)."""
     import re
 
     bare = re.sub(r",(clock|device)=[^,]*", "", spec)
-    return next((k for k, n in NETS.items() if n == bare), None)
+    return next((k for k, n in nets_of(device).items() if n == bare), None)
 
 
 def predict_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], float]:
@@ -91,11 +98,11 @@ def predict_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], f
     out = tmp / f"predict-{device}-{world}.json"
     cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
            "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
-    for net in NETS.values():
+    for net in nets_of(device).values():
         cmd += ["--net", net]
     _run(cmd)
     res = json.loads(out.read_text())
-    return {(str(_name(p["net"])), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
+    return {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
 
 
 def agree(devices: list[str], worlds: list[int], work: str | None) -> None:
@@ -108,7 +115,7 @@ def agree(devices: list[str], worlds: list[int], work: str | None) -> None:
                 predicted = predict_steps(device, world, Path(tmp))
                 for (net, strategy), step in sorted(measured.items()):
                     p = predicted[(net, strategy)]
-                    rows.append({"device": device, "world": world, "net": net, "spec": NETS[net],
+                    rows.append({"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
                                  "strategy": strategy, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
                                  "error": p / step - 1})
                     print(f"{device:9} {world:2} {net:14} {strategy:17} compare {step * 1e3:8.2f} ms  predict "

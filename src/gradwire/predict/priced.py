@@ -116,9 +116,26 @@ def priced_profiles(strategies: Sequence[str], model: str, world: int, device: s
         # ranks that shared this host's cores computed at the device's speed all the same: the clock prices ops,
         # not this host's time, so nothing is divided by the ranks per core (``shared``)
         notes = tuple(n for n in prof.notes if "ranks per CPU core" not in n)
-        out[s] = replace(prof, strategy=s, loop_seconds=loop, shared=1.0,
+        out[s] = replace(prof, strategy=s, loop_seconds=loop, shared=1.0, buckets=_with_shapes(prof, model, s, bucket_cap_mb),
                          notes=(*notes, f"priced on {spec.describe()} (simulated cluster clock)"))
     return out
+
+
+def _with_shapes(prof: StepProfile, model: str, strategy: str, bucket_cap_mb: float | None) -> tuple[Any, ...]:
+    """``prof``'s buckets with their parameters' shapes, from the model's layout on the meta device, where their
+    sizes agree (a recorded bucket knows only its bytes; PyTorch's PowerSGD prices its parameters' matrices and
+    sends its vectors apart)."""
+    from gradwire.predict.describe import describe_model
+    from gradwire.strategies import parse_strategy
+
+    cap = bucket_cap_mb if bucket_cap_mb is not None else parse_strategy(strategy).exchange.bucket_cap_mb
+    try:
+        described = describe_model(model, 1.0, cap)
+    except ValueError:
+        return prof.buckets
+    if [b.nbytes for b in prof.buckets] != [b.nbytes for b in described.buckets]:
+        return prof.buckets
+    return tuple(replace(r, shapes=d.shapes) for r, d in zip(prof.buckets, described.buckets))
 
 
 class _Meter:
