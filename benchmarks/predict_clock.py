@@ -6,7 +6,8 @@
 agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
 (200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s half the time:
-for 250 ms every 500 ms on cpu-core, 10 ms every 20 ms on an a100, whose step is 20 times shorter), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+for 250 ms every 500 ms on cpu-core, 5 ms every 10 ms on an a100, whose step is 20 times shorter; that one
+trained for 10 epochs, so that compare's mean step covers the change about ten times), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
 its steady steps (past the strategy's warm-up and DDP's rebuild, an epoch's partial last batch left out); predict's:
 its steady step (on the changing network, its mean over 600 s of the schedule). Both on the simulated cluster
@@ -38,13 +39,13 @@ STATIC = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "ban
 #: the changing network of each device: 10 Gbit/s dropping to 200 Mbit/s half the time, a period of about eight of
 #: sync's steps there, so that compare's short run meets the change several times
 CHANGING = {"cpu-core": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms",
-            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=10ms:every=20ms"}
+            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=5ms:every=10ms"}
 
 
 def nets_of(device: str) -> dict[str, str]:
     return {**STATIC, "changing": CHANGING.get(device, CHANGING["cpu-core"])}
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
-MODEL, BATCH, EPOCHS = "cnn-wide", 64, 3
+MODEL, BATCH, EPOCHS, CHANGING_EPOCHS = "cnn-wide", 64, 3, 10
 
 
 def _run(cmd: list[str]) -> None:
@@ -67,21 +68,29 @@ def _steady(steps: list[float], strategy: str, world: int, changing: bool) -> fl
 
 
 def compare_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], float]:
-    """(net name, strategy) -> compare's steady step in seconds (a results.json already in ``tmp`` is reused)."""
-    out = tmp / f"compare-{device}-{world}"
-    cmd = ["compare", "--workers", str(world), "--epochs", str(EPOCHS), "--seeds", "1", "--batch-size", str(BATCH),
-           "--model", MODEL, "--device", device, "--strategies", ",".join(STRATEGIES), "--out", str(out)]
-    for net in nets_of(device).values():
-        cmd += ["--net", net]
-    if not (out / "results.json").exists():
-        _run(cmd)
-    res = json.loads((out / "results.json").read_text())
+    """(net name, strategy) -> compare's steady step in seconds (a results.json already in ``tmp`` is reused).
+
+    The static networks in one comparison of :data:`EPOCHS`; the changing one in a longer one
+    (:data:`CHANGING_EPOCHS`): its mean step is over every condition it meets, so the run covers about ten
+    periods of the change (predict's mean is over 600 s of it).
+    """
     steps = {}
-    for run in res["runs"]:
-        name = _name(run["net"], device)
-        if run["strategy"] in STRATEGIES and name is not None:
-            steps[(name, run["strategy"])] = _steady(run["seeds"][0]["step_seconds"], run["strategy"], world,
-                                                     name == "changing")
+    for suffix, nets, epochs in (("", list(STATIC.values()), EPOCHS),
+                                 ("-changing", [nets_of(device)["changing"]], CHANGING_EPOCHS)):
+        out = tmp / f"compare-{device}-{world}{suffix}"
+        cmd = ["compare", "--workers", str(world), "--epochs", str(epochs), "--seeds", "1", "--batch-size",
+               str(BATCH), "--model", MODEL, "--device", device, "--strategies", ",".join(STRATEGIES), "--out",
+               str(out)]
+        for net in nets:
+            cmd += ["--net", net]
+        if not (out / "results.json").exists():
+            _run(cmd)
+        res = json.loads((out / "results.json").read_text())
+        for run in res["runs"]:
+            name = _name(run["net"], device)
+            if run["strategy"] in STRATEGIES and name is not None and (name == "changing") == bool(suffix):
+                steps[(name, run["strategy"])] = _steady(run["seeds"][0]["step_seconds"], run["strategy"], world,
+                                                         name == "changing")
     return steps
 
 
