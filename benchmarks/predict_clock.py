@@ -47,6 +47,7 @@ def nets_of(device: str) -> dict[str, str]:
     return {**STATIC, "changing": CHANGING.get(device, CHANGING["cpu-core"])}
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
 MODEL, BATCH, EPOCHS, CHANGING_EPOCHS = "cnn-wide", 64, 3, 10
+NAME: str | None = None
 
 
 def _run(cmd: list[str]) -> None:
@@ -164,7 +165,7 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
     within = sum(abs(r["error"]) <= 0.05 for r in rows)
     print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
           f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
-    write_results(RESULTS / "agree.json", rows, clock="simulated cluster clock (both sides)",
+    write_results(RESULTS / f"{NAME or 'agree'}.json", rows, clock="simulated cluster clock (both sides)",
                   within_5pct=within, points=len(rows), largest_error=worst["error"])
 
 
@@ -186,7 +187,7 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
                                  "quiet_ms": step * 1e3, "busy_ms": busy[key] * 1e3, "difference": busy[key] / step - 1})
     worst = max(abs(r["difference"]) for r in rows)
     print(f"{len(rows)} predictions, the largest difference beside two busy loops: {worst:.3%}")
-    write_results(RESULTS / "hosts.json", rows, clock="simulated cluster clock", largest_difference=worst)
+    write_results(RESULTS / f"{NAME or 'hosts'}.json", rows, clock="simulated cluster clock", largest_difference=worst)
 
 
 def main() -> None:
@@ -196,7 +197,11 @@ def main() -> None:
     ap.add_argument("--devices", default="cpu-core,a100")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
+    ap.add_argument("--epochs", type=int, default=EPOCHS, help="of compare's runs on the static networks")
+    ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
     args = ap.parse_args()
+    global EPOCHS, NAME
+    EPOCHS, NAME = args.epochs, args.name
     worlds = [int(w) for w in args.worlds.split(",")]
     devices = args.devices.split(",")
     if args.mode == "agree":
