@@ -131,7 +131,8 @@ def add_parser(sub: Any) -> None:
                         "t4, v100, a100, h100 (datasheet rooflines), TFLOPS/GBps (e.g. 19.5/1555), NAME:xF; or host: "
                         "this host's wall clock, runs and compression timed here (default: %(default)s, compare's)")
     p.add_argument("--codec", choices=("measure", "free"), default="measure",
-                   help="compression time: priced on --device, or timed here with --device host (default), or free")
+                   help="compression time: measure prices it on --device (times it here with --device host), free "
+                        "costs nothing (default: %(default)s)")
     p.add_argument("--codec-device", default=None,
                    help="with --device host: where the compression time is timed (default: cuda if available, "
                         "else cpu)")
