@@ -197,7 +197,7 @@ def main() -> None:
     ap.add_argument("--devices", default="cpu-core,a100")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
-    ap.add_argument("--epochs", type=int, default=EPOCHS, help="of compare's runs on the static networks")
+    ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
     ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
     args = ap.parse_args()
     global EPOCHS, NAME
