@@ -9,7 +9,8 @@ seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three
 for 250 ms every 500 ms on cpu-core, 50 ms every 100 ms on an a100, whose step is 20 times shorter; that one
 trained for 10 epochs, so that compare's mean step covers the change about ten times), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
-its steady steps (past the strategy's warm-up and DDP's rebuild, an epoch's partial last batch left out); predict's:
+its steady steps (past the strategy's warm-up and DDP's rebuild; an epoch's first step, after its evaluation, and
+its partial last batch left out); predict's:
 its steady step (on the changing network, its mean over the same stretch of the schedule as compare's run,
 ``predict(..., horizon=SPAN)``, and beside it its mean over 600 s). Both on the simulated cluster clock, so neither
 depends on this host.
@@ -56,16 +57,20 @@ def _run(cmd: list[str]) -> None:
 
 
 def _steady(steps: list[float], strategy: str, world: int, changing: bool) -> float:
-    """Compare's steady step (module doc): the median of its steady steps on a static network (a ``delayed``
-    step after an epoch's evaluation finds its exchange done: the evaluation's compute moved the clock), their
-    mean on a changing one (each step meets another condition)."""
+    """Compare's steady step (module doc): the median of its steady steps on a static network, their mean on a
+    changing one (each step meets another condition). On a static network an epoch's first step is left out:
+    it follows the epoch's evaluation, whose compute moved the clock while a ``delayed`` exchange was in
+    flight (on a changing one every step of the span counts, as in predict's mean over the same span)."""
     from gradwire.strategies import parse_strategy
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
     per_epoch = steps_per_epoch(TRAIN_SIZE, world, BATCH)
     partial = (TRAIN_SIZE // world) % BATCH != 0
     skip = parse_strategy(strategy).exchange.warmup_steps + 2
-    kept = [t for i, t in enumerate(steps) if i >= skip and not (partial and i % per_epoch == per_epoch - 1)]
+    # an epoch's first step follows its evaluation, whose compute moved the clock while a ``delayed`` exchange
+    # was in flight (it finds the exchange done); its last one may be a partial batch
+    kept = [t for i, t in enumerate(steps) if i >= skip and (changing or i % per_epoch != 0)
+            and not (partial and i % per_epoch == per_epoch - 1)]
     return statistics.fmean(kept) if changing else statistics.median(kept)
 
 
@@ -125,14 +130,15 @@ def _name(spec: str, device: str) -> str | None:
     return next((k for k, n in nets_of(device).items() if n == bare), None)
 
 
-def predict_steps(device: str, world: int, tmp: Path) -> dict[tuple[str, str], float]:
+def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, str], float]:
     """(net name, strategy) -> predict's step in seconds (``("span", strategy)``: over compare's span)."""
     out = tmp / f"predict-{device}-{world}.json"
     cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
            "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
     for net in nets_of(device).values():
         cmd += ["--net", net]
-    _run(cmd)
+    if not out.exists() or not reuse:
+        _run(cmd)
     res = json.loads(out.read_text())
     steps = {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
     for strategy in STRATEGIES:
@@ -148,7 +154,7 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
         for device in devices:
             for world in worlds:
                 measured = compare_steps(device, world, Path(tmp), skip)
-                predicted = predict_steps(device, world, Path(tmp))
+                predicted = predict_steps(device, world, Path(tmp), reuse=work is not None)
                 for (net, strategy), step in sorted(measured.items()):
                     p = predicted[(net, strategy)]
                     row = {"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
