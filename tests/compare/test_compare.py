@@ -145,6 +145,10 @@ def test_compare_runs_on_the_simulated_clock_and_says_so(tmp_path, capsys):
     rows = {r["strategy"]: r for r in res["rows"]}
     # an a100 computes the small CNN's step in well under a millisecond: the 100 Mbit/s network is all of it
     assert rows["sync"]["exposed_share"] > 0.5 and rows["onebit"]["speedup"] > 2
+    # compare's own prediction: each step priced on the same device by the clock's rules, no host calibrated
+    predicted = res["predicted"]
+    assert "calibration" not in predicted and predicted["world"] == 2
+    assert rows["onebit"]["predicted_speedup"] == pytest.approx(rows["onebit"]["speedup"], rel=0.05)
 
 
 @pytest.mark.parametrize("argv, words", [

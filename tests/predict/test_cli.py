@@ -67,11 +67,30 @@ def test_fast_network_needs_no_compression_and_profiles_round_trip(tmp_path, fac
 
 
 def test_a_bundled_model_is_measured_then_predicted(tmp_path):
-    """--model NAME: a short loopback run per DDP strategy; model averaging priced from sync's run."""
+    """--device host: a short loopback run per DDP strategy on this host's clock; model averaging priced from
+    sync's run."""
     out = tmp_path / "p.json"
-    assert main(["predict", "--model", "tiny", "--measure-world", "2", "--steps", "7", "--strategies",
+    assert main(["predict", "--device", "host", "--model", "tiny", "--measure-world", "2", "--steps", "7", "--strategies",
                  "sync,localsgd:2", "--worlds", "2,4", "--codec", "free", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert set(res["profiles"]) == {"sync", "*"} and res["profiles"]["sync"]["source"] == "measured"
     assert res["profiles"]["sync"]["world"] == 2 and len(res["predictions"]) == 4
     assert res["profiles"]["sync"]["stretch"] != 1.0  # calibrated against its own loopback run
+
+
+def test_a_bundled_model_is_priced_on_the_device_model(tmp_path, capsys):
+    """The default: each strategy's short run on the simulated clock (cpu-core), fitted to its own run with
+    little stretching (the replay follows the clock's rules), and labelled as the simulated cluster's."""
+    out = tmp_path / "p.json"
+    assert main(["predict", "--model", "tiny", "--measure-world", "2", "--strategies", "sync,onebit",
+                 "--worlds", "2,8", "--json", str(out)]) == 0
+    first = json.loads(out.read_text())
+    assert first["clock"] == "sim" and first["device"] == "cpu-core"
+    for s in ("sync", "onebit"):
+        prof = first["profiles"][s]
+        assert prof["net"] == "loopback,clock=sim,device=cpu-core" and prof["shared"] == 1.0
+        # the replay of its own run is that run within microseconds (a 0.2 ms step: backward barely moves)
+        assert prof["stretch"] == pytest.approx(1.0, abs=0.1)
+    printed = capsys.readouterr().out
+    assert "times on the simulated cluster clock; device cpu-core" in printed
+    assert "compression time priced on cpu-core" in printed

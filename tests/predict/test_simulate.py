@@ -240,3 +240,24 @@ def test_a_changing_network_gives_the_step_time_distribution_over_its_schedule()
     # an outage holds one step for its length
     outage = predict(prof, "sync", base + ",outage=5s:at=10s", 2)
     assert outage.percentiles is not None and outage.percentiles[2] == pytest.approx(5 + fast.step_seconds, rel=0.02)
+
+
+@pytest.mark.parametrize("comm, expected", [(3.0, 6.5), (0.1, 4.0)])
+def test_the_simulated_clocks_copy_out_runs_beside_a_blocking_exchange(comm, expected):
+    """``finalize``: DDP's copy of the results into the gradients, charged by the simulated clock before the
+    rank observes the exchange: forward 1, backward 2 (the bucket ready at its end), optimizer 1 of which 0.5 is
+    that copy. Without it the copy follows the exchange (1 + 2 + comm + 1)."""
+    plan = Plan(Kind.BLOCKING, (_one(),))
+    after = simulate(1.0, 2.0, 1.0, [2.0], plan, fixed(comm)).step_seconds
+    assert after == pytest.approx(4.0 + comm)
+    beside = simulate(1.0, 2.0, 1.0, [2.0], plan, fixed(comm), finalize=0.5).step_seconds
+    assert beside == pytest.approx(expected)  # max(3 + 0.5, 3 + comm) + 0.5
+
+
+def test_a_profile_recorded_on_the_simulated_clock_replays_its_copy_out_beside_the_exchange():
+    prof = StepProfile("m", 0.010, 0.030, 0.005, (Bucket(4_000_000, 0.030),), finalize=0.002)
+    comm = _comm("all_reduce", 2, 4_000_000)
+    host = predict(replace(prof, net="loopback"), "sync", NET, 2).step_seconds
+    sim = predict(replace(prof, net="loopback,clock=sim,device=cpu-core"), "sync", NET, 2).step_seconds
+    assert host == pytest.approx(0.045 + comm)
+    assert sim == pytest.approx(0.043 + comm) and comm > 0.002

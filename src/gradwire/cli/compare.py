@@ -222,7 +222,7 @@ def _run_models(args: argparse.Namespace) -> int:
     total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
                            "accuracy.png", args.tolerance,
-                           predict_for=cfg if cfg.nets[0].clock == "realtime" else None)
+                           predict_for=cfg)
 
 
 def _check_recorded_model(net: NetSpec, model: str) -> None:

@@ -18,6 +18,13 @@ would give (the recorded micro-step, N times).
 Each strategy's step is replayed bucket by bucket on the network model of
 every ``--net`` at every world size (nothing runs). The last column is the
 smallest compression ratio that reaches ``--target-efficiency``.
+
+Which clock: ``--device NAME`` (default: compare's, ``cpu-core``) prices
+compute on that device's roofline, as the simulated cluster clock does
+(:mod:`gradwire.predict.priced`): the bundled model's short runs are on that
+clock, compression is priced by the same rule, and the figures are the
+cluster's, the same on any host. ``--device host`` is this host's wall clock:
+the runs and the compression are timed here, as before.
 """
 from __future__ import annotations
 
@@ -73,8 +80,20 @@ def _accumulate(text: str) -> int:
     return value
 
 
+def _device(text: str) -> str:
+    """A ``--device`` value: ``host`` (this host's wall clock) or a device model predict prices on."""
+    if text.strip().lower() == "host":
+        return "host"
+    from gradwire.predict.priced import device_of
+
+    try:
+        return device_of(text).text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(sub: Any) -> None:
-    from gradwire.compare.config import DEFAULT_NET
+    from gradwire.compare.config import DEFAULT_DEVICE, DEFAULT_NET
 
     p = sub.add_parser("predict", help="predict step time and scaling efficiency on larger clusters",
                        description=__doc__.splitlines()[0])
@@ -107,14 +126,21 @@ def add_parser(sub: Any) -> None:
                         "once, after the last (default: as recorded; 1 without accumulation)")
     p.add_argument("--target-efficiency", type=_float_in("--target-efficiency", 0, 1), default=0.9,
                    help="scaling efficiency the 'ratio needed' column aims at (default: %(default)s)")
+    p.add_argument("--device", type=_device, default=DEFAULT_DEVICE,
+                   help="what the cluster computes on, priced as the simulated cluster clock prices it: cpu-core, "
+                        "t4, v100, a100, h100 (datasheet rooflines), TFLOPS/GBps (e.g. 19.5/1555), NAME:xF; or host: "
+                        "this host's wall clock, runs and compression timed here (default: %(default)s, compare's)")
     p.add_argument("--codec", choices=("measure", "free"), default="measure",
-                   help="compression time: measured here (default) or free")
+                   help="compression time: measure prices it on --device (times it here with --device host), free "
+                        "costs nothing (default: %(default)s)")
     p.add_argument("--codec-device", default=None,
-                   help="device the compression time is measured on (default: cuda if available, else cpu)")
+                   help="with --device host: where the compression time is timed (default: cuda if available, "
+                        "else cpu)")
     p.add_argument("--measure-world", type=positive_int(2), default=4,
                    help="ranks of the measured run of a bundled model, >= 2 (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int(5), default=60,
-                   help="steps of each measured run; shorter runs are noisier (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int(5), default=None,
+                   help="steps of each measured run (default: 60 with --device host, shorter runs are noisier; on a "
+                        "device model the warm-up + 8, every steady step priced alike)")
     p.add_argument("--worlds", default=None,
                    help="world sizes to predict (default: 2, 4, ... 1024; multiples of the ranks per node)")
     p.add_argument("--profiles", type=input_file, default=None,
@@ -150,6 +176,9 @@ def _check_inputs(args: argparse.Namespace, specs: list[NetSpec], strategies: li
     if is_factory(args.model) and args.compute_ms is None and not any(sources):
         raise ValueError(f"--model {args.model!r} is described, not run: give --compute-ms, the backward time of "
                          "one step in ms (e.g. measured on your GPU)")
+    if args.codec_device is not None and args.device != "host":
+        raise ValueError(f"--codec-device times compression on this host; it goes with --device host (--device "
+                         f"{args.device} prices compression on that device itself)")
     if args.profile and not Path(args.profile).is_dir():
         raise ValueError(f"--profile {args.profile!r} is not a folder; give the --out folder of gradwire profile")
     explicit = _worlds(args.worlds) if args.worlds else None
@@ -198,10 +227,26 @@ def _profiles(args: argparse.Namespace, strategies: list[str]) -> dict[str, Any]
     averaging = (Timing.AVERAGE, Timing.AVERAGE_OVERLAPPED)
     ddp = [s for s in strategies if parse_strategy(s).timing not in averaging]
     measured = list(dict.fromkeys(ddp + ["sync"]))  # the averaging strategies and the ratio column use sync's
-    profiles = measure_profiles(measured, args.model, args.measure_world, args.steps,
+    if args.device != "host":  # on the device model: the simulated cluster clock's prices (gradwire.predict.priced)
+        from gradwire.predict.priced import priced_profiles
+
+        profiles = priced_profiles(measured, args.model, args.measure_world, args.device, args.batch_size or 32,
+                                   args.bucket_cap_mb, args.steps)
+        profiles["*"] = profiles["sync"]
+        return profiles
+    profiles = measure_profiles(measured, args.model, args.measure_world, args.steps or 60,
                                 args.batch_size or 32, args.bucket_cap_mb)
     profiles["*"] = profiles["sync"]
     return profiles
+
+
+def _clock(device: str) -> str:
+    """What predict's times are, in words."""
+    if device == "host":
+        return "this host's wall clock (its runs and compression timed here)"
+    from gradwire.device import parse_device
+
+    return f"simulated cluster clock; device {parse_device(device).describe()}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,10 +262,17 @@ def run(args: argparse.Namespace) -> int:
     if not strategies:
         raise ValueError("--strategies is empty; e.g. sync,fp16,onebit,delayed")
     worlds = _check_inputs(args, specs, strategies)
-    device = _codec_device(args) if args.codec == "measure" else "cpu"
+    priced = args.device != "host"
+    device = _codec_device(args) if args.codec == "measure" and not priced else "cpu"
 
     def cost_for(s: str) -> Any:
-        return FREE if args.codec == "free" else exchange_cost(s, device)
+        if args.codec == "free":
+            return FREE
+        if priced:
+            from gradwire.predict.priced import priced_cost
+
+            return priced_cost(s, args.device)
+        return exchange_cost(s, device)
 
     # auto is replayed as its candidates (sweep): measure and price those
     replayed = list(dict.fromkeys(str(c) for s in strategies
@@ -239,12 +291,15 @@ def run(args: argparse.Namespace) -> int:
     from gradwire.predict.report import plot, report
 
     report(preds, ratios, strategies, nets, worlds, args.target_efficiency, profile_for("sync"))
+    print(f"times on the {_clock(args.device)}")
     if args.codec == "measure" and any(codec_of(parse_strategy(s)) is not None for s in strategies):
-        print(f"compression time measured on {device}" + (" (one thread)" if device == "cpu" else "")
-              + "; --codec free for the best case")
+        where = f"priced on {args.device}" if priced else (
+            f"measured on {device}" + (" (one thread)" if device == "cpu" else ""))
+        print(f"compression time {where}; --codec free for the best case")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "nets": nets, "target_efficiency": args.target_efficiency,
+            "nets": nets, "target_efficiency": args.target_efficiency, "clock": "realtime" if not priced else "sim",
+            "device": args.device,
             "profiles": {k: v.as_dict() for k, v in profiles.items()},
             "predictions": [dict(p.as_dict(), net=net) for (net, _, _), p in preds.items()],
             "ratio_needed": [{"net": n, "world": w, "ratio": r} for (n, w), r in ratios.items()]}, indent=1))

@@ -68,17 +68,20 @@ def run_recorded(rank: int, world: int, config: MeasureConfig) -> dict[str, Any]
     dist.barrier()
     gradwire.reset_stats()
     times = []
+    net = gradwire.network()
+    # a step's time on the run's clock: the simulated cluster's (compute priced on its device) or this host's
+    now = gradwire.clock if net is not None and net.spec.clock == "sim" else time.perf_counter
     with ProfileSession() as session:  # before wrap: the comm hook registered by wrap is recorded
         module = strategy.wrap(model)
         opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=strategy.optimizer_momentum)
         strategy.attach(opt)
         for _ in range(config.steps):
             idx = torch.randint(0, len(data.y_train), (config.batch_size,), generator=gen)
-            t0 = time.perf_counter()
+            t0 = now()
             opt.zero_grad(set_to_none=True)
             loss_fn(module(data.x_train[idx]), data.y_train[idx]).backward()
             strategy.step(opt)
-            times.append(time.perf_counter() - t0)
+            times.append(now() - t0)
         strategy.finish(opt)
     assert session.result is not None
     return {"steps": session.result.steps, "hooks": session.result.hooks, "step_seconds": times,

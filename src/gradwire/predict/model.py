@@ -128,7 +128,7 @@ CHANGING_HORIZON = 600.0
 
 
 def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0,
-            host: Host | None = None) -> SimResult:
+            host: Host | None = None, horizon: float | None = None) -> SimResult:
     """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``.
 
     On a network that changes, consecutive steps over :data:`CHANGING_HORIZON`
@@ -138,8 +138,9 @@ def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1
     # micro-steps of gradient accumulation: compute before the synchronising forward, nothing sent
     return simulate(profile.accumulation_seconds + profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
-                    horizon=CHANGING_HORIZON if pricer.changes else None,
-                    busy_cores=host is not None and host.busy_cores)
+                    horizon=(horizon or CHANGING_HORIZON) if pricer.changes else None,
+                    busy_cores=host is not None and host.busy_cores,
+                    finalize=profile.finalize if profile.on_sim_clock else 0.0)
 
 
 def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
@@ -194,7 +195,7 @@ def calibrated(profile: StepProfile, cost: Cost | None = None, host: Host | None
 
     if profile.loop_seconds is None or profile.source == "described" or profile.strategy is None:
         return profile
-    if profile.shared > 1:
+    if profile.shared > 1 and not profile.on_sim_clock:  # the simulated clock prices ops, not the host's cores
         return _own_cores(profile)
     if profile.net is None:
         return replace(profile, notes=(*profile.notes, "not calibrated: the network its run used is unknown"))
@@ -235,7 +236,7 @@ def _own_cores(profile: StepProfile) -> StepProfile:
         for e in profile.exchanges)
     floor = f"; its own step ({profile.loop_seconds or 0:.4g} s) stays the floor at {profile.world} ranks"
     return replace(profile, forward=profile.forward / c, backward=profile.backward / c,
-                   optimizer=profile.optimizer / c, exchanges=exchanges,
+                   optimizer=profile.optimizer / c, exchanges=exchanges, finalize=profile.finalize / c,
                    micro=None if profile.micro is None else profile.micro / c,
                    buckets=tuple(replace(b, ready=b.ready / c) for b in profile.buckets),
                    stretch=profile.stretch / c,
@@ -267,7 +268,7 @@ def _floor(profile: StepProfile, choice: str, world: int) -> float:
 
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
             cost: Cost | None = None, pricers: Pricers | None = None, host: Host | None = None,
-            steps: int | None = None) -> Prediction:
+            steps: int | None = None, horizon: float | None = None) -> Prediction:
     """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
 
     ``cost``: the exchange's CPU cost (:func:`gradwire.predict.plans.exchange_cost`);
@@ -277,14 +278,17 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     ``steps``: the mean step of a training of that many steps, its warm-up
     included (the first steps of a compressing strategy take the plain
     all_reduce: :class:`~gradwire.strategies.ExchangeTraits`' ``warmup_steps``);
-    None: the steady state. A measured profile is best :func:`calibrated` first.
+    None: the steady state. ``horizon``: on a network that changes, the mean step over the first that many
+    seconds of its schedule (default :data:`CHANGING_HORIZON`: a long run's mean). A measured profile is best
+    :func:`calibrated` first.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
-    sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host)
+    sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon)
     warm = min(steps or 0, parse_strategy(strategy).exchange.warmup_steps)
     if warm:
-        first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host)
+        first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host,
+                        horizon=horizon)
         sim = _mixed(first, warm, sim, (steps or warm) - warm)
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,

@@ -12,7 +12,8 @@ iteration on one bucket and rebuilds them after it) and takes medians:
    profile then describes the step without any strategy, and the step model
    adds the hook time of the strategy it prices.
 3. ``optimizer``: what follows the end of the communication in backward
-   (DDP's copy of the results into the gradients), plus the time between
+   (DDP's copy of the results into the gradients, also kept alone as
+   ``finalize``), plus the time between
    backward's return and the optimizer step that was not spent waiting for a
    collective, plus the optimizer step itself.
 4. The exchanges: the collectives of the group the first bucket's
@@ -85,8 +86,9 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def _neutral(step: dict[str, Any]) -> tuple[float, list[float], float]:
-    """(backward without hooks, ready times without hooks, compute after the communication)."""
+def _neutral(step: dict[str, Any]) -> tuple[float, list[float], float, float]:
+    """(backward without hooks, ready times without hooks, compute after the communication, of which DDP's
+    copy of the results into the gradients)."""
     hooks = [b["hook"] for b in step["buckets"]]
     ready, before = [], 0.0
     for b, h in zip(step["buckets"], hooks):
@@ -99,7 +101,7 @@ def _neutral(step: dict[str, Any]) -> tuple[float, list[float], float]:
     returned = step["backward"] + step["backward_wait"]
     copy = returned - max([step["backward"], *ends])
     after = max(0.0, copy) + max(0.0, step["after_backward"] - step["waited"]) + step["optimizer"]
-    return backward, ready, after
+    return backward, ready, after, max(0.0, copy)
 
 
 def _exchange_row(step: dict[str, Any], layout: tuple[int, ...], following: dict[str, Any] | None = None,
@@ -222,7 +224,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
     accumulate = Counter(_micro_steps(k[0]) for k in steps).most_common(1)[0][0]
     by_layout = len(steps)
     steps = [k for k in steps if all(_micro_steps(s) == accumulate for s in k)]
-    forward, backward, ready, after, loop, micro = [], [], [], [], [], []
+    forward, backward, ready, after, loop, micro, copies = [], [], [], [], [], [], []
     rows: list[list[MeasuredExchange]] = []  # the steps whose exchanges pair with the buckets on every rank
     for k in steps:
         neutral = [_neutral(s) for s in k]
@@ -243,6 +245,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         ready.append([min(b, max(0.0, max(lead[r] + neutral[r][1][i] for r in range(world)) - f))
                       for i in range(len(layout))])
         after.append(neutral[slowest][2])
+        copies.append(min(neutral[slowest][3], neutral[slowest][2]))
         loop += [s["step"] for s in k]  # every rank's: a step's slowest rank is its noisiest
         exchanges = [_exchange_row(s, layout, next_of.get(id(s)), per_bucket) for s in k]
         mine = exchanges[slowest]
@@ -270,7 +273,7 @@ def profile_from_steps(ranks: Sequence[Sequence[dict[str, Any]]], name: str, str
         notes.append(f"{shared:.3g} ranks per CPU core: measured on shared cores")
     return StepProfile(name, _median(forward), b, _median(after), buckets, world, strategy, measured, batch_size,
                        source, _median(loop), tuple(notes), net=net, shared=shared, accumulate=accumulate,
-                       micro=_median(micro))
+                       micro=_median(micro), finalize=min(_median(copies), _median(after)))
 
 
 def load_profile_dir(path: str, skip: int = 3, batch_size: int | None = None) -> StepProfile:

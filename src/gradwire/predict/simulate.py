@@ -318,13 +318,16 @@ def _backward(b0: float, backward: float, ready: Sequence[float], plan: Plan, st
 
 
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
-             price: Price, horizon: float | None = None, busy_cores: bool = False) -> SimResult:
+             price: Price, horizon: float | None = None, busy_cores: bool = False,
+             finalize: float = 0.0) -> SimResult:
     """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times.
 
     ``horizon``: on a network that changes, replay consecutive steps from
     ``t = 0`` until ``horizon`` seconds (at most :data:`MAX_REPLAYED_STEPS`)
     and return their mean and each step's seconds (``durations``).
     ``busy_cores``: every core runs a rank, so background work takes compute's time (module doc).
+    ``finalize``: seconds of ``optimizer`` that run before a BLOCKING step observes its exchanges, beside them
+    (the simulated cluster clock's rule for DDP's copy of the results into the gradients); 0: after them.
     """
     st = _State(busy_cores)
     if plan.kind is Kind.AVERAGE:
@@ -342,7 +345,8 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
         starts.append(start)
         computed, fins = _backward(st.compute(start, forward), backward, ready, plan, st, price)
         if plan.kind is Kind.BLOCKING:
-            start = st.compute(max([computed, *fins]), optimizer)
+            early = min(finalize, optimizer)
+            start = st.compute(max([st.compute(computed, early), *fins]), optimizer - early)
         else:
             start = st.compute(max([computed, *previous]), optimizer)
             previous = fins

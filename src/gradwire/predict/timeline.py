@@ -138,6 +138,10 @@ class StepProfile:
     """seconds of one micro-step that does not synchronise (its forward and backward) on a typical rank, as
     recorded (for a run without accumulation: its typical forward + backward, before
     :func:`~gradwire.predict.calibrated` stretched them); None: not recorded (forward + backward stand in)"""
+    finalize: float = 0.0
+    """seconds of ``optimizer`` that are DDP's copy of the exchanged buckets into the gradients (its
+    ``finalize_backward``), as recorded. The simulated cluster clock charges that copy before it observes the
+    exchange, so a profile recorded on it replays the copy beside the exchange (:attr:`on_sim_clock`)"""
 
     def __post_init__(self) -> None:
         self.forward = _finite(self.forward, "forward seconds")
@@ -167,10 +171,23 @@ class StepProfile:
                              f"{self.accumulate!r}")
         if self.micro is not None:
             self.micro = _finite(self.micro, "micro-step seconds")
+        self.finalize = min(_finite(self.finalize, "finalize seconds"), self.optimizer)
         last = max(b.ready for b in self.buckets)
         if last > self.backward * (1 + 1e-9) + 1e-12:
             raise ValueError(f"profile {self.name!r}: a bucket is ready {last:g} s into a backward of "
                              f"{self.backward:g} s")
+
+    @property
+    def on_sim_clock(self) -> bool:
+        """Whether the run was recorded on the simulated cluster clock (its network's ``clock=sim``)."""
+        if self.net is None:
+            return False
+        from gradwire.net import NetSpec
+
+        try:
+            return NetSpec.of(self.net).clock == "sim"
+        except ValueError:
+            return False
 
     def scaled(self, factor: float) -> "StepProfile":
         """Every time of the step times ``factor``: compute, ready times, the exchanges' CPU and real
@@ -182,7 +199,7 @@ class StepProfile:
                              tuple(t * factor for t in e.gaps), None if e.tail is None else e.tail * factor)
             for e in self.exchanges)
         return replace(self, forward=self.forward * factor, backward=self.backward * factor,
-                       optimizer=self.optimizer * factor, exchanges=exchanges,
+                       optimizer=self.optimizer * factor, exchanges=exchanges, finalize=self.finalize * factor,
                        micro=None if self.micro is None else self.micro * factor,
                        buckets=tuple(replace(b, ready=b.ready * factor) for b in self.buckets),
                        loop_seconds=None if self.loop_seconds is None else self.loop_seconds * factor)

@@ -1,0 +1,220 @@
+"""predict on the simulated cluster clock: its step against the step compare measures, and on a busy host.
+
+    python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100]
+    python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100]
+
+agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
+seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
+(200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s half the time:
+for 250 ms every 500 ms on cpu-core, 50 ms every 100 ms on an a100, whose step is 20 times shorter; that one
+trained for 10 epochs, so that compare's mean step covers the change about ten times), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
+its steady steps (past the strategy's warm-up and DDP's rebuild; an epoch's first step, after its evaluation, and
+its partial last batch left out); predict's:
+its steady step (on the changing network, its mean over the same stretch of the schedule as compare's run,
+``predict(..., horizon=SPAN)``, and beside it its mean over 600 s). Both on the simulated cluster clock, so neither
+depends on this host.
+
+hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
+against the quiet run's.
+
+Results: ``benchmarks/results/predict_clock/{agree,hosts}.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "predict_clock"
+BUSY = [sys.executable, "-c", "while True: pass"]
+STATIC = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "bandwidth=10gbit,latency=20us"}
+#: the changing network of each device: 10 Gbit/s dropping to 200 Mbit/s half the time, a period of about eight of
+#: sync's steps there, so that compare's short run meets the change several times
+CHANGING = {"cpu-core": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms",
+            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=50ms:every=100ms"}
+
+
+def nets_of(device: str) -> dict[str, str]:
+    return {**STATIC, "changing": CHANGING.get(device, CHANGING["cpu-core"])}
+STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
+MODEL, BATCH, EPOCHS, CHANGING_EPOCHS = "cnn-wide", 64, 3, 10
+NAME: str | None = None
+
+
+def _run(cmd: list[str]) -> None:
+    env = dict(os.environ)
+    subprocess.run([sys.executable, "-m", "gradwire", *cmd], check=True, stdout=subprocess.DEVNULL, env=env)
+
+
+def _steady(steps: list[float], strategy: str, world: int, changing: bool) -> float:
+    """Compare's steady step (module doc): the median of its steady steps on a static network, their mean on a
+    changing one (each step meets another condition). On a static network an epoch's first step is left out:
+    it follows the epoch's evaluation, whose compute moved the clock while a ``delayed`` exchange was in
+    flight (on a changing one every step of the span counts, as in predict's mean over the same span)."""
+    from gradwire.strategies import parse_strategy
+    from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
+
+    per_epoch = steps_per_epoch(TRAIN_SIZE, world, BATCH)
+    partial = (TRAIN_SIZE // world) % BATCH != 0
+    skip = parse_strategy(strategy).exchange.warmup_steps + 2
+    # an epoch's first step follows its evaluation, whose compute moved the clock while a ``delayed`` exchange
+    # was in flight (it finds the exchange done); its last one may be a partial batch
+    kept = [t for i, t in enumerate(steps) if i >= skip and (changing or i % per_epoch != 0)
+            and not (partial and i % per_epoch == per_epoch - 1)]
+    return statistics.fmean(kept) if changing else statistics.median(kept)
+
+
+def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()) -> dict[tuple[str, str], float]:
+    """(net name, strategy) -> compare's steady step in seconds (a results.json already in ``tmp`` is reused).
+
+    The static networks in one comparison of :data:`EPOCHS`; the changing one in a longer one
+    (:data:`CHANGING_EPOCHS`): its mean step is over every condition it meets, so the run covers about ten
+    periods of the change (predict's mean is over 600 s of it). ``skip``: ``DEVICE:WORLD`` whose changing
+    network is left out.
+    """
+    steps = {}
+    for suffix, nets, epochs in (("", list(STATIC.values()), EPOCHS),
+                                 ("-changing", [nets_of(device)["changing"]], CHANGING_EPOCHS)):
+        if suffix and f"{device}:{world}" in skip:
+            continue
+        out = tmp / f"compare-{device}-{world}{suffix}"
+        cmd = ["compare", "--workers", str(world), "--epochs", str(epochs), "--seeds", "1", "--batch-size",
+               str(BATCH), "--model", MODEL, "--device", device, "--strategies", ",".join(STRATEGIES), "--out",
+               str(out)]
+        for net in nets:
+            cmd += ["--net", net]
+        if not (out / "results.json").exists():
+            _run(cmd)
+        res = json.loads((out / "results.json").read_text())
+        for run in res["runs"]:
+            name = _name(run["net"], device)
+            if run["strategy"] in STRATEGIES and name is not None and (name == "changing") == bool(suffix):
+                seconds = run["seeds"][0]["step_seconds"]
+                steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
+                SPANS[(device, world, run["strategy"])] = sum(seconds)
+    return steps
+
+
+#: (device, world, strategy) -> simulated seconds compare's run on the changing network lasted
+SPANS: dict[tuple[str, int, str], float] = {}
+
+
+def over_span(res: dict[str, Any], strategy: str, device: str, world: int) -> float:
+    """predict's mean step over the stretch of the changing network's schedule compare's run lasted (its own
+    profiles, as the CLI fitted them: ``predict(..., horizon=span)``)."""
+    from gradwire.predict import StepProfile, predict
+    from gradwire.predict.priced import priced_cost
+
+    profiles = res["profiles"]
+    prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
+    span = SPANS[(device, world, strategy)]
+    return predict(prof, strategy, nets_of(device)["changing"], world, priced_cost(strategy, device),
+                   horizon=span).step_seconds
+
+
+def _name(spec: str, device: str) -> str | None:
+    """Which of the device's networks a spec string is (its clock and device left out)."""
+    import re
+
+    bare = re.sub(r",(clock|device)=[^,]*", "", spec)
+    return next((k for k, n in nets_of(device).items() if n == bare), None)
+
+
+def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, str], float]:
+    """(net name, strategy) -> predict's step in seconds (``("span", strategy)``: over compare's span)."""
+    out = tmp / f"predict-{device}-{world}.json"
+    cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
+           "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
+    for net in nets_of(device).values():
+        cmd += ["--net", net]
+    if not out.exists() or not reuse:
+        _run(cmd)
+    res = json.loads(out.read_text())
+    steps = {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
+    for strategy in STRATEGIES:
+        if (device, world, strategy) in SPANS:
+            steps[("span", strategy)] = over_span(res, strategy, device, world)
+    return steps
+
+
+def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[str, ...] = ()) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = work or scratch
+        for device in devices:
+            for world in worlds:
+                measured = compare_steps(device, world, Path(tmp), skip)
+                predicted = predict_steps(device, world, Path(tmp), reuse=work is not None)
+                for (net, strategy), step in sorted(measured.items()):
+                    p = predicted[(net, strategy)]
+                    row = {"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
+                           "strategy": strategy, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
+                           "error": p / step - 1}
+                    if net == "changing":  # like with like: the same stretch of the schedule
+                        span = predicted[("span", strategy)]
+                        row.update(predict_600s_ms=p * 1e3, error_600s=p / step - 1, predict_ms=span * 1e3,
+                                   error=span / step - 1, span_s=SPANS[(device, world, strategy)])
+                    rows.append(row)
+                    print(f"{device:9} {world:2} {net:14} {strategy:17} compare {step * 1e3:8.2f} ms  predict "
+                          f"{row['predict_ms']:8.2f} ms  {row['error']:+.1%}", flush=True)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= 0.05 for r in rows)
+    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
+          f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
+    write_results(RESULTS / f"{NAME or 'agree'}.json", rows, clock="simulated cluster clock (both sides)",
+                  within_5pct=within, points=len(rows), largest_error=worst["error"])
+
+
+def hosts(devices: list[str], worlds: list[int]) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for device in devices:
+            for world in worlds:
+                quiet = predict_steps(device, world, Path(tmp))
+                loops = [subprocess.Popen(BUSY) for _ in range(2)]
+                try:
+                    busy = predict_steps(device, world, Path(tmp))
+                finally:
+                    for p in loops:
+                        p.kill()
+                        p.wait()
+                for key, step in sorted(quiet.items()):
+                    rows.append({"device": device, "world": world, "net": key[0], "strategy": key[1],
+                                 "quiet_ms": step * 1e3, "busy_ms": busy[key] * 1e3, "difference": busy[key] / step - 1})
+    worst = max(abs(r["difference"]) for r in rows)
+    print(f"{len(rows)} predictions, the largest difference beside two busy loops: {worst:.3%}")
+    write_results(RESULTS / f"{NAME or 'hosts'}.json", rows, clock="simulated cluster clock", largest_difference=worst)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("agree", "hosts"))
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--devices", default="cpu-core,a100")
+    ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
+    ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
+    ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
+    ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
+    args = ap.parse_args()
+    global EPOCHS, NAME
+    EPOCHS, NAME = args.epochs, args.name
+    worlds = [int(w) for w in args.worlds.split(",")]
+    devices = args.devices.split(",")
+    if args.mode == "agree":
+        agree(devices, worlds, args.work, tuple(x for x in args.skip_changing.split(",") if x))
+    else:
+        hosts(devices, worlds)
+
+
+if __name__ == "__main__":
+    main()
