@@ -145,3 +145,11 @@ def test_merge_spreads_the_framework_s_time_or_scales_the_ops() -> None:
     assert record["roofline_ratio"] == pytest.approx(2.0) and record["world_size"] == 2 and record["batch"] == 8
     slow = merge([_rank([(0.02, 100)], steps)] * 2, "1gbe")  # ops add up past the step: scaled down instead
     assert slow["overhead"] == 0.0 and slow["scale"] == pytest.approx(0.010 / 0.02)
+
+
+def test_predict_refuses_a_recorded_device_for_a_bundled_model(tmp_path: Path) -> None:
+    from gradwire.predict.priced import device_of
+    write_recording(tmp_path, "cpu", _record())
+    with pytest.raises(ValueError, match="prices the recorded script's own ops, not a bundled model") as err:
+        device_of(f"profile:{tmp_path}")
+    assert "\n" not in str(err.value)
