@@ -85,11 +85,12 @@ def test_no_ddp_means_not_applied_and_sync_is_the_script_as_written(injected):
 
 
 def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None,
-             cwd: Path | None = None) -> dict:
+             cwd: Path | None = None, tolerance: str | None = None) -> dict:
     """``gradwire compare`` in a working directory of the test's own (what a training leaves there is moved)."""
     out = tmp_path / name
     argv = ["compare", "--workers", "2", "--strategies", strategies, "--net", "bandwidth=100mbit,latency=200us",
-            "--out", str(out)] + (["--seeds", str(seeds)] if seeds else []) + ["--", *cmd]
+            "--out", str(out)] + (["--seeds", str(seeds)] if seeds else []) + (
+                ["--tolerance", tolerance] if tolerance else []) + ["--", *cmd]
     cwd = cwd or tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
     here = os.getcwd()
@@ -102,8 +103,10 @@ def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int |
 
 
 def test_a_script_under_strategies_table_json_plots(tmp_path):
+    # 8 steps: onebit's error feedback has not repaid its lag yet (6% above sync's loss here, as
+    # benchmarks/local_correction.py shows early on), so the bound is 10%; the climbing loss is 2x past it
     res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--val", "--steps",
-                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1)
+                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1, tolerance="loss=10%")
     runs = {r["strategy"]: r for r in res["runs"]}
     assert res["config"]["mode"] == "script" and res["config"]["workers"] == 2
     assert [r["status"] for r in res["runs"]] == [OK] * 4, [r["error"] for r in res["runs"]]
