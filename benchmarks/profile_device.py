@@ -88,14 +88,17 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         shutil.copy(rec / "ops" / "cpu.json", args.out / f"recording_{args.record_clock}_seed{seed}.json")  # the recording itself
         replay, replay_waited = _step(rep)
-        compute, _ = _step(comp)
+        comp_step, comp_waited = _step(comp)
+        compute = comp_step - comp_waited  # the ranks' own compute: the step less their wait for each other
         row = {"seed": seed, "net": args.net, "recorded_on": record_net, "meter": recording["meter"],
                "steps": args.steps,
                "recorded_step_ms": recording["step_seconds"] * 1e3,
                "recorded_compute_ms": recording["compute_seconds"] * 1e3,
                "recorded_waited_ms": recording["waited_seconds"] * 1e3,
                "replayed_step_ms": replay * 1e3, "replayed_waited_ms": replay_waited * 1e3,
-               "replayed_compute_ms": compute * 1e3,
+               "replayed_compute_ms": compute * 1e3, "replayed_compute_step_ms": comp_step * 1e3,
+               "recorded_spread_ms": recording.get("compute_spread_seconds", 0.0) * 1e3,
+               "step_factors": recording.get("step_factors", {}),
                "step_error": replay / recording["step_seconds"] - 1,
                "compute_error": compute / recording["compute_seconds"] - 1,
                "ops": len(recording["ops"]), "ops_per_step": recording["ops_per_step"],
@@ -103,7 +106,9 @@ def main() -> None:
                "clean_steps": recording["clean_steps"], "model": recording["model"]}
         rows.append(row)
         print(f"seed {seed}: recorded step {row['recorded_step_ms']:.2f} ms (compute {row['recorded_compute_ms']:.2f}),"
-              f" replayed {row['replayed_step_ms']:.2f} ms ({row['step_error']:+.1%}); compute alone "
+              f" waited {row['recorded_waited_ms']:.2f}, ranks' spread {row['recorded_spread_ms']:.2f}; replayed "
+              f"{row['replayed_step_ms']:.2f} ms ({row['step_error']:+.1%}, waited {row['replayed_waited_ms']:.2f});"
+              f" compute alone "
               f"{row['replayed_compute_ms']:.2f} ms ({row['compute_error']:+.1%})", flush=True)
     worst = max(abs(r["step_error"]) for r in rows)
     recorded = ("the simulated clock with device=host (this host's thread CPU time, the network model)"
