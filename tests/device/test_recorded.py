@@ -148,7 +148,7 @@ def test_merge_spreads_the_framework_s_time_or_scales_the_ops() -> None:
 
 
 def test_merge_keeps_each_rank_s_compute_step_by_step() -> None:
-    """Per rank, its clean steps' compute over the mean of all: what a replay multiplies its steps by."""
+    """Per rank, its clean steps' compute over the recorded compute: what a replay multiplies its steps by."""
     from gradwire.profile.ops import merge
 
     def steps(c1: float, c2: float) -> list:  # clean steps at 2.5 and 2.7 between the timed ones at 1-2 and 3-4

@@ -20,8 +20,8 @@ simulated clock, ``device=profile:DIR`` prices each op of the same model:
 4. the recorded ranks did not compute alike: each rank's compute varied from
    step to step and from the other ranks', and at every collective the
    faster ranks waited for the slowest. The recording keeps, per rank, its
-   compute in each clean (untimed) step over the mean of all of them
-   (``step_factors``); the replay multiplies rank r's compute in its n-th
+   compute in each clean (untimed) step over the recorded compute (what the
+   ops' prices add up to; ``step_factors``); the replay multiplies rank r's compute in its n-th
    optimizer step by ``step_factors[r][n % len]`` (:meth:`Recording.factor`),
    so that its ranks differ, and wait for each other, as the recorded ones
    did, deterministically. Without it every rank prices the same ops the
@@ -148,7 +148,7 @@ class Recording:
     fallback: Device = field(default_factory=lambda: DEVICES["cpu-core"])
     """the roofline that prices an op the recording does not hold (point 3)"""
     factors: dict[int, tuple[float, ...]] = field(default_factory=dict)
-    """per rank, its compute in each recorded clean step over the mean (point 4); empty: every step alike"""
+    """per rank, its compute in each recorded clean step over the recorded compute (point 4); empty: alike"""
 
     def factor(self, rank: int, step: int) -> float:
         """The multiplier of rank ``rank``'s compute in its ``step``-th step (0-based; point 4); 1 if not recorded."""

@@ -196,14 +196,17 @@ def _clean(rank: dict[str, Any]) -> list[dict[str, Any]]:
             and not any(a <= s["origin"] <= b for a, b in closed)]
 
 
-def _step_factors(recs: list[dict[str, Any]], clean: list[list[dict[str, Any]]]) -> tuple[dict[str, list[float]], float]:
-    """Each rank's compute in each of its clean steps over the mean of all of them, and the steps' spread.
+def _step_factors(recs: list[dict[str, Any]], clean: list[list[dict[str, Any]]],
+                  compute: float) -> tuple[dict[str, list[float]], float]:
+    """Each rank's compute in each of its clean steps over the recorded ``compute``, and the steps' spread.
 
     ``{rank: [factor of clean step 1, 2, ...]}``: a replay multiplies rank r's
     compute in its n-th step by ``factors[r][n % len]``, so that its ranks
     differ step by step as the recorded ones did (the recorded ranks waited
     for each other at every collective by as much). A rank's compute in a step
-    is the step less the communication it waited for. The spread is the mean
+    is the step less the communication it waited for; over the recording's
+    compute (what its ops are scaled to), so that a replayed step computes
+    what its recorded one did, not the steps' mean. The spread is the mean
     over the clean steps of the slowest rank's compute less the ranks' mean:
     what a replay whose ranks all compute alike leaves out of the step.
     Empty (and 0) with fewer than two clean steps on any rank.
@@ -212,10 +215,9 @@ def _step_factors(recs: list[dict[str, Any]], clean: list[list[dict[str, Any]]])
         return {}, 0.0
     n = min(len(c) for c in clean)
     computes = [[max(s["step"] - s["backward_wait"] - s["waited"], 0.0) for s in c[:n]] for c in clean]
-    mean = statistics.fmean(x for c in computes for x in c)
-    if mean <= 0:
+    if compute <= 0:
         return {}, 0.0
-    factors = {str(r.get("rank", i)): [x / mean for x in c] for i, (r, c) in enumerate(zip(recs, computes))}
+    factors = {str(r.get("rank", i)): [x / compute for x in c] for i, (r, c) in enumerate(zip(recs, computes))}
     spread = statistics.fmean(max(col) - statistics.fmean(col) for col in zip(*computes))
     return factors, spread
 
@@ -254,7 +256,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
         step = statistics.median(s["step"] for s in window) if window else op_seconds_step
         waited = statistics.median(s["backward_wait"] + s["waited"] for s in window) if window else 0.0
     compute = max(step - waited, 0.0)
-    factors, spread = _step_factors(recs, clean)
+    factors, spread = _step_factors(recs, clean, compute)
     gap = compute - op_seconds_step
     scale, overhead = (1.0, gap / ops_step) if gap >= 0 else (compute / op_seconds_step, 0.0)
     roofline = sum(e[0] * e[2] for e in table.values())
