@@ -25,8 +25,8 @@ simulated clock, ``device=profile:DIR`` prices each op of the same model:
    optimizer step by ``step_factors[r][n % len]`` (:meth:`Recording.factor`),
    so that its ranks differ, and wait for each other, as the recorded ones
    did, deterministically. Without it every rank prices the same ops the
-   same in every step and never waits for another: the replayed step was
-   5.5-6.2% short of the recorded one (docs/profile.md).
+   same in every step and never waits for another (docs/profile.md has
+   both replays of the GPT example against its recorded step).
 
 What is checked (:meth:`Recording.check_world`, :meth:`Recording.check_model`,
 one line each): the world size and the model's signature (its parameters'
