@@ -14,11 +14,14 @@ Per seed, three runs of ``examples/gpt_adamw.py`` (DDP + AdamW, 2 ranks under to
 2. ``gradwire profile --net NET,clock=sim,device=profile:rec``: the same run on the simulated clock, its
    ops priced from the recording, its communication from the network model: the replayed step, against the
    recorded step (compute and communication);
-3. ``gradwire profile --net clock=sim,device=profile:rec``: no network (nothing to wait for): the replayed
-   compute alone, against the recorded compute.
+3. ``gradwire profile --net clock=sim,device=profile:rec``: no network: the replayed compute alone (each
+   rank's step less its wait for the other), against the recorded compute;
+4. step 2 again on the same recording without its per-rank step factors (``step_factors``): every rank's
+   every step priced alike, the replay before it followed each recorded rank step by step.
 
 A replayed step is each rank's median of its steps from the fourth on, averaged over ranks (on the
-simulated clock every step after DDP's bucket rebuild prices the same ops). The acceptance: the replayed step within 5% of
+simulated clock each rank's step after DDP's bucket rebuild prices the same ops, times its recorded rank's
+factor of that step: the factors cycle through the recording's clean steps). The acceptance: the replayed step within 5% of
 the recorded one on every seed. What it covers: the compute is the recording's (the same ops, priced as
 they ran here); the communication is the network model's on the simulated clock, the recorded one this
 host's wall clock with the same model waited out, so the step's error holds the model's error on this host
@@ -85,25 +88,38 @@ def main() -> None:
         _profile(f"{args.net},clock=sim,device=profile:{rec}", rep, seed, args.steps)
         _profile(f"clock=sim,device=profile:{rec}", comp, seed, args.steps)
         recording = json.loads((rec / "ops" / "cpu.json").read_text())
+        # the same recording without its per-rank step factors: every rank's every step priced alike
+        alike = base / "alike-rec"
+        (alike / "ops").mkdir(parents=True, exist_ok=True)
+        (alike / "ops" / "cpu.json").write_text(json.dumps({k: v for k, v in recording.items() if k != "step_factors"}))
+        _profile(f"{args.net},clock=sim,device=profile:{alike}", base / "alike", seed, args.steps)
+        alike_step, alike_waited = _step(base / "alike")
         args.out.mkdir(parents=True, exist_ok=True)
         shutil.copy(rec / "ops" / "cpu.json", args.out / f"recording_{args.record_clock}_seed{seed}.json")  # the recording itself
         replay, replay_waited = _step(rep)
-        compute, _ = _step(comp)
+        comp_step, comp_waited = _step(comp)
+        compute = comp_step - comp_waited  # the ranks' own compute: the step less their wait for each other
         row = {"seed": seed, "net": args.net, "recorded_on": record_net, "meter": recording["meter"],
                "steps": args.steps,
                "recorded_step_ms": recording["step_seconds"] * 1e3,
                "recorded_compute_ms": recording["compute_seconds"] * 1e3,
                "recorded_waited_ms": recording["waited_seconds"] * 1e3,
                "replayed_step_ms": replay * 1e3, "replayed_waited_ms": replay_waited * 1e3,
-               "replayed_compute_ms": compute * 1e3,
+               "replayed_compute_ms": compute * 1e3, "replayed_compute_step_ms": comp_step * 1e3,
+               "recorded_spread_ms": recording.get("compute_spread_seconds", 0.0) * 1e3,
+               "step_factors": recording.get("step_factors", {}),
                "step_error": replay / recording["step_seconds"] - 1,
+               "alike_step_ms": alike_step * 1e3, "alike_waited_ms": alike_waited * 1e3,
+               "alike_step_error": alike_step / recording["step_seconds"] - 1,
                "compute_error": compute / recording["compute_seconds"] - 1,
                "ops": len(recording["ops"]), "ops_per_step": recording["ops_per_step"],
                "overhead_us_per_op": recording["overhead"] * 1e6, "scale": recording["scale"],
                "clean_steps": recording["clean_steps"], "model": recording["model"]}
         rows.append(row)
         print(f"seed {seed}: recorded step {row['recorded_step_ms']:.2f} ms (compute {row['recorded_compute_ms']:.2f}),"
-              f" replayed {row['replayed_step_ms']:.2f} ms ({row['step_error']:+.1%}); compute alone "
+              f" waited {row['recorded_waited_ms']:.2f}, ranks' spread {row['recorded_spread_ms']:.2f}; replayed "
+              f"{row['replayed_step_ms']:.2f} ms ({row['step_error']:+.1%}, waited {row['replayed_waited_ms']:.2f});"
+              f" ranks alike {row['alike_step_ms']:.2f} ({row['alike_step_error']:+.1%}); compute alone "
               f"{row['replayed_compute_ms']:.2f} ms ({row['compute_error']:+.1%})", flush=True)
     worst = max(abs(r["step_error"]) for r in rows)
     recorded = ("the simulated clock with device=host (this host's thread CPU time, the network model)"
@@ -112,6 +128,7 @@ def main() -> None:
                   clock=f"recorded: {recorded}; replayed: the simulated cluster clock (device=profile:DIR, "
                         "the recording's own device: this host's CPU)",
                   worst_step_error=worst, worst_compute_error=max(abs(r["compute_error"]) for r in rows),
+                  worst_alike_step_error=max(abs(r["alike_step_error"]) for r in rows),
                   accepted=worst <= 0.05)
     print(f"worst step error {worst:.1%}: {'within' if worst <= 0.05 else 'beyond'} 5%")
 

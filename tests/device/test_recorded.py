@@ -153,3 +153,49 @@ def test_predict_refuses_a_recorded_device_for_a_bundled_model(tmp_path: Path) -
     with pytest.raises(ValueError, match="prices the recorded script's own ops, not a bundled model") as err:
         device_of(f"profile:{tmp_path}")
     assert "\n" not in str(err.value)
+
+
+def test_merge_keeps_each_rank_s_compute_step_by_step() -> None:
+    """Per rank, its clean steps' compute over the recorded compute: what a replay multiplies its steps by."""
+    from gradwire.profile.ops import merge
+
+    def steps(c1: float, c2: float) -> list:  # clean steps at 2.5 and 2.7 between the timed ones at 1-2 and 3-4
+        return [_step(2.5, c1 + 0.005, 0.005), _step(2.7, c2 + 0.004, 0.004), _step(5.0, 0.03, 0.0)]
+
+    fast, slow = _rank([(0.008, 100)] * 2, steps(0.008, 0.010)), _rank([(0.008, 100)] * 2, steps(0.012, 0.010))
+    record = merge([dict(fast, rank=0), dict(slow, rank=1)], "1gbe")
+    assert record["step_factors"] == {"0": pytest.approx([0.8, 1.0]), "1": pytest.approx([1.2, 1.0])}
+    assert record["compute_spread_seconds"] == pytest.approx((0.012 - 0.010 + 0.0) / 2)
+    alike = merge([dict(fast, rank=0), dict(fast, rank=1)], "1gbe")
+    assert alike["compute_spread_seconds"] == 0.0
+
+
+def test_a_replay_computes_each_step_as_its_recorded_rank_did(tmp_path: Path) -> None:
+    from gradwire.backend.simclock import SimClock
+
+    write_recording(tmp_path, "cpu", _record(step_factors={"0": [0.8, 1.0], "1": [1.2, 0.5, 2.0]}))
+    rec = parse_device(f"profile:{tmp_path}").recording
+    assert [rec.factor(1, n) for n in range(4)] == [1.2, 0.5, 2.0, 1.2] and rec.factor(5, 0) == 1.0
+    write_recording(tmp_path / "bad", "cpu", _record(step_factors={"0": [1.0, -1.0]}))
+    with pytest.raises(ValueError, match="negative or non-finite"):
+        parse_device(f"profile:{tmp_path / 'bad'}")
+
+    clock, a = SimClock(), torch.ones(8, 8)
+    param = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    clock.enable(parse_device(f"profile:{tmp_path}"))
+    try:
+        clock.replay_steps(1)
+        charged = []
+        for _ in range(4):
+            before = clock.computed
+            torch.mm(a, a)
+            charged.append(clock.computed - before)
+            with clock.backend_work():  # the optimizer's own ops: not this comparison's
+                param.grad = torch.ones(2)
+                optimizer.step()
+    finally:
+        clock.disable()
+    price = rec.price("aten.mm.default(float32[8,8],float32[8,8])")
+    assert charged == pytest.approx([1.2 * price, 0.5 * price, 2.0 * price, 1.2 * price])
+    optimizer.step()  # the hook left with the clock

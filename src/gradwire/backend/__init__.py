@@ -68,6 +68,7 @@ def _create(opts: Any, _pg_options: Any = None) -> GradwireProcessGroup:
             SIMCLOCK.enable(device)
             rank = opts.group_rank if not global_ranks else dist.get_rank()
             SIMCLOCK.slow_down(_model.compute_factor(rank))
+            SIMCLOCK.replay_steps(rank)
         else:
             SIMCLOCK.disable()
         _origin = CLOCK.now()

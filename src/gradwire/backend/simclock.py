@@ -123,6 +123,8 @@ class SimClock:
         self._marks: list[float] = []
         #: a recorded device's check of the model at its first forward (:meth:`_check_model_once`)
         self._model_hook: Any = None
+        #: a recorded device's per-step compute factors: the optimizer step hook that moves them on (:meth:`replay_steps`)
+        self._step_hook: Any = None
 
     # ---- lifecycle --------------------------------------------------------
     def enable(self, device: DeviceSpec) -> None:
@@ -152,6 +154,9 @@ class SimClock:
             if self._model_hook is not None:
                 self._model_hook.remove()
                 self._model_hook = None
+            if self._step_hook is not None:
+                self._step_hook.remove()
+                self._step_hook = None
 
     def _patch_time(self) -> None:
         """Opt-in (``GRADWIRE_SIM_TIME=1``): the main thread's ``time.perf_counter()`` and ``time.time()`` read
@@ -243,6 +248,33 @@ class SimClock:
         """This rank computes ``factor`` times slower (a straggler, ``straggler=R:compute=F``)."""
         self._straggler = factor
         self._scale *= factor
+
+    def replay_steps(self, rank: int) -> None:
+        """A recorded device (``profile:DIR``): this rank computes as the recorded rank ``rank`` did, step by step.
+
+        Its compute in its n-th optimizer step (0-based, counted by a
+        ``torch.optim`` step post hook) is multiplied by the recording's
+        ``factor(rank, n)`` (:mod:`gradwire.device.recorded`, point 4), on top
+        of a straggler's factor. Nothing for another device or a recording
+        without factors. Trap: a script with two optimizers counts both.
+        """
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        device = self.device
+        if not self.enabled or device is None or device.kind != "recorded" or not device.recording.factors:
+            return
+        recording, done = device.recording, [0]
+
+        def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if self.enabled and self.device is device:
+                done[0] += 1
+                self._scale = self._straggler * recording.factor(rank, done[0])
+
+        with self._lock:
+            self._scale = self._straggler * recording.factor(rank, 0)
+            if self._step_hook is not None:
+                self._step_hook.remove()
+            self._step_hook = register_optimizer_step_post_hook(after_step)
 
     def mark_step(self) -> None:
         """A training step ended. A ``step:TIME`` device scales compute after the second step (the first

@@ -16,7 +16,17 @@ simulated clock, ``device=profile:DIR`` prices each op of the same model:
    synchronised, loses its launch overlap) every op is scaled down instead;
 3. an op the recording does not hold (a compressor's, a strategy's) is priced
    on the roofline of the recorded device's kind (``cpu-core`` for a CPU),
-   scaled by the ratio of the recorded ops' time to their roofline time.
+   scaled by the ratio of the recorded ops' time to their roofline time;
+4. the recorded ranks did not compute alike: each rank's compute varied from
+   step to step and from the other ranks', and at every collective the
+   faster ranks waited for the slowest. The recording keeps, per rank, its
+   compute in each clean (untimed) step over the recorded compute (what the
+   ops' prices add up to; ``step_factors``); the replay multiplies rank r's compute in its n-th
+   optimizer step by ``step_factors[r][n % len]`` (:meth:`Recording.factor`),
+   so that its ranks differ, and wait for each other, as the recorded ones
+   did, deterministically. Without it every rank prices the same ops the
+   same in every step and never waits for another (docs/profile.md has
+   both replays of the GPT example against its recorded step).
 
 What is checked (:meth:`Recording.check_world`, :meth:`Recording.check_model`,
 one line each): the world size and the model's signature (its parameters'
@@ -137,6 +147,13 @@ class Recording:
     """seconds added to every op: the framework's time between ops, spread"""
     fallback: Device = field(default_factory=lambda: DEVICES["cpu-core"])
     """the roofline that prices an op the recording does not hold (point 3)"""
+    factors: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """per rank, its compute in each recorded clean step over the recorded compute (point 4); empty: alike"""
+
+    def factor(self, rank: int, step: int) -> float:
+        """The multiplier of rank ``rank``'s compute in its ``step``-th step (0-based; point 4); 1 if not recorded."""
+        steps = self.factors.get(rank)
+        return steps[step % len(steps)] if steps else 1.0
 
     def price(self, key: str) -> float | None:
         """Seconds of the op ``key`` on this device; None: not recorded (price it on :attr:`fallback`)."""
@@ -227,14 +244,16 @@ def _read(path: Path, name: str) -> Recording:
         model = data["model"]
         scale, overhead, ratio = float(data["scale"]), float(data["overhead"]), float(data["roofline_ratio"])
         base = DEVICES[data["device"]["base"]]
+        factors = {int(r): tuple(float(f) for f in fs) for r, fs in (data.get("step_factors") or {}).items()}
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         raise ValueError(f"{where}: {path} lacks ops, world_size, model, scale, overhead, roofline_ratio or "
                          "device.base (corrupt?); record it again with gradwire profile --ops") from None
     bad = [k for k, s in seconds.items() if not (math.isfinite(s) and s >= 0)]
+    bad += [str(r) for r, fs in factors.items() if not all(math.isfinite(f) and f > 0 for f in fs)]
     if bad or world < 1 or not isinstance(model, dict) or not all(
             math.isfinite(v) and v > 0 for v in (scale, ratio)) or not (math.isfinite(overhead) and overhead >= 0):
         raise ValueError(f"{where}: {path} holds negative or non-finite times (corrupt?); record it again")
-    return Recording(path, name, data, seconds, scale, overhead, base.slowed(ratio) if ratio != 1 else base)
+    return Recording(path, name, data, seconds, scale, overhead, base.slowed(ratio) if ratio != 1 else base, factors)
 
 
 def parse_recorded(raw: str) -> tuple[str, Recording]:

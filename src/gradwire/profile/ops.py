@@ -196,6 +196,32 @@ def _clean(rank: dict[str, Any]) -> list[dict[str, Any]]:
             and not any(a <= s["origin"] <= b for a, b in closed)]
 
 
+def _step_factors(recs: list[dict[str, Any]], clean: list[list[dict[str, Any]]],
+                  compute: float) -> tuple[dict[str, list[float]], float]:
+    """Each rank's compute in each of its clean steps over the recorded ``compute``, and the steps' spread.
+
+    ``{rank: [factor of clean step 1, 2, ...]}``: a replay multiplies rank r's
+    compute in its n-th step by ``factors[r][n % len]``, so that its ranks
+    differ step by step as the recorded ones did (the recorded ranks waited
+    for each other at every collective by as much). A rank's compute in a step
+    is the step less the communication it waited for; over the recording's
+    compute (what its ops are scaled to), so that a replayed step computes
+    what its recorded one did, not the steps' mean. The spread is the mean
+    over the clean steps of the slowest rank's compute less the ranks' mean:
+    what a replay whose ranks all compute alike leaves out of the step.
+    Empty (and 0) with fewer than two clean steps on any rank.
+    """
+    if not all(clean):
+        return {}, 0.0
+    n = min(len(c) for c in clean)
+    computes = [[max(s["step"] - s["backward_wait"] - s["waited"], 0.0) for s in c[:n]] for c in clean]
+    if compute <= 0:
+        return {}, 0.0
+    factors = {str(r.get("rank", i)): [x / compute for x in c] for i, (r, c) in enumerate(zip(recs, computes))}
+    spread = statistics.fmean(max(col) - statistics.fmean(col) for col in zip(*computes))
+    return factors, spread
+
+
 def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
     """One device's recording from the ranks' ``rank*.json`` records (module doc); ValueError if there is none.
 
@@ -230,6 +256,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
         step = statistics.median(s["step"] for s in window) if window else op_seconds_step
         waited = statistics.median(s["backward_wait"] + s["waited"] for s in window) if window else 0.0
     compute = max(step - waited, 0.0)
+    factors, spread = _step_factors(recs, clean, compute)
     gap = compute - op_seconds_step
     scale, overhead = (1.0, gap / ops_step) if gap >= 0 else (compute / op_seconds_step, 0.0)
     roofline = sum(e[0] * e[2] for e in table.values())
@@ -242,6 +269,7 @@ def merge(ranks: list[dict[str, Any]], net: str) -> dict[str, Any]:
         "steps_recorded": len(per_step) // len(recs), "clean_steps": min(len(c) for c in clean),
         "step_seconds": step, "compute_seconds": compute, "waited_seconds": waited,
         "op_seconds_per_step": op_seconds_step, "ops_per_step": ops_step, "scale": scale, "overhead": overhead,
+        "step_factors": factors, "compute_spread_seconds": spread,
         "roofline_ratio": seconds / roofline if roofline > 0 and seconds > 0 else 1.0,
         "ops": [{"key": k, "calls": int(c), "seconds": s} for k, (c, s, _) in sorted(table.items())],
     }
