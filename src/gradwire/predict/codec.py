@@ -48,7 +48,7 @@ from gradwire.compress.base import serialize
 if TYPE_CHECKING:
     from gradwire.strategies import ExchangeModel
 
-__all__ = ["FREE", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost", "longest_chunk",
+__all__ = ["FREE", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost", "cost_of_stages", "longest_chunk",
            "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes"]
 
 
@@ -331,6 +331,17 @@ def stage_seconds(model: "ExchangeModel", numel: int, shapes: tuple[tuple[int, .
         torch.set_num_threads(threads)
 
 
+def cost_of_stages(lines: dict[str, Line]) -> CodecCost:
+    """A codec's cost from its stages' fitted lines (``encode``, ``serve``, ``decode``; for allgather
+    ``decode4`` too: the combine of 4 payloads beside that of 2, whose difference is two more ranks)."""
+    if "decode4" in lines:
+        two, four = lines["decode"], lines["decode4"]
+        per_rank = Line(max(0.0, (four.fixed - two.fixed) / 2), max(0.0, (four.per_element - two.per_element) / 2))
+        decode = Line(max(0.0, two.fixed - 2 * per_rank.fixed), max(0.0, two.per_element - 2 * per_rank.per_element))
+        return CodecCost(lines["encode"], Line(), decode, per_rank)
+    return CodecCost(lines["encode"], lines["serve"], lines["decode"])
+
+
 @functools.lru_cache(maxsize=64)
 def codec_cost(spec: str, device: str = "cpu", sizes: tuple[int, int] = (1 << 16, 1 << 20),
                repeats: int = 5) -> CodecCost:
@@ -350,9 +361,4 @@ def codec_cost(spec: str, device: str = "cpu", sizes: tuple[int, int] = (1 << 16
                  for name in a}
     finally:
         torch.set_num_threads(threads)
-    if "decode4" in lines:  # allgather: combine of 2 and of 4 payloads; the difference is two more ranks
-        two, four = lines["decode"], lines["decode4"]
-        per_rank = Line(max(0.0, (four.fixed - two.fixed) / 2), max(0.0, (four.per_element - two.per_element) / 2))
-        decode = Line(max(0.0, two.fixed - 2 * per_rank.fixed), max(0.0, two.per_element - 2 * per_rank.per_element))
-        return CodecCost(lines["encode"], Line(), decode, per_rank)
-    return CodecCost(lines["encode"], lines["serve"], lines["decode"])
+    return cost_of_stages(lines)

@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gradwire.device import Device, DeviceSpec, RooflineMode, parse_device
-from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages
+from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages, cost_of_stages
 from gradwire.predict.timeline import StepProfile
 
 __all__ = ["PRICED_SIZES", "device_of", "priced_codec_cost", "priced_cost", "priced_hook_cost", "priced_net",
@@ -182,12 +182,7 @@ def priced_codec_cost(spec: str, device: str) -> CodecCost:
         return priced_seconds(fn, device)
 
     lines = {name: Line.fit(small, twice(a[name]), large, twice(b[name])) for name in a}
-    if "decode4" in lines:  # allgather: combine of 2 and of 4 payloads; the difference is two more ranks
-        two, four = lines["decode"], lines["decode4"]
-        per_rank = Line(max(0.0, (four.fixed - two.fixed) / 2), max(0.0, (four.per_element - two.per_element) / 2))
-        decode = Line(max(0.0, two.fixed - 2 * per_rank.fixed), max(0.0, two.per_element - 2 * per_rank.per_element))
-        return CodecCost(lines["encode"], Line(), decode, per_rank)
-    return CodecCost(lines["encode"], lines["serve"], lines["decode"])
+    return cost_of_stages(lines)
 
 
 @functools.lru_cache(maxsize=1024)
