@@ -172,7 +172,8 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
     print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
           f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
     write_results(RESULTS / f"{NAME or 'agree'}.json", rows, clock="simulated cluster clock (both sides)",
-                  within_5pct=within, points=len(rows), largest_error=worst["error"])
+                  within_5pct=within, points=len(rows), largest_error=worst["error"], model=MODEL, batch_size=BATCH,
+                  epochs=EPOCHS)
 
 
 def hosts(devices: list[str], worlds: list[int]) -> None:
@@ -205,9 +206,11 @@ def main() -> None:
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
     ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
     ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
+    ap.add_argument("--batch-size", type=int, default=BATCH,
+                    help="per rank, for compare and predict alike (at 16 ranks 64 leaves one full batch an epoch)")
     args = ap.parse_args()
-    global EPOCHS, NAME
-    EPOCHS, NAME = args.epochs, args.name
+    global EPOCHS, NAME, BATCH
+    EPOCHS, NAME, BATCH = args.epochs, args.name, args.batch_size
     worlds = [int(w) for w in args.worlds.split(",")]
     devices = args.devices.split(",")
     if args.mode == "agree":
