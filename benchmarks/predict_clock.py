@@ -198,6 +198,7 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
 
 
 def main() -> None:
+    global EPOCHS, NAME, BATCH
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("agree", "hosts"))
     ap.add_argument("--worlds", default="2,4")
@@ -209,7 +210,6 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=BATCH,
                     help="per rank, for compare and predict alike (at 16 ranks 64 leaves one full batch an epoch)")
     args = ap.parse_args()
-    global EPOCHS, NAME, BATCH
     EPOCHS, NAME, BATCH = args.epochs, args.name, args.batch_size
     worlds = [int(w) for w in args.worlds.split(",")]
     devices = args.devices.split(",")
