@@ -303,3 +303,46 @@ def torchft_rank_leaves(rank: int, world: int, strategy: str, steps: int, leaver
     except Exception as exc:  # what the survivor met
         return {"raised": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - (left_at or 0.0)}
     return {"raised": None, "seconds": time.monotonic() - (left_at or 0.0)}
+
+
+def adam_clip_cases(rank: int, world: int, strategies: list[str]) -> list[dict[str, Any]]:
+    """:func:`adam_clip_records` under each strategy in turn in one process group."""
+    _init(rank, world)
+    out = []
+    for strategy in strategies:
+        records: list[dict[str, Any]] = []
+        run = _run(strategy, adam_clip_records(rank, records))
+        run["records"] = records
+        out.append(run)
+    return out
+
+
+def adam_clip_records(rank: int, records: list[dict[str, Any]]) -> Callable[[], nn.Module]:
+    """AdamW, clip_grad_norm_ below the average's norm, each step recorded: the norm the script logs and the one
+    its clip took, the average gradient's exact norm (the ranks' own gradients gathered), ``.grad`` before and
+    after the clip, this rank's own gradient, the parameters before and after the step, whether the ranks agree."""
+    def train() -> nn.Module:
+        ddp = DDP(_model(), bucket_cap_mb=0.004)
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
+        for x in _data(rank, 6):
+            twin = copy.deepcopy(ddp.module)
+            _loss(twin, x).backward()
+            own = torch.cat([p.grad.reshape(-1) for p in twin.parameters()])
+            gathered = [torch.empty_like(own) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, own)
+            exact = sum(gathered) / len(gathered)
+            opt.zero_grad()
+            _loss(ddp, x).backward()
+            params = list(ddp.parameters())
+            logged = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+            read = torch.cat([p.grad.reshape(-1) for p in params]).clone()
+            clipped_by = float(torch.nn.utils.clip_grad_norm_(params, CLIP_NORM))
+            after_clip = torch.cat([p.grad.reshape(-1) for p in params]).clone()
+            before = torch.cat([p.detach().reshape(-1) for p in params])
+            opt.step()
+            after = torch.cat([p.detach().reshape(-1) for p in params])
+            records.append({"logged": logged, "clip_norm": clipped_by, "exact_norm": float(exact.norm()),
+                            "exact": exact, "own": own, "read": read, "after_clip": after_clip,
+                            "before": before, "after": after, "same": _same_on_every_rank(params)})
+        return ddp
+    return train

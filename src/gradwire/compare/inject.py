@@ -95,7 +95,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.hooks import RemovableHandle
 
 from gradwire.exchange.chooser import live_choosers
-from gradwire.exchange.schemes import DEFAULT_ADAM_WARMUP, OptimizerScheme, UnsupportedOptimizer, scheme_for
+from gradwire.exchange.futures import completed
+from gradwire.exchange.local_moments import LocalMomentsAdam
+from gradwire.exchange.schemes import (DEFAULT_ADAM_WARMUP, FrozenVarianceAdam, OptimizerScheme, UnsupportedOptimizer,
+                                       scheme_for)
 
 from gradwire.strategies.base import CannotApply, Strategy, making_strategy_optimizer
 from gradwire.strategies.clipping import GradientClip
@@ -121,17 +124,24 @@ WAITING, APPLIED, REFUSED, NOT_APPLIED = "waiting for DDP", "applied", "refused"
 class _Hook:
     """State of :func:`_injected_hook`: the scheme's bucket preparation, then the strategy's own hook."""
 
-    __slots__ = ("hook", "state", "scheme")
+    __slots__ = ("hook", "state", "scheme", "local_first")
 
     def __init__(self, hook: Callable[[Any, dist.GradBucket], torch.futures.Future], state: Any) -> None:
         self.hook = hook
         self.state = state
         self.scheme: Optional[OptimizerScheme] = None
+        #: the first step's buckets stay local until the script shows whether it clips (Injection.grads_read)
+        self.local_first = False
 
 
 def _injected_hook(injected: _Hook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The strategy's hook, after the scheme's :meth:`~OptimizerScheme.prepare` (SGD's decay)."""
+    """The strategy's hook, after the scheme's :meth:`~OptimizerScheme.prepare` (SGD's decay).
+
+    A scheme that exchanges in its step (:class:`LocalMomentsAdam`) gets each rank's own bucket back.
+    """
     if injected.scheme is not None:
+        if injected.local_first or getattr(injected.scheme, "local_gradients", False):
+            return completed(bucket.buffer())
         injected.scheme.prepare(bucket.buffer(), bucket.parameters())
     return injected.hook(injected.state, bucket)
 
@@ -343,6 +353,7 @@ class Injection:
                 raise self.refuse(str(exc)) from None
             if self._hook is not None:
                 self._hook.scheme = self.scheme
+                self._hook.local_first = self._local_moments_fit()
             self.description += f"; {self.scheme.describe()}"
             self._set(APPLIED)
 
@@ -362,16 +373,37 @@ class Injection:
             return False
         return any(id(p.grad) in ids for p in ddp.module.parameters() if p.grad is not None)
 
-    def grads_read(self) -> None:
+    def grads_read(self, by_norm: bool = False) -> None:
         """The script is about to read the DDP's ``.grad`` (clipping): the strategy makes it right or refuses.
 
-        Under a compressor whose exchange owns the momentum, the optimizer is
-        first given back to the script (:meth:`OptimizerScheme.release`): the
-        exchange carries the gradient with error feedback, ``.grad`` holds its
-        decompressed average, and the script's optimizer steps on it clipped.
+        Under a compressor whose exchange owns the momentum:
+
+        - Adam/AdamW clipped by norm under a synchronous exchange with error
+          feedback (onebit, topk, ...): :class:`LocalMomentsAdam` takes over from
+          the first step: each rank keeps its own gradient and Adam moments, the
+          clip's norm is the average gradient's (:meth:`global_norm`), and the
+          ranks' Adam directions are averaged compressed in the step.
+        - Otherwise the optimizer is given back to the script
+          (:meth:`OptimizerScheme.release`): the exchange carries the gradient
+          with error feedback, ``.grad`` holds its decompressed average, and the
+          script's optimizer steps on it clipped.
         """
-        if self.strategy is None:
+        if self.strategy is None or isinstance(self.scheme, LocalMomentsAdam):
             return
+        if self.scheme is not None and by_norm and self._local_moments_fit():
+            owner = self.scheme.optimizer
+            if self.scheme.steps:
+                raise self.refuse(f"the script reads .grad (gradient clipping) first at step {self.scheme.steps + 1}, "
+                                  "after the exchange took over Adam's momentum; clip from the first step")
+            self.description = self.description.replace(f"; {self.scheme.describe()}", "")
+            local = self._hook is not None and self._hook.local_first
+            self.scheme = LocalMomentsAdam(owner, self.scheme.state, exact_first=not local)
+            if self._hook is not None:
+                self._hook.scheme, self._hook.local_first = self.scheme, False
+            log.info("gradwire: the script clips by norm: %s", self.scheme.describe())
+            self.description += f"; {self.scheme.describe()} (the script clips)"
+            return
+        self._average_first_step()
         if self.scheme is not None:
             try:
                 self.scheme.release()
@@ -386,6 +418,49 @@ class Injection:
             if self._hook is not None:
                 self._hook.scheme = None
         self._check(self.strategy.grads_read, self.scheme is not None)
+
+    def _average_first_step(self) -> None:
+        """The first step's gradients, kept local in case the script clips by norm, averaged exactly now.
+
+        What the first exchange would have done (the scheme's warm-up averages
+        plain gradients): one all_reduce of every gradient, after the scheme's
+        :meth:`~OptimizerScheme.prepare` has seen this rank's own.
+        """
+        hook = self._hook
+        ddp = self._ddp() if self._ddp is not None else None
+        if hook is None or not hook.local_first or ddp is None or self.scheme is None:
+            return
+        hook.local_first = False
+        state = self.scheme.state
+        params = [p for p in ddp.module.parameters() if p.grad is not None]
+        if not params:
+            return
+        with torch.no_grad():
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            self.scheme.prepare(flat, params)
+            dist.all_reduce(flat, group=state.process_group)
+            flat.div_(dist.get_world_size(state.process_group))
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        state.end_step()
+
+    def _local_moments_fit(self) -> bool:
+        """Whether :class:`LocalMomentsAdam` can run this script's clipped Adam (see :meth:`grads_read`)."""
+        state = self.scheme.state if self.scheme is not None else None
+        return (isinstance(self.scheme, FrozenVarianceAdam) and state is not None and state.auto is None
+                and state.error_feedback is not None and state.compressor.averages
+                and not self._steps_through_strategy())
+
+    def clip_norm(self, grads: List[Any], norm_type: float) -> Optional[torch.Tensor]:
+        """The total norm the script's clip sees, where a scheme measures it (None: torch's own)."""
+        if isinstance(self.scheme, LocalMomentsAdam):
+            try:
+                return self.scheme.global_norm(grads, norm_type)
+            except UnsupportedOptimizer as exc:
+                raise self.refuse(str(exc)) from None
+        return None
 
     def clipped(self, clip: GradientClip) -> None:
         """The script clipped the DDP's ``.grad`` as ``clip`` says (after :meth:`grads_read`)."""
@@ -412,6 +487,7 @@ class Injection:
         is one DDP exchange).
         """
         self.resolve()
+        self._average_first_step()  # the script did not clip by norm at its first step
         inner = self.scheme.step if self.scheme is not None else self._real_step
         strategy = self.strategy
         loss: Any = None
@@ -558,9 +634,11 @@ def _watch_gradient_readers(injection: Injection) -> None:
     from torch.nn import utils
     from torch.nn.utils import clip_grad
 
-    def reads(items: List[Any]) -> None:  # parameters (clip_grad_value_) or their gradients (the norm)
-        if injection.owns(items) or injection.owns_grads({id(t) for t in items}):
-            injection.grads_read()
+    def reads(items: List[Any], by_norm: bool = False) -> bool:  # parameters (clip_grad_value_) or gradients
+        mine = injection.owns(items) or injection.owns_grads({id(t) for t in items})
+        if mine:
+            injection.grads_read(by_norm)
+        return mine
 
     real_norm = clip_grad._get_total_norm
     #: the norm_type of the last total norm taken of the DDP's gradients (the clip that follows bounds it)
@@ -568,9 +646,10 @@ def _watch_gradient_readers(injection: Injection) -> None:
 
     def total_norm(tensors: Any, norm_type: float = 2.0, *args: Any, **kwargs: Any) -> Any:
         items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
-        reads(items)
+        mine = reads(items, by_norm=True)
         norm_types[0] = float(norm_type)
-        return real_norm(items, norm_type, *args, **kwargs)
+        norm = injection.clip_norm(items, float(norm_type)) if mine else None
+        return real_norm(items, norm_type, *args, **kwargs) if norm is None else norm
 
     real_scale = clip_grad._clip_grads_with_norm_
 
