@@ -761,3 +761,14 @@ def test_a_gathered_checkpoint_of_the_same_world_size_loads_this_ranks_part_sile
         other.load_state_dict(saved)
     assert torch.equal(other.local_state_dict()["momentum"]["buffers"][0]["value"],
                        saved["ranks"][0]["momentum"]["buffers"][0]["value"])
+
+
+def test_auto_restricted_to_a_byte_per_element_keeps_none_fp16_int8():
+    from gradwire.compress import get_compressor
+    from gradwire.exchange.chooser import AutoChooser
+
+    chooser = AutoChooser(get_compressor("auto"))
+    assert chooser.restrict(8.0, "the script clips") == ["onebit"]
+    assert [c.name for c in chooser.candidates] == ["none", "fp16", "int8"]
+    assert chooser.restricted == ("the script clips", ["onebit"])
+    assert AutoChooser(get_compressor("auto:fp16")).restrict(8.0, "x") == []

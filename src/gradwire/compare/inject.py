@@ -117,6 +117,9 @@ class StrategyNotApplied(RuntimeError):
     """The script trained without building a DDP model, so the strategy had nothing to apply to."""
 
 
+#: bits per element an ``auto`` candidate keeps under a script's own optimizer (``AutoChooser.restrict``)
+RELEASED_MIN_BITS = 8.0
+
 #: what :attr:`Injection.status` says
 WAITING, APPLIED, REFUSED, NOT_APPLIED = "waiting for DDP", "applied", "refused", "not applied"
 
@@ -409,6 +412,10 @@ class Injection:
                 self.scheme.release()
             except UnsupportedOptimizer as exc:
                 raise self.refuse(str(exc)) from None
+            if self.scheme.state.auto is not None:  # the script's own Adam steps on the decoded average
+                dropped = self.scheme.state.auto.restrict(RELEASED_MIN_BITS, "the script clips")
+                if dropped:
+                    log.info("gradwire: the script clips: auto leaves out %s", ", ".join(dropped))
             log.info("gradwire: the script clips: %s runs as written, the exchange carries the gradient",
                      self.optimizer_name)
             self.description = self.description.replace(f"; {self.scheme.describe()}", "")

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .auto import AUTO_CANDIDATES, AUTO_EVERY, AlphaBeta, AutoCompressor, exchange_busbytes, price
+from .auto import AUTO_CANDIDATES, AUTO_EVERY, AlphaBeta, AutoCompressor, exchange_busbytes, payload_bits, price
 from .base import Compressor, Ctx, Pattern, payload_nbytes, roundtrip
 from .bf16 import BF16Compressor
 from .errorfeedback import ErrorFeedback, is_finite
@@ -74,6 +74,7 @@ __all__ = [
     "SegmentStore",
     "StateKey",
     "exchange_busbytes",
+    "payload_bits",
     "get_compressor",
     "is_finite",
     "parse_compressor",

@@ -37,7 +37,7 @@ import torch
 from .base import Compressor, Ctx, Pattern
 from .twophase import chunk_bounds, chunk_granule
 
-__all__ = ["AUTO_CANDIDATES", "AlphaBeta", "AutoCompressor", "exchange_busbytes", "price"]
+__all__ = ["AUTO_CANDIDATES", "AlphaBeta", "AutoCompressor", "exchange_busbytes", "payload_bits", "price"]
 
 #: what ``auto`` chooses from by default (``none`` is always a candidate)
 AUTO_CANDIDATES = ("fp16", "int8", "onebit")
@@ -114,6 +114,11 @@ def _payload(compressor: Compressor, numel: int) -> tuple[tuple[int, ...], ...]:
         payload = twin.next_round(payload, ctx)
         rounds.append(tuple(p.numel() * p.element_size() for p in payload))
     return tuple(rounds)
+
+
+def payload_bits(compressor: Compressor, numel: int = 1 << 16) -> float:
+    """Bits per element of the first round's payload of ``numel`` elements (32 for ``none`` on fp32)."""
+    return 8 * sum(_payload(compressor, numel)[0]) / numel
 
 
 def exchange_busbytes(compressor: Compressor, numel: int, world: int, element_size: int = 4) -> list[float]:

@@ -154,7 +154,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gradwire.compress import AlphaBeta, AutoCompressor, Compressor, Pattern, StateKey, get_compressor, price
+from gradwire.compress import (AlphaBeta, AutoCompressor, Compressor, Pattern, StateKey, get_compressor, payload_bits,
+                               price)
 
 from .futures import Sequencer, then, wait_before_exit
 
@@ -444,6 +445,8 @@ class AutoChooser:
         self.auto = auto
         self.none = get_compressor("none")
         self.candidates: list[Compressor] = [self.none, *auto.candidates]
+        #: why some candidates were dropped (:meth:`restrict`), and which
+        self.restricted: tuple[str, list[str]] | None = None
         #: the current choice per exchange key (missing: none)
         self.choice: dict[StateKey, Compressor] = {}
         #: the layouts the last decision priced (an exchange of another layout is a rebuilt bucket: module doc)
@@ -1106,7 +1109,27 @@ class AutoChooser:
         tail = [f"{switches} switch(es)"] if switches > 0 else []
         if events["reverted"]:
             tail.append(f"{events['reverted']} trial(s) reverted: their steps were slower")
+        if self.restricted is not None:
+            tail.append(f"without {'/'.join(self.restricted[1])} ({self.restricted[0]})")
         return f"auto: {parts} exchanges{link}" + "".join(f", {t}" for t in tail)
+
+    def restrict(self, min_bits: float, why: str) -> list[str]:
+        """Keep only the candidates whose first-round payload holds at least ``min_bits`` bits per element.
+
+        For an exchange whose decoded average a script's own optimizer steps
+        on (a script that clips, :meth:`~gradwire.exchange.schemes.OptimizerScheme.release`):
+        a sign per element feeds its noise into Adam's moments, a byte per
+        element does not measurably (benchmarks/README.md, clip_acceptance).
+        ``none`` always stays. Returns the names dropped, which the summary
+        lists with ``why``.
+        """
+        kept, dropped = [], []
+        for c in self.candidates:
+            (kept if c is self.none or payload_bits(c) >= min_bits else dropped).append(c)
+        self.candidates = kept
+        self.choice = {k: c for k, c in self.choice.items() if c in kept}
+        self.restricted = (why, [c.name for c in dropped]) if dropped else None
+        return [c.name for c in dropped]
 
     def summary(self) -> dict[str, Any]:
         """The decisions and the last agreed link, as plain types (for reports)."""
