@@ -49,6 +49,7 @@ from gpt_adamw import corpus, windows  # noqa: E402
 
 from gradwire.compress import get_compressor  # noqa: E402
 from gradwire.compress.base import roundtrip  # noqa: E402
+from gradwire.exchange.local_moments import RHO_BETA, SKETCH_SIZE, sketch_ratio  # noqa: E402
 
 WORLD, SEQ, BATCH, ACCUMULATE = 2, 64, 4, 2
 LR, WARMUP, WD, BETAS, EPS = 1e-2, 40, 0.1, (0.9, 0.95), 1e-8
@@ -65,6 +66,7 @@ class Variant:
     clip: float = 1.0            # 0: no clipping
     oracle: str = ""             # "m", "v" or "clip": that part sees the exact average
     warmup: int = 1              # steps exchanged exactly first (the released exchange's default is 1)
+    local_moments: bool = False  # LocalMomentsAdam: each rank's moments, the Adam directions compressed
 
 
 VARIANTS = {
@@ -83,6 +85,9 @@ VARIANTS = {
     "onebit allgather block=64": Variant(server=False, block=64),
     "onebit allgather block=128": Variant(server=False, block=128),
     "onebit allgather block=64 ef=0.5": Variant(server=False, block=64, ef=0.5),
+    "local moments allgather block=64": Variant(server=False, block=64, warmup=0, local_moments=True),
+    "local moments allgather block=128": Variant(server=False, block=128, warmup=0, local_moments=True),
+    "local moments block=512": Variant(warmup=0, local_moments=True),
 }
 
 
@@ -118,6 +123,8 @@ def train(v: Variant, seed: int, steps: int) -> dict[str, Any]:
     server_res = torch.zeros(n)
     m, s = torch.zeros(n), torch.zeros(n)
     bits = 0.0
+    if v.local_moments:
+        return train_local_moments(v, seed, steps, model, params, wd, gens, train_data, val_x, val_y, comp)
     for step in range(1, steps + 1):
         grads = []
         for r in range(WORLD):
@@ -158,6 +165,77 @@ def train(v: Variant, seed: int, steps: int) -> dict[str, Any]:
                 k = p.numel()
                 p.mul_(flat_decay[o:o + k].view_as(p)).sub_(lr * update[o:o + k].view_as(p))
                 o += k
+    model.eval()
+    with torch.no_grad():
+        val_loss = float(loss_fn(model(val_x), val_y))
+    return {"val_loss": val_loss, "bits": bits / steps}
+
+
+def train_local_moments(v: Variant, seed: int, steps: int, model: Any, params: list, wd: torch.Tensor, gens: list,
+                        train_data: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor, comp: Any
+                        ) -> dict[str, Any]:
+    """:class:`gradwire.exchange.local_moments.LocalMomentsAdam` replayed: each rank's AdamW moments of its own
+    gradient clipped by the estimated norm of the average, the ranks' Adam directions averaged through the
+    compressor with error feedback (two_phase: the average compressed again with the server's residual),
+    divided by ``sqrt(rho)``; a count sketch of :data:`SKETCH_SIZE` buckets (the scheme's size)."""
+    n = wd.numel()
+    k = SKETCH_SIZE
+    buckets = torch.cat([torch.randint(0, 2 * k, (p.numel(),), generator=torch.Generator().manual_seed(i))
+                         for i, p in enumerate(params)])
+    m = [torch.zeros(n) for _ in range(WORLD)]
+    s = [torch.zeros(n) for _ in range(WORLD)]
+    res = [torch.zeros(n) for _ in range(WORLD)]
+    server_res = torch.zeros(n)
+    rho = None
+    bits = 0.0
+    for step in range(1, steps + 1):
+        grads = []
+        for r in range(WORLD):
+            for p in params:
+                p.grad = None
+            for _ in range(ACCUMULATE):
+                x, y = windows(train_data, torch.randint(0, len(train_data) - SEQ - 1, (BATCH,), generator=gens[r]),
+                               SEQ)
+                (loss_fn(model(x), y) / ACCUMULATE).backward()
+            grads.append(torch.cat([p.grad.reshape(-1) for p in params]))
+        if step <= v.warmup:  # the exchange of a script that never showed it clips: the exact average
+            grads = [sum(grads) / WORLD] * WORLD
+        halves = [torch.zeros(2 * k, dtype=torch.float64).index_add_(0, buckets, g.double()) for g in grads]
+        sketches = [h[:k] - h[k:] for h in halves]
+        ratio = sketch_ratio(sum(sketches), WORLD, float(sum(x.square().sum() for x in sketches)))
+        rho = ratio if rho is None else RHO_BETA * rho + (1 - RHO_BETA) * ratio
+        norm = math.sqrt(rho * float(sum(g.double().square().sum() for g in grads)) / WORLD)
+        c = min(1.0, v.clip / (norm + 1e-6)) if v.clip > 0 else 1.0
+        directions = []
+        for r in range(WORLD):
+            g = grads[r] * c
+            m[r].mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
+            s[r].mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
+            directions.append((m[r] / (1 - BETAS[0] ** step)) / ((s[r] / (1 - BETAS[1] ** step)).sqrt() + EPS))
+        if step <= v.warmup:
+            update, bits = directions[0], bits + 32
+        else:
+            decoded = []
+            for r in range(WORLD):
+                x = directions[r] + res[r]
+                d = roundtrip(comp, x)
+                res[r] = v.ef * (x - d)
+                decoded.append(d)
+            update = sum(decoded) / WORLD
+            if v.server:
+                x = update + server_res
+                update = roundtrip(comp, x)
+                server_res = v.ef * (x - update)
+            update = update / math.sqrt(rho)
+            bits += 1 + 32 / v.block + 32 * (k + 2) / n
+        lr = LR * schedule(step - 1, steps)
+        with torch.no_grad():
+            flat_decay = 1 - lr * wd
+            o = 0
+            for p in params:
+                size = p.numel()
+                p.mul_(flat_decay[o:o + size].view_as(p)).sub_(lr * update[o:o + size].view_as(p))
+                o += size
     model.eval()
     with torch.no_grad():
         val_loss = float(loss_fn(model(val_x), val_y))

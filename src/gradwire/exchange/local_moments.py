@@ -35,14 +35,20 @@ clips, onebit ended 5-12% above sync's validation loss (benchmarks/README.md,
    decoupled decay first, ``lr`` read from ``param_groups`` every step): the
    replicas stay identical.
 
-The first step is exact: the warm-up exchange of the scheme this one replaces
-has already averaged this step's gradients (``.grad`` holds ``g_avg``), so the
-norm is torch's own and the step is torch's Adam step on the average.
+The first step: under ``gradwire compare`` the injection keeps the first
+step's buckets local until the script shows whether it clips by norm (a
+script that does not gets them averaged exactly at its step, as the warm-up
+would have), so the first step is compressed like the others and ``rho``
+starts from that step's sketch. Made with ``exact_first=True`` (``.grad``
+holding the exact average at the first step), that step's norm is torch's
+own and its step torch's Adam step on the average, sent by no exchange.
 
-Measured (replay of ``examples/gpt_adamw.py --steps 150 --clip 1.0``, 2 ranks,
-seeds 0 and 1, ``onebit:allgather:block=64``): validation loss 1.4% and 1.7%
-above sync, where the script's AdamW on the decoded gradient was 4.7% and 4.5%
-above; bytes: the sketch adds ``sketch_size + 2`` floats per step.
+Measured (``benchmarks/onebit_clip_diagnosis.py``, a replay of
+``examples/gpt_adamw.py --steps 150 --clip 1.0`` at 2 ranks, seeds 0 and 1,
+``onebit:allgather:block=64``): validation loss 1.5% and 1.7% above sync with
+20.5x fewer bytes, where the script's AdamW on the decoded gradient was 4.7% and
+4.5% above; blocks of 512 (``onebit``'s default) 3.1% and 2.8%. The sketch adds
+``sketch_size + 2`` floats per step.
 
 Traps:
 - Only a clip by norm (``norm_type=2``) means the same here: a clip by value
