@@ -108,3 +108,65 @@ def schemes_vs_plain(rank: int, world: int) -> dict[str, Any]:
     # the warm-up alone: with the freeze past the last step the scheme is torch's Adam, bit for bit
     out["adamw_warmup_only"] = (_train(rank, adamw, False), _train(rank, adamw, True, adam_warmup=STEPS + 1))
     return out
+
+
+def local_moments_resume(rank: int, world: int, split: int, compressor: str) -> dict[str, Any]:
+    """LocalMomentsAdam in a hand-written loop that clips: ``STEPS`` steps straight, then ``split`` steps, a
+    checkpoint as users write it (rank 0 saves the model and ``scheme.state_dict()``, a collective), fresh
+    objects loading it before ``DDP(...)``, and the remaining steps. Both runs' parameters, the norms the clip
+    took and whether the ranks agree after every step."""
+    import io
+
+    from gradwire.exchange import CompressionState, LocalMomentsAdam
+    from gradwire.hooks import scheme_hook
+
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    batches = _batches(rank)
+
+    def build(saved: dict[str, Any] | None = None) -> tuple[DDP, Any]:
+        model = _model()
+        if saved is not None:
+            model.load_state_dict(saved["model"])
+        ddp = DDP(model)
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
+        scheme = LocalMomentsAdam(opt, CompressionState(compressor, min_compress_numel=0), exact_first=False)
+        if saved is not None:
+            scheme.load_state_dict(saved["scheme"])
+        ddp.register_comm_hook(scheme, scheme_hook)
+        return ddp, scheme
+
+    def train(ddp: DDP, scheme: Any, steps: list) -> tuple[list[float], list[bool]]:
+        norms, same = [], []
+        for x, y in steps:
+            scheme.optimizer.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            params = list(ddp.parameters())
+            norm = scheme.global_norm([p.grad for p in params])
+            torch.nn.utils.clip_grads_with_norm_(params, 0.05, norm)
+            scheme.step()
+            norms.append(float(norm))
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+            gathered = [torch.empty_like(flat) for _ in range(world)]
+            dist.all_gather(gathered, flat)
+            same.append(all(torch.equal(gathered[0], g) for g in gathered))
+        return norms, same
+
+    ddp, scheme = build()
+    norms, same = train(ddp, scheme, batches)
+    straight = [p.detach().clone() for p in ddp.parameters()]
+
+    ddp, scheme = build()
+    first, _ = train(ddp, scheme, batches[:split])
+    state = scheme.state_dict()  # every rank calls it; rank 0 saves
+    blob = io.BytesIO()
+    if rank == 0:
+        torch.save({"model": ddp.module.state_dict(), "scheme": state}, blob)
+    payload = [blob.getvalue()]
+    dist.broadcast_object_list(payload, src=0)  # the file every rank reads
+    saved = torch.load(io.BytesIO(payload[0]), weights_only=False)
+    ddp, scheme = build(saved)
+    second, _ = train(ddp, scheme, batches[split:])
+    resumed = [p.detach().clone() for p in ddp.parameters()]
+    dist.destroy_process_group()
+    return {"straight": straight, "resumed": resumed, "norms": norms, "norms_resumed": first + second,
+            "same": same}

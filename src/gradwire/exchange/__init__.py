@@ -9,6 +9,8 @@
 - :func:`scheme_for` (:mod:`.schemes`): the exchange under the user's SGD, Adam
   or AdamW (momentum, decay and Adam's frozen variance split between the
   optimizer and the exchange); :func:`gradwire.hooks.scheme_hook` is its DDP hook.
+  :class:`LocalMomentsAdam` (:mod:`.local_moments`): Adam/AdamW for a script
+  that clips by norm under a 1-bit-class exchange.
 - :mod:`.checkpoint`: ``state_dict()`` gathers every rank's momentum and
   residuals (a collective), so that rank 0 alone saves and every rank resumes.
 - :mod:`.chooser`: what ``auto`` sends, chosen from the measured link.
@@ -29,11 +31,13 @@ from gradwire.compress import COMPRESSORS, AutoCompressor, Compressor, ErrorFeed
 from .allreduce import allreduce_compressed
 from .checkpoint import CheckpointError
 from .futures import Sequencer, Turn, completed, then, then_async
+from .local_moments import LocalMomentsAdam
 from .schemes import OptimizerScheme, UnsupportedOptimizer, scheme_for
 from .state import FUSE_NUMEL, MIN_COMPRESS_NUMEL, CompressionState, ParamNames, fuse_layouts
 
 __all__ = [
-    "COMPRESSORS", "AutoCompressor", "CheckpointError", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "OptimizerScheme",
+    "COMPRESSORS", "AutoCompressor", "CheckpointError", "FUSE_NUMEL", "MIN_COMPRESS_NUMEL", "CompressionState", "Compressor", "ErrorFeedback", "LocalMomentsAdam",
+    "OptimizerScheme",
     "ParamNames", "Sequencer", "StateKey", "Turn", "UnsupportedOptimizer", "allreduce_compressed", "completed",
     "fuse_layouts", "get_compressor", "scheme_for", "then", "then_async",
 ]

@@ -50,6 +50,21 @@ Measured (``benchmarks/onebit_clip_diagnosis.py``, a replay of
 4.5% above; blocks of 512 (``onebit``'s default) 3.1% and 2.8%. The sketch adds
 ``sketch_size + 2`` floats per step.
 
+In a hand-written loop (``gradwire compare`` does all of this itself)::
+
+    from gradwire.exchange import CompressionState, LocalMomentsAdam
+    from gradwire.hooks import scheme_hook
+    opt = torch.optim.AdamW(ddp.parameters(), lr=3e-4, weight_decay=0.1)
+    scheme = LocalMomentsAdam(opt, CompressionState("onebit:allgather:block=64"), exact_first=False)
+    ddp.register_comm_hook(scheme, scheme_hook)          # buckets stay local
+    for x, y in batches:
+        opt.zero_grad()
+        loss_fn(ddp(x), y).backward()
+        params = list(ddp.parameters())
+        norm = scheme.global_norm([p.grad for p in params])
+        torch.nn.utils.clip_grads_with_norm_(params, 1.0, norm)
+        scheme.step()                                    # instead of opt.step()
+
 Traps:
 - Only a clip by norm (``norm_type=2``) means the same here: a clip by value
   clamps each element of the average, which no rank holds; the injection keeps

@@ -34,7 +34,7 @@ Example::
 import torch
 import torch.distributed as dist
 
-from gradwire.exchange import CompressionState, OptimizerScheme
+from gradwire.exchange import CompressionState, OptimizerScheme, completed
 
 __all__ = ["compression_hook", "scheme_hook"]
 
@@ -56,6 +56,12 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket) -> torch.
 
 
 def scheme_hook(scheme: OptimizerScheme, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: :meth:`OptimizerScheme.prepare` the bucket, then :func:`compression_hook` on its state."""
+    """DDP comm hook: :meth:`OptimizerScheme.prepare` the bucket, then :func:`compression_hook` on its state.
+
+    A scheme that exchanges in its step (:class:`~gradwire.exchange.LocalMomentsAdam`) gets the bucket back as
+    it is: this rank's own gradient.
+    """
+    if getattr(scheme, "local_gradients", False):
+        return completed(bucket.buffer())
     scheme.prepare(bucket.buffer(), bucket.parameters())
     return compression_hook(scheme.state, bucket)
