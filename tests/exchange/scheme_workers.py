@@ -110,7 +110,7 @@ def schemes_vs_plain(rank: int, world: int) -> dict[str, Any]:
     return out
 
 
-def local_moments_resume(rank: int, world: int, split: int, compressor: str) -> dict[str, Any]:
+def local_moments_resume(rank: int, world: int, split: int, compressor: str, delayed: bool = False) -> dict[str, Any]:
     """LocalMomentsAdam in a hand-written loop that clips: ``STEPS`` steps straight, then ``split`` steps, a
     checkpoint as users write it (rank 0 saves the model and ``scheme.state_dict()``, a collective), fresh
     objects loading it before ``DDP(...)``, and the remaining steps. Both runs' parameters, the norms the clip
@@ -125,11 +125,14 @@ def local_moments_resume(rank: int, world: int, split: int, compressor: str) -> 
 
     def build(saved: dict[str, Any] | None = None) -> tuple[DDP, Any]:
         model = _model()
-        if saved is not None:
-            model.load_state_dict(saved["model"])
+        if saved is not None and not delayed:
+            model.load_state_dict(saved["model"])  # before DDP, which broadcasts rank 0's parameters
         ddp = DDP(model)
+        if saved is not None and delayed:
+            model.load_state_dict(saved["model"])  # each rank's own, after DDP's broadcast
         opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
-        scheme = LocalMomentsAdam(opt, CompressionState(compressor, min_compress_numel=0), exact_first=False)
+        scheme = LocalMomentsAdam(opt, CompressionState(compressor, min_compress_numel=0), exact_first=False,
+                                  delayed=delayed)
         if saved is not None:
             scheme.load_state_dict(saved["scheme"])
         ddp.register_comm_hook(scheme, scheme_hook)
@@ -164,9 +167,47 @@ def local_moments_resume(rank: int, world: int, split: int, compressor: str) -> 
     payload = [blob.getvalue()]
     dist.broadcast_object_list(payload, src=0)  # the file every rank reads
     saved = torch.load(io.BytesIO(payload[0]), weights_only=False)
+    if delayed:  # the replicas differ by their latest own directions: each rank resumes its own model
+        saved["model"] = {k: v.clone() for k, v in ddp.module.state_dict().items()}
     ddp, scheme = build(saved)
     second, _ = train(ddp, scheme, batches[split:])
     resumed = [p.detach().clone() for p in ddp.parameters()]
     dist.destroy_process_group()
     return {"straight": straight, "resumed": resumed, "norms": norms, "norms_resumed": first + second,
             "same": same}
+
+
+def local_moments_vs_adamw(rank: int, world: int, delayed: bool) -> dict[str, Any]:
+    """LocalMomentsAdam with the ``none`` exchange and every rank on the same data (the ranks agree, so
+    ``rho`` is 1 and each rank's moments are the average's) against torch's AdamW under plain DDP, both
+    clipping by norm below the gradient's: the parameters after every step, and ``finish``'s."""
+    from gradwire.exchange import CompressionState, LocalMomentsAdam
+    from gradwire.hooks import scheme_hook
+
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    runs: list[list[torch.Tensor]] = []
+    for schemed in (False, True):
+        ddp = DDP(_model())
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
+        scheme = None
+        if schemed:
+            scheme = LocalMomentsAdam(opt, CompressionState("none"), exact_first=False, delayed=delayed)
+            ddp.register_comm_hook(scheme, scheme_hook)
+        trace = []
+        for x, y in _batches(0):
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            params = list(ddp.parameters())
+            if scheme is None:
+                torch.nn.utils.clip_grad_norm_(params, 0.05)
+                opt.step()
+            else:
+                torch.nn.utils.clip_grads_with_norm_(params, 0.05, scheme.global_norm([p.grad for p in params]))
+                scheme.step()
+            trace.append(torch.cat([p.detach().reshape(-1) for p in params]).clone())
+        if scheme is not None:
+            scheme.finish()
+            trace.append(torch.cat([p.detach().reshape(-1) for p in ddp.parameters()]).clone())
+        runs.append(trace)
+    dist.destroy_process_group()
+    return {"adamw": runs[0], "scheme": runs[1]}

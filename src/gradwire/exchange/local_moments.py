@@ -24,7 +24,7 @@ clips, onebit ended 5-12% above sync's validation loss (benchmarks/README.md,
    torch's factor for that norm, the same factor on every rank, so the
    average of the clipped gradients is the clipped average.
 3. The step. Every rank runs Adam's moments on its own clipped gradient
-   (``m_i``, ``v_i``, fp32) and forms its Adam direction
+   (``m_i``, ``v_i``, in the parameter's precision, at least fp32) and forms its Adam direction
    ``d_i = m_hat_i / (sqrt(v_hat_i) + eps)``. The directions are averaged by
    the compressed exchange (:class:`CompressionState`, error feedback on
    ``d_i``): elements of one Adam direction have nearly one magnitude, which a
@@ -90,6 +90,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from gradwire.compress.none import NoneCompressor
+
 from .schemes import OptimizerScheme, UnsupportedOptimizer, check_optimizer, params_of
 from .state import CompressionState
 
@@ -132,12 +134,15 @@ class LocalMomentsAdam(OptimizerScheme):
 
     def __init__(self, optimizer: torch.optim.Optimizer, state: CompressionState,
                  step_fn: Optional[Callable[..., Any]] = None, sketch_size: int = SKETCH_SIZE,
-                 rho_beta: float = RHO_BETA, seed: int = 0, exact_first: bool = True) -> None:
+                 rho_beta: float = RHO_BETA, seed: int = 0, exact_first: bool = True, delayed: bool = False) -> None:
         if check_optimizer(optimizer) != "FrozenVarianceAdam":
             raise UnsupportedOptimizer(f"LocalMomentsAdam runs torch.optim.Adam/AdamW, got {type(optimizer).__name__}")
-        if state.error_feedback is None or not state.compressor.averages:
+        exact = isinstance(state.compressor, NoneCompressor)
+        if not exact and (state.error_feedback is None or not state.compressor.averages):
             raise UnsupportedOptimizer(f"{state.compressor.name}: LocalMomentsAdam averages Adam directions "
                                        "with error feedback; this exchange has none (or votes)")
+        if delayed and exact_first:
+            raise ValueError("delayed=True applies this rank's own direction at once: exact_first must be False")
         if sketch_size < 1:
             raise ValueError(f"sketch_size must be >= 1 float, got {sketch_size}")
         if not 0.0 <= rho_beta < 1.0:
@@ -157,6 +162,12 @@ class LocalMomentsAdam(OptimizerScheme):
         self.m: Dict[Tensor, Tensor] = {}
         self.v: Dict[Tensor, Tensor] = {}
         self._buckets: Dict[Tensor, Tensor] = {}
+        #: apply this rank's own direction now and the average a step later (``delayed``'s form)
+        self.delayed = bool(delayed)
+        #: delayed: the exchange in flight, this rank's directions it carries and their scale
+        self._pending: Optional[tuple] = None
+        #: delayed: what each parameter is still owed (``D_{t-1} - s d_i,t-1``), once the average arrived
+        self._owed: Dict[Tensor, Tensor] = {}
         state.momentum = 0.0
         state.momentum_buffers.clear()
         state.local_correction = False
@@ -183,8 +194,9 @@ class LocalMomentsAdam(OptimizerScheme):
         else:
             norm = self._measure(grads)
         self.last_norm, self._measured_at, self._local_sq = norm, self.steps, local
-        device = grads[0].device if grads else torch.device("cpu")
-        return torch.tensor(norm, dtype=torch.float32, device=device)
+        if not grads:
+            return torch.tensor(norm)
+        return torch.tensor(norm, dtype=grads[0].dtype, device=grads[0].device)  # as torch's total norm
 
     def _measure(self, grads: Sequence[Tensor]) -> float:
         """One all_reduce of the sketch and the squared norms; update ``rho``; the estimated norm."""
@@ -229,20 +241,80 @@ class LocalMomentsAdam(OptimizerScheme):
         with torch.no_grad():
             directions = self._directions(params, t)
             flat = torch.cat([d.reshape(-1) for d in directions]) if directions else torch.zeros(0)
-            if not self._exact:
+            scale = 1.0 / math.sqrt(self.rho) if self.rho is not None else 1.0
+            if self._exact:
+                pass
+            elif self.delayed:
+                flat = self._delayed_update(flat, params, scale)
+            else:
                 _, fut = self.state.reduce_params(flat, params, last=True)
                 flat = fut.wait()
                 self.state.end_step()
-                if self.rho is not None:
-                    flat.div_(math.sqrt(self.rho))
+                flat.mul_(scale)
             self._apply(params, flat)
         self.steps += 1
         self._exact = False
         return loss
 
+    def _delayed_update(self, flat: Tensor, params: List[Tensor], scale: float) -> Tensor:
+        """``s_t d_i,t + (D_{t-1} - s_{t-1} d_i,t-1)``: launch this step's exchange, apply what the last one owes.
+
+        Summed over steps, every rank has applied the same averages ``D_s``
+        (``s_s`` times the decoded average of the ranks' directions) and its
+        own latest scaled direction: the ranks differ by ``lr`` times their
+        latest directions' differences, never accumulating (as ``delayed``).
+        """
+        own = flat.mul(scale)
+        _, fut = self.state.reduce_params(flat, params, last=True)
+        self.state.end_step()
+        self._settle()
+        self._pending = (fut, own, scale, list(params))
+        update = own.clone()
+        offset = 0
+        for p in params:
+            owed = self._owed.pop(p, None)
+            if owed is not None:
+                update[offset:offset + p.numel()].add_(owed)
+            offset += p.numel()
+        self._owed.clear()
+        return update
+
+    def _settle(self) -> None:
+        """Wait for the exchange in flight and turn it into what each parameter is owed."""
+        if self._pending is None:
+            return
+        fut, own, scale, params = self._pending
+        self._pending = None
+        owed = fut.wait().mul(scale).sub_(own)
+        offset = 0
+        for p in params:
+            self._owed[p] = owed[offset:offset + p.numel()]
+            offset += p.numel()
+
+    def in_flight(self) -> List[Any]:
+        """The exchange still in flight (``delayed``), for a caller about to tear the group down."""
+        return [] if self._pending is None else [self._pending[0]]
+
+    def finish(self) -> None:
+        """``delayed``: apply what the last exchange owes at the last ``lr``, then average the parameters exactly,
+        so that every rank ends with the same model (a collective; call it once after the last step)."""
+        if not self.delayed:
+            return
+        with torch.no_grad():
+            self._settle()
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    owed = self._owed.pop(p, None)
+                    if owed is not None:
+                        p.sub_(owed.view_as(p).to(p.dtype), alpha=float(g["lr"]))
+            world = dist.get_world_size(self.state.process_group)
+            for p in params_of(self.optimizer):
+                dist.all_reduce(p.data, group=self.state.process_group)
+                p.data.div_(world)
+
     def _directions(self, params: List[Tensor], t: int) -> List[Tensor]:
         """``m_hat_i / (sqrt(v_hat_i) + eps)`` per parameter, after this rank's moments took its gradient."""
-        grads = [p.grad.detach().reshape(-1).float() for p in params]
+        grads = [p.grad.detach().reshape(-1).to(_moment_dtype(p)) for p in params]
         ms = [self._moment(self.m, p) for p in params]
         vs = [self._moment(self.v, p) for p in params]
         torch._foreach_mul_(ms, self.beta1)
@@ -274,7 +346,7 @@ class LocalMomentsAdam(OptimizerScheme):
     def _moment(store: Dict[Tensor, Tensor], p: Tensor) -> Tensor:
         buf = store.get(p)
         if buf is None:
-            buf = store[p] = torch.zeros(p.numel(), dtype=torch.float32, device=p.device)
+            buf = store[p] = torch.zeros(p.numel(), dtype=_moment_dtype(p), device=p.device)
         return buf
 
     # -- reports and checkpoints -------------------------------------------------------
@@ -289,30 +361,40 @@ class LocalMomentsAdam(OptimizerScheme):
     def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with this rank's moments (in ``param_groups`` order; None where absent) and ``rho``."""
         params = params_of(self.optimizer)
+        with torch.no_grad():
+            self._settle()  # delayed: the average in flight becomes what each parameter is owed
         return {**super().local_state_dict(), "rho": self.rho, "exact": self._exact,
-                "m": [_copy(self.m.get(p)) for p in params], "v": [_copy(self.v.get(p)) for p in params]}
+                "m": [_copy(self.m.get(p)) for p in params], "v": [_copy(self.v.get(p)) for p in params],
+                "owed": [_copy(self._owed.get(p)) for p in params]}
 
     def merge_parts(self, parts: List[Dict[str, Any]], rank: int) -> Dict[str, Any]:
         """For another world size: the ranks' mean moments (the base merges the exchange)."""
         merged = super().merge_parts(parts, rank)
-        for name in ("m", "v"):
-            columns = zip(*(part[name] for part in parts))
+        for name in ("m", "v", "owed"):
+            columns = zip(*(part.get(name, [None] * len(part["m"])) for part in parts))
             merged[name] = [None if any(x is None for x in col) else torch.stack(col).mean(0) for col in columns]
         return merged
 
     def load_local_state_dict(self, saved: Dict[str, Any]) -> None:
         super().load_local_state_dict(saved)
         params = params_of(self.optimizer)
-        for name, store in (("m", self.m), ("v", self.v)):
+        for name, store in (("m", self.m), ("v", self.v), ("owed", self._owed)):
+            if name not in saved:
+                continue
             if len(saved[name]) != len(params):
                 raise ValueError(f"the checkpoint's moments hold {len(saved[name])} parameters, the optimizer "
                                  f"{len(params)}: load a checkpoint of the same model and optimizer")
             store.clear()
             for p, value in zip(params, saved[name]):
                 if value is not None:
-                    store[p] = value.to(p.device, torch.float32).clone()
+                    store[p] = value.to(p.device, _moment_dtype(p)).clone()
         self.rho = saved["rho"]
         self._exact = bool(saved["exact"])
+
+
+def _moment_dtype(p: Tensor) -> torch.dtype:
+    """Moments in the parameter's precision, at least fp32 (torch's AdamW keeps them in the parameter's)."""
+    return torch.promote_types(p.dtype, torch.float32)
 
 
 def _norm_sq(grads: Any) -> Tensor:
