@@ -97,11 +97,13 @@ from torch.utils.hooks import RemovableHandle
 from gradwire.exchange.chooser import live_choosers
 from gradwire.exchange.futures import completed
 from gradwire.exchange.local_moments import LocalMomentsAdam
+from gradwire.exchange import CompressionState
 from gradwire.exchange.schemes import (DEFAULT_ADAM_WARMUP, FrozenVarianceAdam, OptimizerScheme, UnsupportedOptimizer,
-                                       scheme_for)
+                                       check_optimizer, scheme_for)
 
 from gradwire.strategies.base import CannotApply, Strategy, making_strategy_optimizer
 from gradwire.strategies.clipping import GradientClip
+from gradwire.strategies.delayed import DelayedStrategy
 from gradwire.strategies.registry import StrategyChoice, parse_strategy
 
 __all__ = ["Injection", "StrategyNotApplied", "StrategyRefused", "install", "uninstall"]
@@ -318,7 +320,9 @@ class Injection:
                 and self.strategy.compressor_owns_momentum)
 
     def _steps_through_strategy(self) -> bool:
-        return self.strategy is not None and self.strategy.owns_step
+        # LocalMomentsAdam under delayed runs the exchange and the late average itself
+        return (self.strategy is not None and self.strategy.owns_step
+                and not isinstance(self.scheme, LocalMomentsAdam))
 
     def _needs_step(self) -> bool:
         return self._steps_through_strategy() or self._needs_scheme()
@@ -356,7 +360,9 @@ class Injection:
                 raise self.refuse(str(exc)) from None
             if self._hook is not None:
                 self._hook.scheme = self.scheme
-                self._hook.local_first = self._local_moments_fit()
+                # delayed's hook keeps the first step local anyway (and launches its average): not held back here
+                self._hook.local_first = (self._local_moments_fit()
+                                          and not isinstance(self.strategy, DelayedStrategy))
             self.description += f"; {self.scheme.describe()}"
             self._set(APPLIED)
 
@@ -394,17 +400,16 @@ class Injection:
         if self.strategy is None or isinstance(self.scheme, LocalMomentsAdam):
             return
         if self.scheme is not None and by_norm and self._local_moments_fit():
-            owner = self.scheme.optimizer
             if self.scheme.steps:
                 raise self.refuse(f"the script reads .grad (gradient clipping) first at step {self.scheme.steps + 1}, "
                                   "after the exchange took over Adam's momentum; clip from the first step")
-            self.description = self.description.replace(f"; {self.scheme.describe()}", "")
-            local = self._hook is not None and self._hook.local_first
-            self.scheme = LocalMomentsAdam(owner, self.scheme.state, exact_first=not local)
-            if self._hook is not None:
-                self._hook.scheme, self._hook.local_first = self.scheme, False
-            log.info("gradwire: the script clips by norm: %s", self.scheme.describe())
-            self.description += f"; {self.scheme.describe()} (the script clips)"
+            self._take_local_moments(self.scheme.optimizer, self.scheme.state)
+            return
+        owner = self._step_owner() if self._step_owner is not None else None
+        if (self.scheme is None and by_norm and owner is not None and not owner.state
+                and self._delayed_local_moments_fit(owner)):  # plain delayed: the exact exchange of directions
+            group = self.strategy.group
+            self._take_local_moments(owner, CompressionState("none", process_group=group))
             return
         self._average_first_step()
         if self.scheme is not None:
@@ -425,6 +430,40 @@ class Injection:
             if self._hook is not None:
                 self._hook.scheme = None
         self._check(self.strategy.grads_read, self.scheme is not None)
+
+    def _take_local_moments(self, owner: torch.optim.Optimizer, state: CompressionState) -> None:
+        """:class:`LocalMomentsAdam` steps ``owner`` from now on (see :meth:`grads_read`).
+
+        Under ``delayed`` the strategy's own step and hook stand aside: the
+        scheme launches each step's exchange and applies it a step later
+        (``delayed=True``); what the strategy's hook launched for the first
+        step is waited for and dropped (``.grad`` still holds this rank's
+        gradient), and the exchange starts afresh on the strategy's group.
+        """
+        delayed = isinstance(self.strategy, DelayedStrategy)
+        if self.scheme is not None:
+            self.description = self.description.replace(f"; {self.scheme.describe()}", "")
+        if delayed:
+            for fut in self.strategy.in_flight():
+                fut.wait()
+            state = CompressionState(state.compressor, process_group=state.process_group,
+                                     min_compress_numel=state.min_compress_numel)
+        local = self._hook is not None and self._hook.local_first
+        self.scheme = LocalMomentsAdam(owner, state, exact_first=not (local or delayed), delayed=delayed)
+        if self._hook is not None:
+            self._hook.scheme, self._hook.local_first = self.scheme, False
+        log.info("gradwire: the script clips by norm: %s", self.scheme.describe())
+        self.description += f"; {self.scheme.describe()} (the script clips)"
+
+    def _delayed_local_moments_fit(self, owner: torch.optim.Optimizer) -> bool:
+        """Whether ``delayed`` (with a compressor or none) can hand a clipped Adam to :class:`LocalMomentsAdam`."""
+        strategy = self.strategy
+        if not isinstance(strategy, DelayedStrategy) or strategy.naive or self._hook is None:
+            return False
+        try:
+            return check_optimizer(owner) == FrozenVarianceAdam.name
+        except UnsupportedOptimizer:
+            return False
 
     def _average_first_step(self) -> None:
         """The first step's gradients, kept local in case the script clips by norm, averaged exactly now.
@@ -456,9 +495,10 @@ class Injection:
     def _local_moments_fit(self) -> bool:
         """Whether :class:`LocalMomentsAdam` can run this script's clipped Adam (see :meth:`grads_read`)."""
         state = self.scheme.state if self.scheme is not None else None
-        return (isinstance(self.scheme, FrozenVarianceAdam) and state is not None and state.auto is None
-                and state.error_feedback is not None and state.compressor.averages
-                and not self._steps_through_strategy())
+        if not (isinstance(self.scheme, FrozenVarianceAdam) and state is not None and state.auto is None
+                and state.error_feedback is not None and state.compressor.averages):
+            return False
+        return not self._steps_through_strategy() or self._delayed_local_moments_fit(self.scheme.optimizer)
 
     def clip_norm(self, grads: List[Any], norm_type: float) -> Optional[torch.Tensor]:
         """The total norm the script's clip sees, where a scheme measures it (None: torch's own)."""
@@ -471,7 +511,7 @@ class Injection:
 
     def clipped(self, clip: GradientClip) -> None:
         """The script clipped the DDP's ``.grad`` as ``clip`` says (after :meth:`grads_read`)."""
-        if self.strategy is not None:
+        if self.strategy is not None and not isinstance(self.scheme, LocalMomentsAdam):
             self.strategy.clipped(clip)
 
     def grads_unscaled(self) -> None:
@@ -526,7 +566,10 @@ class Injection:
     def close(self) -> None:
         """Wait for the averages still in flight (ignoring their failures), then let the strategy release what it
         started (:meth:`Strategy.close`): the process group is about to go."""
-        for fut in self.strategy.in_flight() if self.strategy is not None else []:
+        pending = self.strategy.in_flight() if self.strategy is not None else []
+        if isinstance(self.scheme, LocalMomentsAdam):
+            pending = [*pending, *self.scheme.in_flight()]
+        for fut in pending:
             try:
                 fut.wait()
             except Exception:  # noqa: BLE001 - the training is over; its failures were raised where they happened

@@ -199,7 +199,14 @@ class LocalMomentsAdam(OptimizerScheme):
         return torch.tensor(norm, dtype=grads[0].dtype, device=grads[0].device)  # as torch's total norm
 
     def _measure(self, grads: Sequence[Tensor]) -> float:
-        """One all_reduce of the sketch and the squared norms; update ``rho``; the estimated norm."""
+        """One all_reduce of the sketch and the squared norms; update ``rho``; the estimated norm.
+
+        ``delayed``: the exchange in flight is waited for first (the step would wait for it next anyway):
+        a two-phase exchange issues its second collective from a callback, and on the same group the
+        sketch's all_reduce could otherwise be paired with it on one rank and not on another.
+        """
+        with torch.no_grad():
+            self._settle()
         params = [p for p in params_of(self.optimizer) if p.grad is not None]
         k = self.sketch_size
         device = params[0].device if params else torch.device("cpu")
@@ -351,12 +358,16 @@ class LocalMomentsAdam(OptimizerScheme):
 
     # -- reports and checkpoints -------------------------------------------------------
     def describe(self) -> str:
+        how = ("exactly" if isinstance(self.state.compressor, NoneCompressor)
+               else f"by {self.state.compressor.name} with error feedback")
+        late = ", applied a step late (this rank's own at once)" if self.delayed else ""
         return (f"{type(self.optimizer).__name__}: each rank's own moments of its clipped gradient, the Adam "
-                f"directions averaged by {self.state.compressor.name} with error feedback; the clip's norm "
-                f"estimated from a {self.sketch_size}-float sketch")
+                f"directions averaged {how}{late}; the clip's norm estimated from a {self.sketch_size}-float sketch")
 
     def short(self) -> str:
-        return "Adam: rank moments, directions compressed"
+        exact = isinstance(self.state.compressor, NoneCompressor)
+        return f"Adam: rank moments, directions {'averaged' if exact else 'compressed'}" + (
+            ", a step late" if self.delayed else "")
 
     def local_state_dict(self) -> Dict[str, Any]:
         """The base's, with this rank's moments (in ``param_groups`` order; None where absent) and ``rho``."""
