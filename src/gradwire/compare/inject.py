@@ -48,6 +48,7 @@ scheme runs, no optimizer at the first forward, a comm hook of the script's
 own, LBFGS (several closure calls per step) under a strategy that owns the
 step, gradient clipping that starts after the exchange took over the
 optimizer's momentum (clipping from the first step gives the optimizer back,
+or, for an Adam clipped by norm, hands it to ``LocalMomentsAdam``,
 :meth:`Injection.grads_read`; ``delayed`` clips each average as it applies
 it, :meth:`Injection.clipped`), a
 ``GradScaler`` where the exchange or the ranks' step decisions would mix

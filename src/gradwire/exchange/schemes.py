@@ -106,7 +106,9 @@ Traps:
   would clip the momentum, about ``1 / (1 - beta)`` times larger than a
   gradient. :meth:`OptimizerScheme.release` (before the first step) gives
   the optimizer back and makes the exchange carry the gradient instead; what
-  ``gradwire compare`` does for a script that clips.
+  ``gradwire compare`` does for a script that clips, except an Adam clipped by
+  norm under error feedback, which :class:`~gradwire.exchange.LocalMomentsAdam`
+  steps (:mod:`gradwire.exchange.local_moments`).
 - Every parameter group must share one ``beta`` (``betas[0]`` for Adam): the
   exchange keeps one momentum.
 - The scheme reads and writes ``param_groups`` once, at construction: an
