@@ -83,8 +83,9 @@ Traps:
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -168,6 +169,8 @@ class LocalMomentsAdam(OptimizerScheme):
         self._pending: Optional[tuple] = None
         #: delayed: what each parameter is still owed (``D_{t-1} - s d_i,t-1``), once the average arrived
         self._owed: Dict[Tensor, Tensor] = {}
+        #: encloses every wait for the network (a strategy's ``waiting``: exposed communication in reports)
+        self.waiting: Callable[[], ContextManager[Any]] = contextlib.nullcontext
         state.momentum = 0.0
         state.momentum_buffers.clear()
         state.local_correction = False
@@ -218,7 +221,8 @@ class LocalMomentsAdam(OptimizerScheme):
             out = torch.cat([sketch, torch.stack([_norm_sq(p.grad for p in params), sketch.square().sum()])])
         world = 1
         if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(out, group=self.state.process_group)
+            with self.waiting():
+                dist.all_reduce(out, group=self.state.process_group)
             world = dist.get_world_size(self.state.process_group)
         ratio = sketch_ratio(out[:k], world, float(out[k + 1]))
         self.rho = ratio if self.rho is None else self.rho_beta * self.rho + (1.0 - self.rho_beta) * ratio
@@ -255,7 +259,8 @@ class LocalMomentsAdam(OptimizerScheme):
                 flat = self._delayed_update(flat, params, scale)
             else:
                 _, fut = self.state.reduce_params(flat, params, last=True)
-                flat = fut.wait()
+                with self.waiting():
+                    flat = fut.wait()
                 self.state.end_step()
                 flat.mul_(scale)
             self._apply(params, flat)
@@ -292,7 +297,9 @@ class LocalMomentsAdam(OptimizerScheme):
             return
         fut, own, scale, params = self._pending
         self._pending = None
-        owed = fut.wait().mul(scale).sub_(own)
+        with self.waiting():
+            done = fut.wait()
+        owed = done.mul(scale).sub_(own)
         offset = 0
         for p in params:
             self._owed[p] = owed[offset:offset + p.numel()]
