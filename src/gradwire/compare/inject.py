@@ -451,7 +451,8 @@ class Injection:
                                      min_compress_numel=state.min_compress_numel)
         local = self._hook is not None and self._hook.local_first
         self.scheme = LocalMomentsAdam(owner, state, exact_first=not (local or delayed), delayed=delayed)
-        self.scheme.waiting = self.strategy.waiting  # its waits are the step's exposed communication
+        # its waits are the step's exposed communication; delayed's launch overlaps the next step's compute
+        self.scheme.waiting, self.scheme.background = self.strategy.waiting, self.strategy.background
         if self._hook is not None:
             self._hook.scheme, self._hook.local_first = self.scheme, False
         log.info("gradwire: the script clips by norm: %s", self.scheme.describe())

@@ -85,7 +85,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -169,8 +169,12 @@ class LocalMomentsAdam(OptimizerScheme):
         self._pending: Optional[tuple] = None
         #: delayed: what each parameter is still owed (``D_{t-1} - s d_i,t-1``), once the average arrived
         self._owed: Dict[Tensor, Tensor] = {}
-        #: encloses every wait for the network (a strategy's ``waiting``: exposed communication in reports)
-        self.waiting: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+        #: encloses every wait for the network, given the tags of the background launches it waits for (a
+        #: strategy's ``waiting``: the simulated clock observes them there, reports count exposed communication)
+        self.waiting: Callable[..., ContextManager[Any]] = _no_context
+        #: encloses a launch left in flight (``delayed``), yielding its tag (a strategy's ``background``: on the
+        #: simulated clock only the wait for that tag observes it, so the next step's compute overlaps it)
+        self.background: Callable[[], ContextManager[Any]] = _no_context
         state.momentum = 0.0
         state.momentum_buffers.clear()
         state.local_correction = False
@@ -277,10 +281,11 @@ class LocalMomentsAdam(OptimizerScheme):
         latest directions' differences, never accumulating (as ``delayed``).
         """
         own = flat.mul(scale)
-        _, fut = self.state.reduce_params(flat, params, last=True)
+        with self.background() as tag:
+            _, fut = self.state.reduce_params(flat, params, last=True)
         self.state.end_step()
         self._settle()
-        self._pending = (fut, own, scale, list(params))
+        self._pending = (fut, own, scale, list(params), tag)
         update = own.clone()
         offset = 0
         for p in params:
@@ -295,9 +300,9 @@ class LocalMomentsAdam(OptimizerScheme):
         """Wait for the exchange in flight and turn it into what each parameter is owed."""
         if self._pending is None:
             return
-        fut, own, scale, params = self._pending
+        fut, own, scale, params, tag = self._pending
         self._pending = None
-        with self.waiting():
+        with self.waiting(*([] if tag is None else [tag])):
             done = fut.wait()
         owed = done.mul(scale).sub_(own)
         offset = 0
@@ -408,6 +413,12 @@ class LocalMomentsAdam(OptimizerScheme):
                     store[p] = value.to(p.device, _moment_dtype(p)).clone()
         self.rho = saved["rho"]
         self._exact = bool(saved["exact"])
+
+
+@contextlib.contextmanager
+def _no_context(*tags: Any) -> Iterator[None]:
+    """What :attr:`LocalMomentsAdam.waiting` and ``background`` are without a strategy: nothing (no tag)."""
+    yield None
 
 
 def _moment_dtype(p: Tensor) -> torch.dtype:
