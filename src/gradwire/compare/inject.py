@@ -409,7 +409,9 @@ class Injection:
         owner = self._step_owner() if self._step_owner is not None else None
         if (self.scheme is None and by_norm and owner is not None and not owner.state
                 and self._delayed_local_moments_fit(owner)):  # plain delayed: the exact exchange of directions
-            group = self.strategy.group
+            assert isinstance(self.strategy, DelayedStrategy)
+            # delayed's own group (never DDP's: DDP issues collectives of its own there from another thread)
+            group = self.strategy.comm_group
             self._take_local_moments(owner, CompressionState("none", process_group=group))
             return
         self._average_first_step()
