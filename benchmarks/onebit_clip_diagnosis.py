@@ -104,6 +104,48 @@ def clip_factor(x: torch.Tensor, max_norm: float) -> float:
     return min(1.0, max_norm / (float(x.norm()) + 1e-6)) if max_norm > 0 else 1.0
 
 
+def rank_gradients(model: Any, params: list, gens: list, train_data: torch.Tensor) -> list[torch.Tensor]:
+    """Each rank's flat gradient of one optimizer step (its micro-batches accumulated), at the one model."""
+    grads = []
+    for r in range(WORLD):
+        for p in params:
+            p.grad = None
+        for _ in range(ACCUMULATE):
+            x, y = windows(train_data, torch.randint(0, len(train_data) - SEQ - 1, (BATCH,), generator=gens[r]), SEQ)
+            (loss_fn(model(x), y) / ACCUMULATE).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in params]))
+    return grads
+
+
+def compressed_average(vectors: list[torch.Tensor], comp: Any, res: list[torch.Tensor], server_res: torch.Tensor,
+                       v: Variant) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exchange: each rank's ``x_i + e_i`` encoded and decoded (``res`` updated in place), averaged, and
+    with ``v.server`` compressed once more with the server's residual; returns the average and that residual."""
+    decoded = []
+    for r in range(WORLD):
+        c = vectors[r] + res[r]
+        d = roundtrip(comp, c)
+        res[r] = v.ef * (c - d)
+        decoded.append(d)
+    avg = sum(decoded) / WORLD
+    if v.server:
+        c = avg + server_res
+        avg = roundtrip(comp, c)
+        server_res = v.ef * (c - avg)
+    return avg, server_res
+
+
+def apply_update(params: list, update: torch.Tensor, lr: float, wd: torch.Tensor) -> None:
+    """AdamW's decoupled decay, then ``p -= lr * update`` (flat, in ``params``' order)."""
+    with torch.no_grad():
+        flat_decay = 1 - lr * wd
+        o = 0
+        for p in params:
+            k = p.numel()
+            p.mul_(flat_decay[o:o + k].view_as(p)).sub_(lr * update[o:o + k].view_as(p))
+            o += k
+
+
 def train(v: Variant, seed: int, steps: int) -> dict[str, Any]:
     """One training of ``steps`` optimizer steps; its final validation loss and bits per element and step."""
     torch.manual_seed(seed)
@@ -126,30 +168,12 @@ def train(v: Variant, seed: int, steps: int) -> dict[str, Any]:
     if v.local_moments:
         return train_local_moments(v, seed, steps, model, params, wd, gens, train_data, val_x, val_y, comp)
     for step in range(1, steps + 1):
-        grads = []
-        for r in range(WORLD):
-            for p in params:
-                p.grad = None
-            for _ in range(ACCUMULATE):
-                x, y = windows(train_data, torch.randint(0, len(train_data) - SEQ - 1, (BATCH,), generator=gens[r]),
-                               SEQ)
-                (loss_fn(model(x), y) / ACCUMULATE).backward()
-            grads.append(torch.cat([p.grad.reshape(-1) for p in params]))
+        grads = rank_gradients(model, params, gens, train_data)
         exact = sum(grads) / WORLD
         if comp is None or step <= v.warmup:
             avg, bits = exact, bits + 32
         else:
-            decoded = []
-            for r in range(WORLD):
-                c = grads[r] + res[r]
-                d = roundtrip(comp, c)
-                res[r] = v.ef * (c - d)
-                decoded.append(d)
-            avg = sum(decoded) / WORLD
-            if v.server:
-                c = avg + server_res
-                avg = roundtrip(comp, c)
-                server_res = v.ef * (c - avg)
+            avg, server_res = compressed_average(grads, comp, res, server_res, v)
             bits += 1 + 32 / v.block
         g = avg * clip_factor(exact if v.oracle == "clip" else avg, v.clip)
         g_exact = exact * clip_factor(exact, v.clip)
@@ -157,14 +181,7 @@ def train(v: Variant, seed: int, steps: int) -> dict[str, Any]:
         m.mul_(BETAS[0]).add_(gm, alpha=1 - BETAS[0])
         s.mul_(BETAS[1]).addcmul_(gv, gv, value=1 - BETAS[1])
         update = (m / (1 - BETAS[0] ** step)) / ((s / (1 - BETAS[1] ** step)).sqrt() + EPS)
-        lr = LR * schedule(step - 1, steps)
-        with torch.no_grad():
-            flat_decay = 1 - lr * wd
-            o = 0
-            for p in params:
-                k = p.numel()
-                p.mul_(flat_decay[o:o + k].view_as(p)).sub_(lr * update[o:o + k].view_as(p))
-                o += k
+        apply_update(params, update, LR * schedule(step - 1, steps), wd)
     model.eval()
     with torch.no_grad():
         val_loss = float(loss_fn(model(val_x), val_y))
@@ -189,15 +206,7 @@ def train_local_moments(v: Variant, seed: int, steps: int, model: Any, params: l
     rho = None
     bits = 0.0
     for step in range(1, steps + 1):
-        grads = []
-        for r in range(WORLD):
-            for p in params:
-                p.grad = None
-            for _ in range(ACCUMULATE):
-                x, y = windows(train_data, torch.randint(0, len(train_data) - SEQ - 1, (BATCH,), generator=gens[r]),
-                               SEQ)
-                (loss_fn(model(x), y) / ACCUMULATE).backward()
-            grads.append(torch.cat([p.grad.reshape(-1) for p in params]))
+        grads = rank_gradients(model, params, gens, train_data)
         if step <= v.warmup:  # the exchange of a script that never showed it clips: the exact average
             grads = [sum(grads) / WORLD] * WORLD
         halves = [torch.zeros(2 * k, dtype=torch.float64).index_add_(0, buckets, g.double()) for g in grads]
@@ -215,27 +224,10 @@ def train_local_moments(v: Variant, seed: int, steps: int, model: Any, params: l
         if step <= v.warmup:
             update, bits = directions[0], bits + 32
         else:
-            decoded = []
-            for r in range(WORLD):
-                x = directions[r] + res[r]
-                d = roundtrip(comp, x)
-                res[r] = v.ef * (x - d)
-                decoded.append(d)
-            update = sum(decoded) / WORLD
-            if v.server:
-                x = update + server_res
-                update = roundtrip(comp, x)
-                server_res = v.ef * (x - update)
+            update, server_res = compressed_average(directions, comp, res, server_res, v)
             update = update / math.sqrt(rho)
             bits += 1 + 32 / v.block + 32 * (k + 2) / n
-        lr = LR * schedule(step - 1, steps)
-        with torch.no_grad():
-            flat_decay = 1 - lr * wd
-            o = 0
-            for p in params:
-                size = p.numel()
-                p.mul_(flat_decay[o:o + size].view_as(p)).sub_(lr * update[o:o + size].view_as(p))
-                o += size
+        apply_update(params, update, LR * schedule(step - 1, steps), wd)
     model.eval()
     with torch.no_grad():
         val_loss = float(loss_fn(model(val_x), val_y))

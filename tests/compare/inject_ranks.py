@@ -218,13 +218,14 @@ def clip_records(rank: int, records: list[dict[str, Any]], optimizer: str = "sgd
     return train
 
 
-def clip_cases(rank: int, world: int, strategies: list[str]) -> list[dict[str, Any]]:
-    """:func:`clip_records` under each strategy in turn in one process group."""
+def clip_cases(rank: int, world: int, strategies: list[str], adam: bool = False) -> list[dict[str, Any]]:
+    """:func:`clip_records` (``adam``: :func:`adam_clip_records`) under each strategy in turn in one process group."""
     _init(rank, world)
+    records_of = adam_clip_records if adam else clip_records
     out = []
     for strategy in strategies:
         records: list[dict[str, Any]] = []
-        run = _run(strategy, clip_records(rank, records))
+        run = _run(strategy, records_of(rank, records))
         run["records"] = records
         out.append(run)
     return out
@@ -303,18 +304,6 @@ def torchft_rank_leaves(rank: int, world: int, strategy: str, steps: int, leaver
     except Exception as exc:  # what the survivor met
         return {"raised": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - (left_at or 0.0)}
     return {"raised": None, "seconds": time.monotonic() - (left_at or 0.0)}
-
-
-def adam_clip_cases(rank: int, world: int, strategies: list[str]) -> list[dict[str, Any]]:
-    """:func:`adam_clip_records` under each strategy in turn in one process group."""
-    _init(rank, world)
-    out = []
-    for strategy in strategies:
-        records: list[dict[str, Any]] = []
-        run = _run(strategy, adam_clip_records(rank, records))
-        run["records"] = records
-        out.append(run)
-    return out
 
 
 def adam_clip_records(rank: int, records: list[dict[str, Any]]) -> Callable[[], nn.Module]:

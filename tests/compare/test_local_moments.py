@@ -16,7 +16,7 @@ STRATEGIES = ["onebit", "onebit:allgather:block=64", "topk:0.05", "delayed", "on
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, list[dict]]:
-    results = spawn(inject_ranks.adam_clip_cases, 2, (STRATEGIES,), timeout=120)
+    results = spawn(inject_ranks.clip_cases, 2, (STRATEGIES, True), timeout=120)
     return {s: [results[r][i] for r in range(2)] for i, s in enumerate(STRATEGIES)}
 
 
