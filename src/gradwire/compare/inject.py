@@ -443,18 +443,20 @@ class Injection:
         step is waited for and dropped (``.grad`` still holds this rank's
         gradient), and the exchange starts afresh on the strategy's group.
         """
-        delayed = isinstance(self.strategy, DelayedStrategy)
+        strategy = self.strategy
+        assert strategy is not None  # grads_read runs under a strategy
+        delayed = isinstance(strategy, DelayedStrategy)
         if self.scheme is not None:
             self.description = self.description.replace(f"; {self.scheme.describe()}", "")
         if delayed:
-            for fut in self.strategy.in_flight():
+            for fut in strategy.in_flight():
                 fut.wait()
             state = CompressionState(state.compressor, process_group=state.process_group,
                                      min_compress_numel=state.min_compress_numel)
         local = self._hook is not None and self._hook.local_first
         self.scheme = LocalMomentsAdam(owner, state, exact_first=not (local or delayed), delayed=delayed)
         # its waits are the step's exposed communication; delayed's launch overlaps the next step's compute
-        self.scheme.waiting, self.scheme.background = self.strategy.waiting, self.strategy.background
+        self.scheme.waiting, self.scheme.background = strategy.waiting, strategy.background
         if self._hook is not None:
             self._hook.scheme, self._hook.local_first = self.scheme, False
         log.info("gradwire: the script clips by norm: %s", self.scheme.describe())

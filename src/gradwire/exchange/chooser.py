@@ -1123,7 +1123,8 @@ class AutoChooser:
         ``none`` always stays. Returns the names dropped, which the summary
         lists with ``why``.
         """
-        kept, dropped = [], []
+        kept: list[Any] = []
+        dropped: list[Any] = []
         for c in self.candidates:
             (kept if c is self.none or payload_bits(c) >= min_bits else dropped).append(c)
         self.candidates = kept

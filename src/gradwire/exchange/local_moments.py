@@ -220,9 +220,9 @@ class LocalMomentsAdam(OptimizerScheme):
         buf = torch.zeros(2 * k + 2, dtype=torch.float64, device=device)
         with torch.no_grad():
             for p in params:
-                buf[:2 * k].index_add_(0, self._bucket_of(p), p.grad.reshape(-1).double())
+                buf[:2 * k].index_add_(0, self._bucket_of(p), _grad(p).reshape(-1).double())
             sketch = buf[:k] - buf[k:2 * k]  # a bucket in the upper half carries the sign -1
-            out = torch.cat([sketch, torch.stack([_norm_sq(p.grad for p in params), sketch.square().sum()])])
+            out = torch.cat([sketch, torch.stack([_norm_sq(_grad(p) for p in params), sketch.square().sum()])])
         world = 1
         if dist.is_available() and dist.is_initialized():
             with self.waiting():
@@ -251,7 +251,7 @@ class LocalMomentsAdam(OptimizerScheme):
                 loss = closure()
         params = [p for p in params_of(self.optimizer) if p.grad is not None]
         if self._measured_at != self.steps and not self._exact:
-            self._measure([p.grad for p in params])  # no clip this step: rho still follows
+            self._measure([_grad(p) for p in params])  # no clip this step: rho still follows
         t = self.steps + 1
         with torch.no_grad():
             directions = self._directions(params, t)
@@ -333,7 +333,7 @@ class LocalMomentsAdam(OptimizerScheme):
 
     def _directions(self, params: List[Tensor], t: int) -> List[Tensor]:
         """``m_hat_i / (sqrt(v_hat_i) + eps)`` per parameter, after this rank's moments took its gradient."""
-        grads = [p.grad.detach().reshape(-1).to(_moment_dtype(p)) for p in params]
+        grads = [_grad(p).detach().reshape(-1).to(_moment_dtype(p)) for p in params]
         ms = [self._moment(self.m, p) for p in params]
         vs = [self._moment(self.v, p) for p in params]
         torch._foreach_mul_(ms, self.beta1)
@@ -424,6 +424,12 @@ def _no_context(*tags: Any) -> Iterator[None]:
 def _moment_dtype(p: Tensor) -> torch.dtype:
     """Moments in the parameter's precision, at least fp32 (torch's AdamW keeps them in the parameter's)."""
     return torch.promote_types(p.dtype, torch.float32)
+
+
+def _grad(p: Tensor) -> Tensor:
+    """``p.grad``, which the caller's filter on ``p.grad is not None`` guarantees."""
+    assert p.grad is not None
+    return p.grad
 
 
 def _norm_sq(grads: Any) -> Tensor:
