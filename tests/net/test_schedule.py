@@ -142,6 +142,33 @@ def test_work_is_conserved_across_any_schedule(start: float, rate: float, durati
     assert T_FAST * (1 - 1e-9) <= end - start <= T_FAST * GBIT / rate * (1 + 1e-9)
 
 
+@settings(max_examples=80, deadline=None)
+@given(k=st.integers(0, 10_000), duration_ms=st.integers(1, 9), every_ms=st.integers(10, 40),
+       at_ms=st.sampled_from([None, 0, 1, 7]))
+def test_the_next_change_is_always_later_even_at_a_boundary(k: int, duration_ms: int, every_ms: int,
+                                                           at_ms: int | None) -> None:
+    """At a window's edge computed in floats (0.03 s is 2.9999999999999996 periods of 0.01 s) the next change is
+    still after ``t``: a caller stepping from change to change (the backend's outage check) must advance."""
+    at = "" if at_ms is None else f":at={at_ms}ms"
+    model = _model(f"drop=100mbit:for={duration_ms}ms:every={every_ms}ms{at}")
+    for t in (k * every_ms / 1000, k * every_ms / 1000 + duration_ms / 1000, (at_ms or 0) / 1000 + k * every_ms * 1e-3):
+        cond, change = model.condition(t)
+        assert change > t
+        assert model.condition(change)[1] > change
+
+
+def test_stepping_through_a_fast_schedule_advances() -> None:
+    """10 s of a drop every 10 ms (the first opening at 10 ms), stepped change by change: 1999 changes, each
+    after the last."""
+    model = _model("drop=200mbit:for=5ms:every=10ms")
+    t, changes = 0.0, 0
+    while t < 10.0:
+        nxt = model.condition(t)[1]
+        assert nxt > t
+        t, changes = nxt, changes + 1
+    assert changes == 1999
+
+
 @pytest.mark.parametrize("text, words", [
     ("1gbe,link=a/b", "letters, digits"),
     ("1gbe,link=" + "x" * 65, "1 to 64"),

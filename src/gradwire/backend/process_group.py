@@ -418,7 +418,7 @@ class GradwireProcessGroup(dist.ProcessGroup):
             if cond.down:
                 return (f"the simulated link is down from {t:.3f} s to {change:.3f} s of the network's schedule "
                         f"(t = 0 when the default group was created)")
-            t = change
+            t = change if change > t else math.nextafter(t, math.inf)  # a floating-point tie: step past it
         return ""
 
     def _answer_locally(self, op: str, nbytes: int, answer: Callable[[], Any], opts: Any) -> GradwireWork:

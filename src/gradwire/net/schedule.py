@@ -88,9 +88,16 @@ def _window(t: float, at: float, duration: float, every: float | None) -> tuple[
         return False, at
     if every is None:
         return (True, at + duration) if t < at + duration else (False, math.inf)
+    # floor((t - at) / every) can land one period off at a boundary (0.03 / 0.01 = 2.9999999999999996):
+    # correct k so that at + k every <= t < at + (k + 1) every in the very floats returned, or a caller
+    # stepping from change to change would be handed t itself as the next change and never advance
     k = math.floor((t - at) / every)
+    if at + k * every > t:
+        k -= 1
+    elif at + (k + 1) * every <= t:
+        k += 1
     start = at + k * every
-    return (True, start + duration) if t < start + duration else (False, start + every)
+    return (True, start + duration) if t < start + duration else (False, at + (k + 1) * every)
 
 
 def _check_window(what: str, duration: float, every: float | None, at: float) -> None:
