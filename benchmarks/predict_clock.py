@@ -1,13 +1,13 @@
 """predict on the simulated cluster clock: its step against the step compare measures, and on a busy host.
 
-    python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100]
-    python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100]
+    python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100,t4]
+    python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100,t4]
 
 agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
 (200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s half the time:
-for 250 ms every 500 ms on cpu-core, 50 ms every 100 ms on an a100, whose step is 20 times shorter; that one
-trained for 10 epochs, so that compare's mean step covers the change about ten times), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+for 250 ms every 500 ms on cpu-core, 10 ms every 20 ms on an a100 or a t4, whose steps are 20 times shorter; that
+one trained for 10 epochs, so that compare's mean step covers the change ten times or more), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
 its steady steps (past the strategy's warm-up and DDP's rebuild; an epoch's first step, after its evaluation, and
 its partial last batch left out); predict's:
@@ -18,7 +18,7 @@ depends on this host.
 hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
 against the quiet run's.
 
-Results: ``benchmarks/results/predict_clock/{agree,hosts}.json``.
+Results: ``benchmarks/results/predict_clock/{agree,hosts}.json`` (``--name`` another file).
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ STATIC = {"comm-bound": "bandwidth=200mbit,latency=100us", "compute-bound": "ban
 #: the changing network of each device: 10 Gbit/s dropping to 200 Mbit/s half the time, a period of about eight of
 #: sync's steps there, so that compare's short run meets the change several times
 CHANGING = {"cpu-core": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:every=500ms",
-            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=50ms:every=100ms"}
+            "a100": "bandwidth=10gbit,latency=20us,drop=200mbit:for=10ms:every=20ms",
+            "t4": "bandwidth=10gbit,latency=20us,drop=200mbit:for=10ms:every=20ms"}
 
 
 def nets_of(device: str) -> dict[str, str]:
@@ -202,7 +203,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("agree", "hosts"))
     ap.add_argument("--worlds", default="2,4")
-    ap.add_argument("--devices", default="cpu-core,a100")
+    ap.add_argument("--devices", default="cpu-core,a100,t4")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
     ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
