@@ -13,7 +13,8 @@ from . import scheme_workers
 
 
 @pytest.mark.parametrize("compressor, delayed", [("onebit", False), ("onebit:allgather:block=64", False),
-                                                  ("topk:0.1", False), ("onebit:allgather:block=64", True)])
+                                                  ("topk:0.1", False), ("onebit:allgather:block=64", True),
+                                                  ("none", True)])
 def test_resume_from_rank0s_checkpoint_is_bit_exact(compressor, delayed):
     """Rank 0's checkpoint (delayed: with what the average in flight still owes each parameter)."""
     results = spawn(scheme_workers.local_moments_resume, 2, (3, compressor, delayed), timeout=90)
