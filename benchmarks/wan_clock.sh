@@ -12,8 +12,8 @@
 #
 # One comparison a part, each in its own folder under $OUT (default benchmarks/results/wan_clock/):
 #   wan_seed0, wan_seed1   100 Mbit/s and 50 ms, seeds 0 and 1 (the acceptance)
-#   shared_seed0           shared-wan (1 Gbit/s, 30 ms, cross traffic), seed 0
-#   flaky_seed0            flaky-cloud (10 GbE with drops and outages), seed 0
+#   shared_seed0, shared_seed1   shared-wan (1 Gbit/s, 30 ms, cross traffic), seeds 0 and 1
+#   flaky_seed0, flaky_seed1     flaky-cloud (10 GbE with drops and outages), seeds 0 and 1
 # Usage: bash benchmarks/wan_clock.sh [PART...]   (default: wan_seed0 wan_seed1, one after the other)
 # then:  python benchmarks/wan_clock_summary.py   (results/wan_clock/summary.json and table.md)
 # Each comparison runs from a copy of src/ and examples/ (editing the tree meanwhile changes nothing in it);
@@ -52,7 +52,9 @@ for part in "${parts[@]}"; do
     wan_seed0) run wan_seed0 $W 0 ;;
     wan_seed1) run wan_seed1 $W 1 ;;
     shared_seed0) run shared_seed0 shared-wan 0 ;;
+    shared_seed1) run shared_seed1 shared-wan 1 ;;
     flaky_seed0) run flaky_seed0 flaky-cloud 0 ;;
-    *) echo "unknown part $part (wan_seed0 wan_seed1 shared_seed0 flaky_seed0)" >&2; exit 2 ;;
+    flaky_seed1) run flaky_seed1 flaky-cloud 1 ;;
+    *) echo "unknown part $part (wan_seed0 wan_seed1 shared_seed0 shared_seed1 flaky_seed0 flaky_seed1)" >&2; exit 2 ;;
   esac
 done
