@@ -7,7 +7,8 @@ agree: for each device and world size, one ``gradwire compare`` of the bundled C
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
 (200 Mbit/s), a compute-bound one (10 Gbit/s) and a changing one (10 Gbit/s dropping to 200 Mbit/s half the time:
 for 250 ms every 500 ms on cpu-core, 10 ms every 20 ms on an a100 or a t4, whose steps are 20 times shorter; that
-one trained for 10 epochs, so that compare's mean step covers the change ten times or more), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
+one trained for 10 epochs on cpu-core and 30 on a GPU, so that compare's mean step covers the change ten times or
+more), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``gradwire predict --device
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
 its steady steps (past the strategy's warm-up and DDP's rebuild; an epoch's first step, after its evaluation, and
 its partial last batch left out); predict's:
@@ -48,7 +49,12 @@ CHANGING = {"cpu-core": "bandwidth=10gbit,latency=20us,drop=200mbit:for=250ms:ev
 def nets_of(device: str) -> dict[str, str]:
     return {**STATIC, "changing": CHANGING.get(device, CHANGING["cpu-core"])}
 STRATEGIES = ("sync", "onebit", "delayed", "onebit+delayed", "torch-powersgd:4")
-MODEL, BATCH, EPOCHS, CHANGING_EPOCHS = "cnn-wide", 64, 3, 10
+MODEL, BATCH, EPOCHS = "cnn-wide", 64, 3
+#: epochs of compare's run on the changing network: enough that it covers ten periods of the change or more (a GPU's
+#: steps are 20 times shorter than a cpu-core's: 10 epochs of 4 ranks on an a100 covered 0.12-0.43 s, 6 to 21
+#: periods of 20 ms, and where its 70 steps fell in the period moved the mean by up to 6%)
+CHANGING_EPOCHS = {"cpu-core": 10}
+GPU_CHANGING_EPOCHS = 30
 NAME: str | None = None
 
 
@@ -79,13 +85,14 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
     """(net name, strategy) -> compare's steady step in seconds (a results.json already in ``tmp`` is reused).
 
     The static networks in one comparison of :data:`EPOCHS`; the changing one in a longer one
-    (:data:`CHANGING_EPOCHS`): its mean step is over every condition it meets, so the run covers about ten
+    (:data:`CHANGING_EPOCHS`): its mean step is over every condition it meets, so the run covers ten or more
     periods of the change (predict's mean is over 600 s of it). ``skip``: ``DEVICE:WORLD`` whose changing
     network is left out.
     """
     steps = {}
     for suffix, nets, epochs in (("", list(STATIC.values()), EPOCHS),
-                                 ("-changing", [nets_of(device)["changing"]], CHANGING_EPOCHS)):
+                                 ("-changing", [nets_of(device)["changing"]],
+                                  CHANGING_EPOCHS.get(device, GPU_CHANGING_EPOCHS))):
         if suffix and f"{device}:{world}" in skip:
             continue
         out = tmp / f"compare-{device}-{world}{suffix}"
