@@ -63,6 +63,22 @@ def test_exchanges_follow_each_bucket_s_collectives_when_the_strategy_says_them(
     assert exchanges_of([{"op": o} for o in ops], [("all_to_all", "all_gather")]) == []
 
 
+def test_a_hook_whose_work_ran_off_the_training_thread_is_measured_as_its_lead():
+    """On the simulated clock a chained hook (PyTorch's PowerSGD) reads 0 on the training thread: its
+    compression is the time from its bucket's ready instant to its first collective (``lead``)."""
+    step = {"forward": 0.010, "backward": 0.030, "backward_wait": 0.012, "after_backward": 0.0, "waited": 0.0,
+            "optimizer": 0.002, "step": 0.054,
+            "buckets": [{"index": 0, "nbytes": 4000, "element_size": 4, "ready": 0.030, "hook": 0.0, "done": 0.042}],
+            "collectives": [_coll("all_reduce", 1, 0.035, 0.035, 0.0), _coll("all_reduce", 2, 0.037, 0.037, 0.0),
+                            _coll("all_reduce", 3, 0.040, 0.040, 0.0)]}
+    prof = profile_from_steps([[step] * 4], "job", "torch-powersgd:4", skip=1,
+                              per_bucket=[("all_reduce",) * 3])
+    (ex,) = prof.exchanges
+    assert ex.hook == 0.0 and ex.lead == pytest.approx(0.005)
+    assert ex.gaps == pytest.approx((0.002, 0.003)) and ex.tail == pytest.approx(0.002)
+    assert prof.backward == pytest.approx(0.030)  # nothing of it taken out of backward
+
+
 def _overlapping(origin):
     """delayed's one bucket: its all_to_all in this step's window, its all_gather in the next one's."""
     step = dict(_step(), origin=origin)

@@ -108,6 +108,53 @@ def test_one_bucket_at_a_time_starts_each_exchange_when_the_last_one_completed()
     assert simulate(0.0, 0.020, 0.0, [0.005, 0.006], serial, fixed(0.010)).step_seconds == pytest.approx(0.031)
 
 
+def test_on_the_simulated_clock_a_chained_hook_takes_nothing_from_backward():
+    """``Plan.chained``: each hook runs off the training thread, after the previous hook (not the previous
+    exchange). Buckets at 5 and 6 ms of a 20 ms backward, hooks of 2 ms, 1 ms on the link, 1 ms of decode."""
+    ex = Exchange(0.002, (Phase("all_reduce", 1000),), 0.001)
+    serial = Plan(Kind.BLOCKING, (ex, ex), serial=True)
+    chained = Plan(Kind.BLOCKING, (ex, ex), serial=True, chained=True)
+    # in real time: the first hook on backward (5-7), the second after the first exchange (9-11): backward 22
+    assert simulate(0.0, 0.020, 0.0, [0.005, 0.006], serial, fixed(0.001)).step_seconds == pytest.approx(0.022)
+    # on the clock: hooks 5-7 and 7-9 beside backward, exchanges done at 9 and 11: backward's 20 ms
+    assert simulate(0.0, 0.020, 0.0, [0.005, 0.006], chained, fixed(0.001)).step_seconds == pytest.approx(0.020)
+
+
+def test_work_after_a_collective_waited_for_inside_a_callback_starts_at_its_issue_on_the_clock():
+    """PyTorch's PowerSGD on the simulated clock: its P and Q all_reduces are waited for with ``.wait()``
+    inside callbacks, which the clock does not see. A 10 ms backward, a 3 ms hook, callbacks of 1 and 2 ms, a
+    1 ms decode, 4 ms per collective."""
+    def exchange(awaited):
+        return Exchange(0.003, (Phase("all_reduce", 100), Phase("all_reduce", 200, before=0.001, awaited=awaited),
+                                Phase("all_reduce", 300, before=0.002, awaited=awaited)), 0.001)
+
+    def step(plan):
+        return simulate(0.0, 0.010, 0.0, [0.010], plan, fixed(0.004)).step_seconds
+
+    # every collective waited for: 10 + 3 + 4 + 1 + 4 + 2 + 4 + 1
+    assert step(Plan(Kind.BLOCKING, (exchange(True),), serial=True)) == pytest.approx(0.029)
+    # on the clock: hook 10-13, P 13-17, callback 17-18, Q issued 18 (link 18-22), its callback 18-20, the last
+    # issued at 20 waits for the link (22-26), decoded 20-21 beside it: done when the last collective is, at 26
+    assert step(Plan(Kind.BLOCKING, (exchange(False),), serial=True, chained=True)) == pytest.approx(0.026)
+
+
+def test_powersgd_on_the_simulated_clock_is_planned_by_the_clock_s_rules():
+    """A profile recorded on the clock: the hook's work is its ``lead`` (the hook reads 0 there), the P and Q
+    all_reduces hold nothing. The same profile in real time keeps the hook on the training thread."""
+    measured = MeasuredExchange(("all_reduce",) * 3, 0.0, (0.0,) * 3, (0.0008, 0.0006), 0.0005, lead=0.003)
+    prof = StepProfile("cnn", 0.002, 0.004, 0.001, (Bucket(4 * CNN_NUMEL, 0.004, shapes=CNN_WIDE),), world=2,
+                       strategy="torch-powersgd:4", exchanges=(measured,), source="measured",
+                       net="loopback,clock=sim,device=a100")
+    plan = plan_for("torch-powersgd:4", prof, 2)
+    (ex,) = plan.exchanges
+    assert plan.serial and plan.chained
+    assert ex.encode == pytest.approx(0.003) and [p.awaited for p in ex.phases] == [True, False, False]
+    assert [p.before for p in ex.phases] == pytest.approx([0.0, 0.0008, 0.0006]) and ex.decode == pytest.approx(0.0005)
+    real = plan_for("torch-powersgd:4", replace(prof, net="loopback"), 2)
+    assert real.serial and not real.chained and real.exchanges[0].encode == 0.0
+    assert all(p.awaited for p in real.exchanges[0].phases)
+
+
 # -- the host's real collectives --------------------------------------------------------------------------
 def test_floors_are_linear_between_the_sizes_measured():
     f = Floors({"all_reduce": [(1000, 0.001), (3000, 0.003), (5000, 0.004)]})
@@ -186,37 +233,55 @@ class _Bucket:
 
 
 @pytest.fixture
-def issued(monkeypatch):
+def waited():
+    """Per all_reduce of :func:`issued`, in order: whether the hook called ``wait()`` on its future."""
+    return []
+
+
+@pytest.fixture
+def issued(monkeypatch, waited):
     """Every all_reduce PyTorch's hooks issue, answered on the spot: its bytes, in order."""
     sizes = []
 
+    class Waited(torch.futures.Future):
+        def __init__(self, at):
+            super().__init__()
+            self.at = at
+
+        def wait(self):
+            waited[self.at] = True
+            return super().wait()
+
     class Work:
-        def __init__(self, tensor):
+        def __init__(self, tensor, at):
             self.tensor = tensor
+            self.at = at
 
         def get_future(self):
-            fut = torch.futures.Future()
+            fut = Waited(self.at)
             fut.set_result([self.tensor])
             return fut
 
     def all_reduce(tensor, group=None, async_op=False):
         sizes.append(tensor.numel() * tensor.element_size())
-        return Work(tensor)
+        waited.append(False)
+        return Work(tensor, len(sizes) - 1)
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     return sizes
 
 
-def test_the_fp16_model_issues_what_pytorch_s_hook_issues(issued):
+def test_the_fp16_model_issues_what_pytorch_s_hook_issues(issued, waited):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
     fp16_compress_hook(_Group(2), _Bucket(CNN_WIDE)).wait()
     assert [("all_reduce", n) for n in issued] == TorchFP16Exchange().collectives(CNN_NUMEL, CNN_WIDE, 2)
+    assert tuple(waited) == TorchFP16Exchange().waits_inside
 
 
 @pytest.mark.parametrize("rank", [1, 4])
-def test_the_powersgd_model_issues_what_pytorch_s_hook_issues(issued, rank):
+def test_the_powersgd_model_issues_what_pytorch_s_hook_issues(issued, waited, rank):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
     state = ps.PowerSGDState(process_group=_Group(2), matrix_approximation_rank=rank, start_powerSGD_iter=2)
@@ -226,6 +291,8 @@ def test_the_powersgd_model_issues_what_pytorch_s_hook_issues(issued, rank):
     ps.powerSGD_hook(state, bucket).wait()  # warm started: the same collectives
     model = TorchPowerSGDExchange(rank).collectives(CNN_NUMEL, CNN_WIDE, 2)
     assert [("all_reduce", n) for n in issued] == model * 2
+    # the P and Q all_reduces are waited for inside the callbacks that issue them; the first is chained on
+    assert tuple(waited) == TorchPowerSGDExchange(rank).waits_inside * 2
     if rank == 4:  # by hand: biases and the first conv (64 x 9: 584 > 576) go plain; P and Q of the others
         assert model == [("all_reduce", 4 * (10 + 256 + 128 + 64 + 576)), ("all_reduce", 4 * 4 * (10 + 256 + 128)),
                          ("all_reduce", 4 * 4 * (256 + 2048 + 576))]

@@ -232,7 +232,8 @@ def _own_cores(profile: StepProfile) -> StepProfile:
     """``profile``'s CPU times divided by its ``shared`` (:func:`calibrated`, ranks that shared cores)."""
     c = profile.shared
     exchanges = None if profile.exchanges is None else tuple(
-        replace(e, hook=e.hook / c, gaps=tuple(g / c for g in e.gaps), tail=None if e.tail is None else e.tail / c)
+        replace(e, hook=e.hook / c, gaps=tuple(g / c for g in e.gaps), tail=None if e.tail is None else e.tail / c,
+                lead=e.lead / c)
         for e in profile.exchanges)
     floor = f"; its own step ({profile.loop_seconds or 0:.4g} s) stays the floor at {profile.world} ranks"
     return replace(profile, forward=profile.forward / c, backward=profile.backward / c,

@@ -18,7 +18,12 @@ gradwire runs it (:mod:`gradwire.strategies.registry`):
   the plain all_reduce (``warmup=True`` plans them; the steady state is the
   default), PyTorch's PowerSGD the first ``start`` (10);
 - one bucket at a time (PyTorch's PowerSGD), and the strategy's own passes
-  over each bucket (``delayed``'s copies and update), priced by the host.
+  over each bucket (``delayed``'s copies and update), priced by the host;
+- on the simulated cluster clock (a profile recorded on it), the clock's
+  rules for such a chained hook (``Plan.chained``, :mod:`.simulate`): its
+  work runs off the training thread (measured as ``MeasuredExchange.lead``,
+  the hook itself reading about 0), and a collective the hook waits for
+  inside a callback (``ExchangeModel.waits_inside``) holds nothing.
 
 ``handler`` (per-parameter all_reduce from autograd hooks) is not a bucket
 strategy and is refused.
@@ -35,7 +40,7 @@ strategy's passes over the buckets.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from typing import Sequence, Union
 
@@ -119,8 +124,8 @@ def bucket_exchange(numel: int, element_size: int, compressor: str | ExchangeMod
     ex = _exchange(numel, nbytes, compressor, world, cost, shapes)
     if host is None:
         return ex
-    return Exchange(ex.encode, tuple(Phase(p.op, p.nbytes, p.before, max(p.floor, host.floors(p.op, p.nbytes)),
-                                           host.work(p.op, p.nbytes) if host.work.points else None)
+    return Exchange(ex.encode, tuple(replace(p, floor=max(p.floor, host.floors(p.op, p.nbytes)),
+                                             held=host.work(p.op, p.nbytes) if host.work.points else None)
                                      for p in ex.phases), ex.decode)
 
 
@@ -155,7 +160,8 @@ def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio |
     return Exchange(encode, tuple(phases), decode)
 
 
-def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int, hook_only: bool = False) -> Exchange:
+def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int, hook_only: bool = False,
+              chained: bool = False) -> Exchange:
     """``ex`` with the profile's own CPU times (and, at the measured world size, its floors).
 
     ``hook_only``: keep only the hook's time. An exchange that overlapped
@@ -163,14 +169,26 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     collectives and callbacks took turns with it); the replay charges their
     own work (``ex``: the host's floors, the codec's stages) to the compute
     instead, so the measured durations would count the contention twice.
+    ``chained``: the hook ran off the training thread (``Plan.chained``): its
+    work is the measured ``lead`` too (the hook itself reads about 0 there).
     """
+    encode = m.hook + (m.lead if chained else 0.0)
     if hook_only:
-        return Exchange(m.hook, ex.phases, ex.decode)
+        return Exchange(encode, ex.phases, ex.decode)
     floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
-    phases = tuple(Phase(p.op, p.nbytes, before=m.gaps[j - 1] if j else 0.0, floor=floors[j], held=p.held)
+    phases = tuple(replace(p, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
                    for j, p in enumerate(ex.phases))
     decode = ex.decode if m.tail is None else m.tail
-    return Exchange(m.hook, phases, decode)
+    return Exchange(encode, phases, decode)
+
+
+def _on_clock(ex: Exchange, model: ExchangeModel) -> Exchange:
+    """``ex`` as the simulated clock runs it: a collective the hook waits for inside a callback holds nothing
+    (``Phase.awaited`` False, :mod:`gradwire.predict.simulate`)."""
+    waits = model.waits_inside
+    if len(waits) != len(ex.phases):
+        return ex
+    return Exchange(ex.encode, tuple(replace(p, awaited=not w) for p, w in zip(ex.phases, waits)), ex.decode)
 
 
 def same_strategy(label: str | None, choice: StrategyChoice) -> bool:
@@ -212,13 +230,18 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
         return Plan(kind, (ex,), period=period, overlapped=overlapped)
     exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost, b.shapes, host)
                  for b in profile.buckets]
+    serial = traits.one_bucket_at_a_time and ratio is None
+    # the simulated clock runs a chained hook off the training thread and sees no wait inside its callbacks
+    chained = serial and profile.on_sim_clock
+    if profile.on_sim_clock and compressor is not None and not isinstance(compressor, (str, Ratio)):
+        exchanges = [_on_clock(ex, compressor) for ex in exchanges]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
         if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):
             hook_only = kind is Kind.NEXT_STEP and host is not None and host.busy_cores
-            exchanges = [_measured(ex, m, world, profile.world, hook_only)
+            exchanges = [_measured(ex, m, world, profile.world, hook_only, chained)
                          for ex, m in zip(exchanges, profile.exchanges)]
     if host is not None and traits.copies and ratio is None:
         exchanges = [Exchange(ex.encode + traits.copies * host.copy(b.numel), ex.phases, ex.decode)
                      for ex, b in zip(exchanges, profile.buckets)]
-    return Plan(kind, tuple(exchanges), serial=traits.one_bucket_at_a_time and ratio is None)
+    return Plan(kind, tuple(exchanges), serial=serial, chained=chained)

@@ -134,15 +134,33 @@ def _exchange_row(step: dict[str, Any], layout: tuple[int, ...], following: dict
         end = c["issued"] + c["inner"]
         own[id(c)] = max(0.0, end - max(c["issued"], inner_free))
         inner_free = max(inner_free, end)
-    row = []
+    row, previous = [], None
     for bucket, ex in zip(step["buckets"], exchanges):
+        lead = _lead(bucket, ex[0], previous)
+        previous = ex[0]
         gaps = [max(0.0, b["issued"] - a["completed"]) for a, b in zip(ex, ex[1:])]
         # a hook that hands DDP its bucket at once (delayed) completes before its exchange: decode unseen
         seen_done = bucket["done"] is not None and bucket["done"] >= ex[-1]["completed"]
         tail = bucket["done"] - ex[-1]["completed"] if seen_done else None
         row.append(MeasuredExchange(tuple(c["op"] for c in ex), bucket["hook"], tuple(own[id(c)] for c in ex),
-                                    tuple(gaps), tail))
+                                    tuple(gaps), tail, lead))
     return row
+
+
+def _lead(bucket: dict[str, Any], first: dict[str, Any], previous: dict[str, Any] | None) -> float:
+    """Seconds from the later of the hook's return and the previous exchange's first issue to this exchange's
+    first issue (:attr:`MeasuredExchange.lead`).
+
+    Trap: a hook gated behind the whole previous exchange (a ``Sequencer``'s
+    turn, or one bucket at a time in real time) also counts its wait here;
+    the step model uses ``lead`` only where the clock gates a hook behind the
+    previous hook alone (``Plan.chained``), whose end is the previous first
+    issue.
+    """
+    start = bucket["ready"] + bucket["hook"]
+    if previous is not None:
+        start = max(start, previous["issued"])
+    return max(0.0, first["issued"] - start)
 
 
 def _medians(rows: list[list[MeasuredExchange]]) -> tuple[MeasuredExchange, ...] | None:
@@ -157,7 +175,7 @@ def _medians(rows: list[list[MeasuredExchange]]) -> tuple[MeasuredExchange, ...]
             ops, _median([m.hook for m in per_bucket]),
             tuple(_median(v) for v in zip(*(m.inner for m in per_bucket))),
             tuple(_median(v) for v in zip(*(m.gaps for m in per_bucket))),
-            _median(tails) if len(tails) == len(per_bucket) else None))
+            _median(tails) if len(tails) == len(per_bucket) else None, _median([m.lead for m in per_bucket])))
     return tuple(out)
 
 

@@ -43,6 +43,24 @@ through :func:`gradwire.exchange.futures.one_bucket_at_a_time`) starts bucket
 thread when bucket ``k`` is ready later than that, else on the callback
 thread, at that completion (backward goes on meanwhile).
 
+On the simulated cluster clock (``Plan.chained``: a profile recorded on it,
+:mod:`gradwire.backend.simclock`), the chain of such a hook follows the
+clock's rules, not this host's threads:
+
+- each bucket's hook is a stage chained on the previous bucket's
+  (:func:`gradwire.exchange.futures.then_async`): the clock prices it on the
+  communication side, never on the training thread, from the later of its
+  bucket's ready instant and the previous hook's end. The hook returns a
+  future of its own that carries no instant, so the previous *exchange*
+  does not gate it on the clock (in real time it does); ``Exchange.encode``
+  is that off-thread work, and backward's compute goes on beside it;
+- a collective the hook waits for with ``Future.wait()`` inside a callback
+  (``Phase.awaited`` False: PyTorch's PowerSGD waits so for its P and Q
+  all_reduces) holds nothing on the clock, which sees no such wait: the work
+  after it starts at its issue, beside its transfer. The exchange still
+  completes no sooner than that collective (the clock observes every op of
+  the backward it was issued in).
+
 Busy cores (``simulate(..., busy_cores=True)``): when every core of the host
 runs a training rank (a CPU job with a rank per core), the background work
 of a rank, its real collectives and its callbacks, has no core of its own:
@@ -99,6 +117,9 @@ class Phase:
     """seconds the real collective took where the profile was measured (never faster than that)"""
     held: float | None = None
     """CPU seconds the real collective takes from its rank, with busy cores (None: all of its ``floor``)"""
+    awaited: bool = True
+    """whether the work after it (the next collective's ``before``, or the decode) starts at its completion;
+    False: at its issue, beside its transfer (a wait the simulated clock does not see: module doc)"""
 
 
 @dataclass(frozen=True)
@@ -125,6 +146,9 @@ class Plan:
     overlapped: bool = False
     serial: bool = False
     """bucket k's exchange starts once bucket k-1's completed (module doc)"""
+    chained: bool = False
+    """a serial plan on the simulated cluster clock: each hook runs off the training thread, from the later of
+    its bucket's ready instant and the previous hook's end (module doc)"""
 
 
 @dataclass(frozen=True)
@@ -268,13 +292,18 @@ MAX_REPLAYED_STEPS = 20_000
 
 
 def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
-    """Issue ``ex``, whose hook ended at ``issue``; return when its result is in place."""
+    """Issue ``ex``, whose hook ended at ``issue``; return when its result is in place.
+
+    The work after a collective (the next one's ``before``, the decode)
+    starts at its completion, or at its issue when it is not ``awaited``;
+    the result is in place when that work and every collective are done.
+    """
     issue = max(issue, st.gate)
-    done = issue
+    done = after = issue  # the latest completion; when the next callback may start
     st.codec += ex.encode
     for j, ph in enumerate(ex.phases):
         if j:
-            begin = max(done, st.callbacks)
+            begin = max(after, st.callbacks)
             issue = begin + ph.before
             st.hold(begin, issue)
             st.callbacks = issue
@@ -284,28 +313,36 @@ def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
         st.link = start + seconds
         st.busy += seconds
         st.wire += wire
-        done = start + seconds
+        end = start + seconds
         if ph.floor:
             begin = max(issue, st.inner)
             st.inner = begin + ph.floor
             st.hold(begin, begin + (ph.floor if ph.held is None else min(ph.held, ph.floor)))
-            done = max(done, st.inner)
+            end = max(end, st.inner)
+        done = max(done, end)
+        after = end if ph.awaited else issue
         st.gate = issue
     if ex.decode:
-        begin = max(done, st.callbacks)
-        done = begin + ex.decode
-        st.hold(begin, done)
-        st.callbacks = done
+        begin = max(after, st.callbacks)
+        st.hold(begin, begin + ex.decode)
+        st.callbacks = begin + ex.decode
         st.codec += ex.decode
+        done = max(done, st.callbacks)
     return done
 
 
 def _backward(b0: float, backward: float, ready: Sequence[float], plan: Plan, st: _State,
               price: Price) -> tuple[float, list[float]]:
     """One backward from ``b0``: when its compute ends, and when each bucket's exchange completes."""
-    t, at, fins = b0, 0.0, list[float]()
+    t, at, fins, hooked = b0, 0.0, list[float](), b0
     for r, ex in zip(ready, plan.exchanges):
         t, at = st.compute(t, r - at), r
+        if plan.chained:  # the simulated clock: the hook off the training thread, after the previous hook
+            begin = max(t, hooked)
+            hooked = begin + ex.encode
+            st.hold(begin, hooked)
+            fins.append(_run(ex, hooked, st, price))
+            continue
         if plan.serial and fins and fins[-1] > t:  # the hook runs when the previous exchange completed
             begin = max(fins[-1], st.callbacks)
             st.callbacks = begin + ex.encode

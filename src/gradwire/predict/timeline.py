@@ -88,6 +88,11 @@ class MeasuredExchange:
     """per collective after the first: seconds from the previous one's completion to its issue (callbacks)"""
     tail: float | None = None
     """seconds from the last collective's completion to the hook's future completing (decode); None: not seen"""
+    lead: float = 0.0
+    """seconds from the hook's return (or, if later, the previous exchange's first collective) to its first
+    collective's issue: the hook's work that did not run on the training thread. On the simulated clock a hook
+    chained behind the previous bucket's (PyTorch's PowerSGD, one bucket at a time) is priced on the
+    communication side: ``hook`` reads 0 and its compression is here. About 0 for a hook that issues at once"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -96,7 +101,7 @@ class MeasuredExchange:
         if len(self.inner) != len(self.ops) or len(self.gaps) != max(0, len(self.ops) - 1):
             raise ValueError(f"a measured exchange of {len(self.ops)} collectives needs as many inner times and "
                              f"one gap fewer, got {len(self.inner)} and {len(self.gaps)}")
-        for v in (self.hook, *self.inner, *self.gaps, *(() if self.tail is None else (self.tail,))):
+        for v in (self.hook, self.lead, *self.inner, *self.gaps, *(() if self.tail is None else (self.tail,))):
             _finite(v, "a measured exchange time")
 
 
@@ -196,7 +201,8 @@ class StepProfile:
 
         exchanges = None if self.exchanges is None else tuple(
             MeasuredExchange(e.ops, e.hook * factor, tuple(t * factor for t in e.inner),
-                             tuple(t * factor for t in e.gaps), None if e.tail is None else e.tail * factor)
+                             tuple(t * factor for t in e.gaps), None if e.tail is None else e.tail * factor,
+                             e.lead * factor)
             for e in self.exchanges)
         return replace(self, forward=self.forward * factor, backward=self.backward * factor,
                        optimizer=self.optimizer * factor, exchanges=exchanges, finalize=self.finalize * factor,
