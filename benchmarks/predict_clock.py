@@ -214,11 +214,16 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
     ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
+    ap.add_argument("--changing-epochs", type=int, default=None,
+                    help="of compare's runs on the changing network, on every device (default: 10 on cpu-core, "
+                         f"{GPU_CHANGING_EPOCHS} on a GPU; at 8 ranks an epoch holds 4 times fewer steps than at 2)")
     ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
     ap.add_argument("--batch-size", type=int, default=BATCH,
                     help="per rank, for compare and predict alike (at 16 ranks 64 leaves one full batch an epoch)")
     args = ap.parse_args()
     EPOCHS, NAME, BATCH = args.epochs, args.name, args.batch_size
+    if args.changing_epochs is not None:
+        CHANGING_EPOCHS.update({d: args.changing_epochs for d in args.devices.split(",")})
     worlds = [int(w) for w in args.worlds.split(",")]
     devices = args.devices.split(",")
     if args.mode == "agree":
