@@ -19,7 +19,9 @@ depends on this host.
 hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
 against the quiet run's.
 
-Results: ``benchmarks/results/predict_clock/{agree,hosts}.json`` (``--name`` another file).
+Results: ``benchmarks/results/predict_clock/{agree,hosts}.json`` (``--name`` another file). ``--strategies`` reruns
+some of them; with ``--merge`` their rows replace theirs in the results file and the other rows stay (each row
+says when it was measured).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,7 @@ MODEL, BATCH, EPOCHS = "cnn-wide", 64, 3
 CHANGING_EPOCHS = {"cpu-core": 10}
 GPU_CHANGING_EPOCHS = 30
 NAME: str | None = None
+MERGE = False
 
 
 def _run(cmd: list[str]) -> None:
@@ -115,6 +119,8 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
 
 #: (device, world, strategy) -> simulated seconds compare's run on the changing network lasted
 SPANS: dict[tuple[str, int, str], float] = {}
+#: the day this run measured its rows
+MEASURED = time.strftime("%Y-%m-%d")
 
 
 def over_span(res: dict[str, Any], strategy: str, device: str, world: int) -> float:
@@ -166,7 +172,7 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
                 for (net, strategy), step in sorted(measured.items()):
                     p = predicted[(net, strategy)]
                     row = {"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
-                           "strategy": strategy, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
+                           "strategy": strategy, "measured": MEASURED, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
                            "error": p / step - 1}
                     if net == "changing":  # like with like: the same stretch of the schedule
                         span = predicted[("span", strategy)]
@@ -175,11 +181,16 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
                     rows.append(row)
                     print(f"{device:9} {world:2} {net:14} {strategy:17} compare {step * 1e3:8.2f} ms  predict "
                           f"{row['predict_ms']:8.2f} ms  {row['error']:+.1%}", flush=True)
+    path = RESULTS / f"{NAME or 'agree'}.json"
+    if MERGE and path.exists():  # the other strategies' rows, as measured before
+        rerun = {(r["device"], r["world"], r["strategy"]) for r in rows}
+        rows = [r for r in json.loads(path.read_text())["rows"]
+                if (r["device"], r["world"], r["strategy"]) not in rerun] + rows
     worst = max(rows, key=lambda r: abs(r["error"]))
     within = sum(abs(r["error"]) <= 0.05 for r in rows)
     print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
           f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
-    write_results(RESULTS / f"{NAME or 'agree'}.json", rows, clock="simulated cluster clock (both sides)",
+    write_results(path, rows, clock="simulated cluster clock (both sides)",
                   within_5pct=within, points=len(rows), largest_error=worst["error"], model=MODEL, batch_size=BATCH,
                   epochs=EPOCHS)
 
@@ -206,7 +217,7 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
 
 
 def main() -> None:
-    global EPOCHS, NAME, BATCH
+    global EPOCHS, NAME, BATCH, STRATEGIES, MERGE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("agree", "hosts"))
     ap.add_argument("--worlds", default="2,4")
@@ -220,8 +231,15 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="results file name (default: the mode's)")
     ap.add_argument("--batch-size", type=int, default=BATCH,
                     help="per rank, for compare and predict alike (at 16 ranks 64 leaves one full batch an epoch)")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="a subset of " + ",".join(STRATEGIES))
+    ap.add_argument("--merge", action="store_true",
+                    help="agree: keep the other strategies' rows of the results file, replace these ones'")
     args = ap.parse_args()
-    EPOCHS, NAME, BATCH = args.epochs, args.name, args.batch_size
+    EPOCHS, NAME, BATCH, MERGE = args.epochs, args.name, args.batch_size, args.merge
+    unknown = set(args.strategies.split(",")) - set(STRATEGIES)
+    if unknown:
+        ap.error(f"--strategies: {','.join(sorted(unknown))} not among {','.join(STRATEGIES)}")
+    STRATEGIES = tuple(s for s in STRATEGIES if s in args.strategies.split(","))
     if args.changing_epochs is not None:
         CHANGING_EPOCHS.update({d: args.changing_epochs for d in args.devices.split(",")})
     worlds = [int(w) for w in args.worlds.split(",")]

@@ -96,3 +96,29 @@ def own_timers(rank: int, world: int, matmuls: int) -> dict:
     seen["other_thread_is_real"] = other[0] < 0.01
     dist.destroy_process_group()
     return seen
+
+
+def callback_wait(rank: int, world: int, matmuls: int) -> dict:
+    """A callback issues a collective and waits for it on its future, then computes (PyTorch's PowerSGD hook)."""
+    import gradwire
+
+    _init(rank, world, NET)
+    first, second = torch.ones(ELEMENTS), torch.ones(ELEMENTS)
+    a = torch.randn(512, 512)
+    dist.barrier()
+    t0 = gradwire.clock()
+    seen: dict = {}
+
+    def then(fut: torch.futures.Future) -> torch.Tensor:
+        fut.value()
+        seen["issued"] = gradwire.clock() - t0
+        dist.all_reduce(second, async_op=True).get_future().wait()
+        seen["waited"] = gradwire.clock() - t0
+        seen["priced"] = _compute(matmuls, a)
+        seen["computed"] = gradwire.clock() - t0
+        return second
+
+    dist.all_reduce(first, async_op=True).get_future().then(then).wait()
+    seen["value"] = second[0].item()
+    dist.destroy_process_group()
+    return seen

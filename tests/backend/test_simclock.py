@@ -56,3 +56,13 @@ def test_trainings_in_turns_in_one_set_of_processes_time_alike() -> None:
     first, _, again = run_in_turns(configs, 2, timeout=300)
     for a, b in zip(first, again):
         assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
+
+
+def test_a_callbacks_wait_for_the_collective_it_issued_is_seen() -> None:
+    """PyTorch's PowerSGD hook issues its P all_reduce in a callback, waits for it on its future, then computes
+    Q: on the clock that compute starts at the P all_reduce's end, as on a GPU, not at its issue."""
+    for r in spawn(sim_workers.callback_wait, 2, (100,), timeout=120):
+        assert r["value"] == 2.0
+        transfer = r["issued"]  # the first all_reduce of the same size, from the barrier
+        assert r["waited"] - r["issued"] == pytest.approx(transfer, rel=0.05), r
+        assert r["computed"] - r["waited"] == pytest.approx(r["priced"], rel=0.02), r

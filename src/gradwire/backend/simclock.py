@@ -33,6 +33,10 @@ Where a completion is observed (each op carries a *tag* that says where):
   another op's issue observes nothing (when an op really completes depends
   on this host, and the clock must not). A future's ``wait()`` outside a
   strategy is not seen: the clock then does not include that wait.
+- A callback's wait for an op it issued (``get_future().wait()``, as
+  PyTorch's PowerSGD hook waits for its P and Q all_reduces): the future a
+  callback gets observes its wait (:class:`gradwire.backend.work._WaitedFuture`),
+  so the callback's compute after it starts at the op's end.
 
 Callbacks of a completed op run on a delivery thread *at the op's end* on
 the simulated clock: their compute (decompression, PowerSGD's matmuls) is
@@ -203,6 +207,10 @@ class SimClock:
     # ---- metering ----------------------------------------------------------
     def _paused(self) -> bool:
         return self._tls.paused > 0
+
+    def delivering_now(self) -> bool:
+        """Whether this thread runs callbacks of an op (or a chain's stage) at an instant of its own."""
+        return self.enabled and self._tls.context is not None
 
     def in_backend(self) -> bool:
         """Whether this thread runs the backend's own work now (on either clock): not the rank's compute."""

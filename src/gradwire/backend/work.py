@@ -356,6 +356,43 @@ class Pending:
         )
 
 
+class _WaitedFuture(Future):
+    """An op's future handed to a callback on the simulated clock: ``wait()`` moves the callback's time to the
+    op's end (:meth:`~gradwire.backend.simclock.SimClock.observe_op`).
+
+    A callback that issues a collective and waits for it (PyTorch's PowerSGD
+    hook: ``dist.all_reduce(p, async_op=True).get_future().wait()``, then the
+    matmuls for ``Q``) computes after the collective on a real cluster; the
+    clock cannot see a wait on torch's own future type, so a callback gets
+    this one. Only there: a future that reaches DDP's reducer must carry a
+    C++ error (module doc), which a Python future cannot.
+    """
+
+    def __init__(self, end: float) -> None:
+        super().__init__()
+        self._end = end
+
+    def wait(self) -> Any:
+        value = super().wait()
+        SIMCLOCK.observe_op(self._end)
+        return value
+
+
+def _waited(future: Future, end: float) -> Future:
+    """``future``'s outcome on a :class:`_WaitedFuture` that ends at ``end``."""
+    waited = _WaitedFuture(end)
+    SIMCLOCK.stamp(waited, end)
+
+    def settle(done: Future) -> None:
+        try:
+            waited.set_result(done.value())
+        except BaseException as exc:  # noqa: BLE001 - the waiter sees it
+            waited.set_exception(exc)
+
+    future.add_done_callback(settle)
+    return waited
+
+
 class GradwireWork(dist._Work):
     """A Work that completes when the simulated network delivers the data."""
 
@@ -388,7 +425,11 @@ class GradwireWork(dist._Work):
         return True
 
     def get_future(self) -> Future:
-        return self._pending.chain()
+        pending = self._pending
+        future = pending.chain()
+        if pending.simulated and SIMCLOCK.delivering_now():
+            return _waited(future, pending.event.modelled_done)
+        return future
 
     def is_completed(self) -> bool:
         p = self._pending

@@ -22,8 +22,7 @@ gradwire runs it (:mod:`gradwire.strategies.registry`):
 - on the simulated cluster clock (a profile recorded on it), the clock's
   rules for such a chained hook (``Plan.chained``, :mod:`.simulate`): its
   work runs off the training thread (measured as ``MeasuredExchange.lead``,
-  the hook itself reading about 0), and a collective the hook waits for
-  inside a callback (``ExchangeModel.waits_inside``) holds nothing.
+  the hook itself reading about 0).
 
 ``handler`` (per-parameter all_reduce from autograd hooks) is not a bucket
 strategy and is refused.
@@ -182,15 +181,6 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     return Exchange(encode, phases, decode)
 
 
-def _on_clock(ex: Exchange, model: ExchangeModel) -> Exchange:
-    """``ex`` as the simulated clock runs it: a collective the hook waits for inside a callback holds nothing
-    (``Phase.awaited`` False, :mod:`gradwire.predict.simulate`)."""
-    waits = model.waits_inside
-    if len(waits) != len(ex.phases):
-        return ex
-    return Exchange(ex.encode, tuple(replace(p, awaited=not w) for p, w in zip(ex.phases, waits)), ex.decode)
-
-
 def same_strategy(label: str | None, choice: StrategyChoice) -> bool:
     """Whether a profile's strategy label names ``choice`` (a hook predict does not know names nothing)."""
     if label is None:
@@ -231,10 +221,8 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
     exchanges = [bucket_exchange(b.numel, b.element_size, compressor, world, cost, b.shapes, host)
                  for b in profile.buckets]
     serial = traits.one_bucket_at_a_time and ratio is None
-    # the simulated clock runs a chained hook off the training thread and sees no wait inside its callbacks
+    # the simulated clock runs a chained hook off the training thread
     chained = serial and profile.on_sim_clock
-    if profile.on_sim_clock and compressor is not None and not isinstance(compressor, (str, Ratio)):
-        exchanges = [_on_clock(ex, compressor) for ex in exchanges]
     if measured and profile.exchanges is not None:
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
         if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):

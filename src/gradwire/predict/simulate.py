@@ -55,11 +55,8 @@ clock's rules, not this host's threads:
   does not gate it on the clock (in real time it does); ``Exchange.encode``
   is that off-thread work, and backward's compute goes on beside it;
 - a collective the hook waits for with ``Future.wait()`` inside a callback
-  (``Phase.awaited`` False: PyTorch's PowerSGD waits so for its P and Q
-  all_reduces) holds nothing on the clock, which sees no such wait: the work
-  after it starts at its issue, beside its transfer. The exchange still
-  completes no sooner than that collective (the clock observes every op of
-  the backward it was issued in).
+  (PyTorch's PowerSGD waits so for its P and Q all_reduces) holds the work
+  after it until it completes, as everywhere else: the clock sees that wait.
 
 Busy cores (``simulate(..., busy_cores=True)``): when every core of the host
 runs a training rank (a CPU job with a rank per core), the background work
@@ -117,9 +114,6 @@ class Phase:
     """seconds the real collective took where the profile was measured (never faster than that)"""
     held: float | None = None
     """CPU seconds the real collective takes from its rank, with busy cores (None: all of its ``floor``)"""
-    awaited: bool = True
-    """whether the work after it (the next collective's ``before``, or the decode) starts at its completion;
-    False: at its issue, beside its transfer (a wait the simulated clock does not see: module doc)"""
 
 
 @dataclass(frozen=True)
@@ -295,8 +289,8 @@ def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
     """Issue ``ex``, whose hook ended at ``issue``; return when its result is in place.
 
     The work after a collective (the next one's ``before``, the decode)
-    starts at its completion, or at its issue when it is not ``awaited``;
-    the result is in place when that work and every collective are done.
+    starts at its completion; the result is in place when that work and
+    every collective are done.
     """
     issue = max(issue, st.gate)
     done = after = issue  # the latest completion; when the next callback may start
@@ -320,7 +314,7 @@ def _run(ex: Exchange, issue: float, st: _State, price: Price) -> float:
             st.hold(begin, begin + (ph.floor if ph.held is None else min(ph.held, ph.floor)))
             end = max(end, st.inner)
         done = max(done, end)
-        after = end if ph.awaited else issue
+        after = end
         st.gate = issue
     if ex.decode:
         begin = max(after, st.callbacks)

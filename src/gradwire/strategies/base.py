@@ -96,13 +96,6 @@ class ExchangeModel(Protocol):
         training thread), between each two (a completion callback) and after the last (the decode)."""
         ...
 
-    @property
-    def waits_inside(self) -> tuple[bool, ...]:
-        """Per collective, in order: whether the hook waits for it with ``Future.wait()`` inside a callback
-        (and goes on in that callback) rather than chaining its next stage on the collective's future. The
-        simulated cluster clock does not see such a wait (:mod:`gradwire.backend.simclock`)."""
-        ...
-
 
 @dataclass(frozen=True)
 class ExchangeTraits:

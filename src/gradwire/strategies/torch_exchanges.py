@@ -31,8 +31,7 @@ the collectives against the real hooks):
 
     Three collectives, one after another. The callback of the first issues
     the second and waits for it with ``.wait()`` on its future, and so does
-    the next callback for the third (:attr:`~TorchPowerSGDExchange.waits_inside`):
-    only the first is chained on (``.then``).
+    the next callback for the third: only the first is chained on (``.then``).
 
 Trap: without the parameters' shapes (a profile that recorded only bucket
 sizes) the PowerSGD model views the bucket as one near-square matrix, as
@@ -76,11 +75,6 @@ class TorchFP16Exchange:
     def collectives(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int) -> list[tuple[str, int]]:
         return [("all_reduce", 2 * numel)]
 
-    @property
-    def waits_inside(self) -> tuple[bool, ...]:
-        """The decode is chained on the all_reduce's future."""
-        return (False,)
-
     def stages(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int,
                device: str) -> list[Callable[[], object]]:
         flat, _ = _bucket(numel, (), device)
@@ -121,12 +115,6 @@ class TorchPowerSGDExchange:
             else:
                 plain += n * m
         return [("all_reduce", 4 * plain), ("all_reduce", 4 * ps), ("all_reduce", 4 * qs)]
-
-    @property
-    def waits_inside(self) -> tuple[bool, ...]:
-        """The uncompressed all_reduce is chained on (``.then``); the P and Q all_reduces are waited for
-        (``.get_future().wait()``) inside the callbacks that issue them, which go on to the next stage."""
-        return (False, True, True)
 
     def stages(self, numel: int, shapes: Sequence[tuple[int, ...]], world: int,
                device: str) -> list[Callable[[], object]]:
