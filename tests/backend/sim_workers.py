@@ -122,3 +122,28 @@ def callback_wait(rank: int, world: int, matmuls: int) -> dict:
     seen["value"] = second[0].item()
     dist.destroy_process_group()
     return seen
+
+
+def chained_hooks(rank: int, world: int) -> dict:
+    """Two buckets through ``one_bucket_at_a_time`` of a hook whose future is a ``then`` of its all_reduce's
+    (PyTorch's hooks return such futures): when each hook starts, from the barrier. The second bucket comes
+    once the first exchange really ended (as when this host is fast): its hook runs at once, in this thread."""
+    import gradwire
+    from gradwire.exchange.futures import one_bucket_at_a_time
+
+    _init(rank, world, NET)
+    starts: list[float] = []
+
+    def hook(state: object, bucket: torch.Tensor) -> torch.futures.Future:
+        starts.append(gradwire.clock())
+        return dist.all_reduce(bucket, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    run = one_bucket_at_a_time(hook)
+    first, second = torch.ones(ELEMENTS), torch.ones(ELEMENTS)
+    dist.barrier()
+    t0 = gradwire.clock()
+    run(None, first).wait()
+    run(None, second).wait()
+    seen = {"starts": [s - t0 for s in starts], "value": second[0].item()}
+    dist.destroy_process_group()
+    return seen

@@ -66,3 +66,14 @@ def test_a_callbacks_wait_for_the_collective_it_issued_is_seen() -> None:
         transfer = r["issued"]  # the first all_reduce of the same size, from the barrier
         assert r["waited"] - r["issued"] == pytest.approx(transfer, rel=0.05), r
         assert r["computed"] - r["waited"] == pytest.approx(r["priced"], rel=0.02), r
+
+
+def test_one_bucket_at_a_time_starts_a_hook_when_the_previous_exchange_ended() -> None:
+    """PyTorch's PowerSGD runs one bucket at a time (:func:`~gradwire.exchange.futures.one_bucket_at_a_time`);
+    its future is a ``then`` of a ``then``, which carries no instant of the clock's: the next bucket's hook
+    still starts at the previous exchange's end, as in real time, whichever thread runs it."""
+    for r in spawn(sim_workers.chained_hooks, 2, (), timeout=120):
+        assert r["value"] == 2.0
+        first, second = r["starts"]
+        assert first == pytest.approx(0.0, abs=1e-3)
+        assert second > 0.3, r  # a 4 MiB all_reduce at 100 Mbit/s: about 0.34 s

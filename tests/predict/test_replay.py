@@ -109,15 +109,20 @@ def test_one_bucket_at_a_time_starts_each_exchange_when_the_last_one_completed()
 
 
 def test_on_the_simulated_clock_a_chained_hook_takes_nothing_from_backward():
-    """``Plan.chained``: each hook runs off the training thread, after the previous hook (not the previous
-    exchange). Buckets at 5 and 6 ms of a 20 ms backward, hooks of 2 ms, 1 ms on the link, 1 ms of decode."""
+    """``Plan.chained``: each hook runs off the training thread, after the previous exchange completed. Buckets
+    at 5 and 6 ms, hooks of 2 ms, 1 ms on the link, 1 ms of decode."""
     ex = Exchange(0.002, (Phase("all_reduce", 1000),), 0.001)
     serial = Plan(Kind.BLOCKING, (ex, ex), serial=True)
     chained = Plan(Kind.BLOCKING, (ex, ex), serial=True, chained=True)
-    # in real time: the first hook on backward (5-7), the second after the first exchange (9-11): backward 22
+    # a 20 ms backward, in real time: the first hook on backward (5-7), the second after the first exchange (9-11)
     assert simulate(0.0, 0.020, 0.0, [0.005, 0.006], serial, fixed(0.001)).step_seconds == pytest.approx(0.022)
-    # on the clock: hooks 5-7 and 7-9 beside backward, exchanges done at 9 and 11: backward's 20 ms
+    # on the clock: the hooks beside backward (5-7, then 9-11 after the first exchange): backward's 20 ms
     assert simulate(0.0, 0.020, 0.0, [0.005, 0.006], chained, fixed(0.001)).step_seconds == pytest.approx(0.020)
+    # a 10 ms backward: the second exchange ends the step, gated by the first (hook 9-11, link 11-12, decode
+    # 12-13), not by the first hook alone (hook 7-9, done at 11)
+    assert simulate(0.0, 0.010, 0.0, [0.005, 0.006], chained, fixed(0.001)).step_seconds == pytest.approx(0.013)
+    three = Plan(Kind.BLOCKING, (ex, ex, ex), serial=True, chained=True)  # each 4 ms after the one before
+    assert simulate(0.0, 0.010, 0.0, [0.005, 0.006, 0.007], three, fixed(0.001)).step_seconds == pytest.approx(0.017)
 
 
 def test_powersgd_on_the_simulated_clock_is_planned_by_the_clock_s_rules():

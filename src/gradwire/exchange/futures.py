@@ -166,6 +166,10 @@ def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], 
 
     def settle(inner: Future) -> None:
         done = SIMCLOCK.instant_of(inner)
+        if done is None and SIMCLOCK.delivering_now():
+            # a future of someone else's (PyTorch's PowerSGD returns a ``then`` of a ``then``) completed in the
+            # callback that runs now, at this instant: without it the next stage would start before it
+            done = SIMCLOCK.now()
         if ends or done is not None:  # the result is there when the later of the stage and its future is
             SIMCLOCK.stamp(out, max(ends + ([done] if done is not None else [])))
         try:

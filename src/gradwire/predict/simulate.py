@@ -49,11 +49,10 @@ clock's rules, not this host's threads:
 
 - each bucket's hook is a stage chained on the previous bucket's
   (:func:`gradwire.exchange.futures.then_async`): the clock prices it on the
-  communication side, never on the training thread, from the later of its
-  bucket's ready instant and the previous hook's end. The hook returns a
-  future of its own that carries no instant, so the previous *exchange*
-  does not gate it on the clock (in real time it does); ``Exchange.encode``
-  is that off-thread work, and backward's compute goes on beside it;
+  communication side, never on the training thread, from the latest of its
+  bucket's ready instant, the previous hook's end and the previous
+  exchange's completion (as in real time); ``Exchange.encode`` is that
+  off-thread work, and backward's compute goes on beside it;
 - a collective the hook waits for with ``Future.wait()`` inside a callback
   (PyTorch's PowerSGD waits so for its P and Q all_reduces) holds the work
   after it until it completes, as everywhere else: the clock sees that wait.
@@ -141,8 +140,8 @@ class Plan:
     serial: bool = False
     """bucket k's exchange starts once bucket k-1's completed (module doc)"""
     chained: bool = False
-    """a serial plan on the simulated cluster clock: each hook runs off the training thread, from the later of
-    its bucket's ready instant and the previous hook's end (module doc)"""
+    """a serial plan on the simulated cluster clock: each hook runs off the training thread, from the latest of
+    its bucket's ready instant, the previous hook's end and the previous exchange's completion (module doc)"""
 
 
 @dataclass(frozen=True)
@@ -331,8 +330,8 @@ def _backward(b0: float, backward: float, ready: Sequence[float], plan: Plan, st
     t, at, fins, hooked = b0, 0.0, list[float](), b0
     for r, ex in zip(ready, plan.exchanges):
         t, at = st.compute(t, r - at), r
-        if plan.chained:  # the simulated clock: the hook off the training thread, after the previous hook
-            begin = max(t, hooked)
+        if plan.chained:  # the simulated clock: the hook off the training thread, after the previous exchange
+            begin = max(t, hooked, fins[-1] if fins else t)
             hooked = begin + ex.encode
             st.hold(begin, hooked)
             fins.append(_run(ex, hooked, st, price))
