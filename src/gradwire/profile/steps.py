@@ -80,6 +80,7 @@ from typing import Any, Callable
 import torch
 
 from gradwire.backend.completer import CLOCK
+from gradwire.backend.simclock import SIMCLOCK
 
 __all__ = ["BucketStamp", "HookRecorder", "batch_of", "steps", "strategy_label"]
 
@@ -217,7 +218,11 @@ def _wrap(hook: Callable[..., Any]) -> Callable[..., Any]:
             r.buckets.append(stamp)
 
         def done(f: torch.futures.Future) -> Any:
-            stamp.done = CLOCK.now()
+            # on the simulated clock a future of the backend's or of an exchange's chain carries its instant: a
+            # future that completed before this callback was attached runs it at once, in this thread, whose
+            # reading is the training thread's, not the completion's
+            at = SIMCLOCK.instant_of(fut)
+            stamp.done = CLOCK.now() if at is None else at
             return f.value()
 
         return fut.then(done)
