@@ -20,7 +20,13 @@ with these things added that distributed work on one machine needs:
 
 5. Fast starts: ranks are forked from a ``forkserver`` that has imported
    torch, torch.distributed and gradwire once (importing torch costs seconds
-   of CPU per process; forking costs milliseconds). The server holds no
+   of CPU per process; forking costs milliseconds), and ``torch._dynamo``,
+   which the first ``DistributedDataParallel`` of a rank imports (2.7 s of
+   every rank on a quiet 2-core host, up to 7 s on a busy one; the test
+   suite's spawning files ran in a third to a half of the time with it
+   preloaded). Trap: what these modules read from the environment at import
+   (``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*``) is the server's, taken when it
+   started; set such variables before the first :func:`spawn`. The server holds no
    threads and no CUDA context, so each rank starts as clean as a spawned
    one. Two things a spawned process would read afresh are applied in the
    rank instead: the parent's environment as it is at :func:`spawn` (the
@@ -126,7 +132,7 @@ def report(value: Any) -> None:
 
 
 #: imported once by the fork server that ranks start from (module doc, item 5)
-PRELOAD = ("torch", "torch.distributed", "gradwire", "gradwire._forkserver")
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "gradwire", "gradwire._forkserver")
 
 
 def rank_context() -> Any:
