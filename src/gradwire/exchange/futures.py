@@ -31,8 +31,8 @@ from torch.futures import Future
 
 from gradwire.backend.simclock import SIMCLOCK
 
-__all__ = ["Sequencer", "Turn", "completed", "counted", "one_bucket_at_a_time", "then", "then_async",
-           "wait_before_exit"]
+__all__ = ["Sequencer", "Turn", "completed", "counted", "drain_at_destroy", "one_bucket_at_a_time", "then",
+           "then_async", "wait_before_exit"]
 
 T = TypeVar("T")
 
@@ -97,11 +97,45 @@ def _drain_at_exit() -> None:
     for fut in [f for pending in _pending for f in pending()]:
         while not fut.done() and time.monotonic() < deadline:
             time.sleep(0.001)
+    _drain(deadline)
+
+
+def _drain(deadline: float) -> None:
+    """Wait, with the GIL released, until no counted callback runs (at most until ``deadline``), then the margin."""
     if not _ran:
         return
     while _running and time.monotonic() < deadline:
         time.sleep(0.001)
     time.sleep(EXIT_MARGIN_SECONDS)
+
+
+def drain_at_destroy() -> None:
+    """Have ``torch.distributed.destroy_process_group`` first let the callbacks still running finish.
+
+    Trap: on a real backend (plain gloo) an exchange's callbacks run on the
+    backend's own thread, and may still run after DDP's wait returned (the
+    next exchange's turn, ``auto``'s bookkeeping). When the last reference
+    to the group goes (the DDP's reducer, freed as the function that built it
+    returns), ``~ProcessGroupGloo`` joins that thread while holding the GIL,
+    and the callback, waiting for the GIL, never returns: the rank hangs.
+    Waiting for the counted callbacks at ``destroy_process_group`` (the GIL
+    released) ends them first. Installed by ``import gradwire``; a script that
+    imported ``destroy_process_group`` by name before that calls torch's own.
+    """
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    real = dist.destroy_process_group
+    if getattr(real, "_drains_gradwire", False):
+        return
+
+    @functools.wraps(real)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        _drain(time.monotonic() + EXIT_WAIT_SECONDS)
+        return real(*args, **kwargs)
+
+    destroy_process_group._drains_gradwire = True  # type: ignore[attr-defined]
+    dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group
 
 
 def _staged(fut: Future, fn: Callable[[Any], T], ended: Callable[[float], None]) -> Callable[[Any], T]:
