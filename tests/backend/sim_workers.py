@@ -147,3 +147,26 @@ def chained_hooks(rank: int, world: int) -> dict:
     seen = {"starts": [s - t0 for s in starts], "value": second[0].item()}
     dist.destroy_process_group()
     return seen
+
+
+def callback_wait_fails(rank: int, world: int) -> dict:
+    """A callback waits for a collective that the simulated network finishes only past the group's timeout."""
+    import gradwire
+
+    torch.set_num_threads(1)
+    gradwire.configure(NET)
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=0.2))
+    small, large = torch.ones(1), torch.ones(ELEMENTS)  # the large one needs about 0.34 s
+    seen: dict = {}
+
+    def then(fut: torch.futures.Future) -> None:
+        fut.value()
+        try:
+            dist.all_reduce(large, async_op=True).get_future().wait()
+        except Exception as exc:  # noqa: BLE001 - what the callback sees is the result
+            seen["error"] = type(exc).__name__
+            seen["message"] = str(exc)
+
+    dist.all_reduce(small, async_op=True).get_future().then(then).wait()
+    dist.destroy_process_group()
+    return seen

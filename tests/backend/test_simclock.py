@@ -77,3 +77,10 @@ def test_one_bucket_at_a_time_starts_a_hook_when_the_previous_exchange_ended() -
         first, second = r["starts"]
         assert first == pytest.approx(0.0, abs=1e-3)
         assert second > 0.3, r  # a 4 MiB all_reduce at 100 Mbit/s: about 0.34 s
+
+
+def test_a_callbacks_wait_for_a_collective_that_times_out_raises_the_timeout() -> None:
+    """The future a callback waits on carries the op's own error, as ``Work.wait()`` (and gloo) raise it."""
+    for r in spawn(sim_workers.callback_wait_fails, 2, (), timeout=120):
+        assert r.get("error") == "DistBackendError", r
+        assert "timed out" in r["message"]

@@ -378,8 +378,10 @@ class _WaitedFuture(Future):
         return value
 
 
-def _waited(future: Future, end: float) -> Future:
-    """``future``'s outcome on a :class:`_WaitedFuture` that ends at ``end``."""
+def _waited(pending: Pending) -> Future:
+    """``pending``'s outcome on a :class:`_WaitedFuture`: its value, or its own error (a timeout stays a
+    ``DistBackendError``, as ``Work.wait()`` raises it, not the public future's RuntimeError)."""
+    end = pending.event.modelled_done
     waited = _WaitedFuture(end)
     SIMCLOCK.stamp(waited, end)
 
@@ -387,9 +389,9 @@ def _waited(future: Future, end: float) -> Future:
         try:
             waited.set_result(done.value())
         except BaseException as exc:  # noqa: BLE001 - the waiter sees it
-            waited.set_exception(exc)
+            waited.set_exception(pending.error if pending.error is not None else exc)
 
-    future.add_done_callback(settle)
+    pending.chain().add_done_callback(settle)
     return waited
 
 
@@ -426,10 +428,9 @@ class GradwireWork(dist._Work):
 
     def get_future(self) -> Future:
         pending = self._pending
-        future = pending.chain()
         if pending.simulated and SIMCLOCK.delivering_now():
-            return _waited(future, pending.event.modelled_done)
-        return future
+            return _waited(pending)
+        return pending.chain()
 
     def is_completed(self) -> bool:
         p = self._pending
