@@ -13,12 +13,12 @@ NET = "bandwidth=100mbit,latency=1ms,protocol=none,clock=sim,device=a100"
 ELEMENTS = 1 << 20
 
 
-def _init(rank: int, world: int, net: str) -> None:
+def _init(rank: int, world: int, net: str, timeout: float = 60.0) -> None:
     import gradwire
 
     torch.set_num_threads(1)
     gradwire.configure(net)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
 
 
 def _compute(n: int, a: torch.Tensor | None = None) -> float:
@@ -151,11 +151,7 @@ def chained_hooks(rank: int, world: int) -> dict:
 
 def callback_wait_fails(rank: int, world: int) -> dict:
     """A callback waits for a collective that the simulated network finishes only past the group's timeout."""
-    import gradwire
-
-    torch.set_num_threads(1)
-    gradwire.configure(NET)
-    dist.init_process_group("gradwire", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=0.2))
+    _init(rank, world, NET, timeout=0.2)
     small, large = torch.ones(1), torch.ones(ELEMENTS)  # the large one needs about 0.34 s
     seen: dict = {}
 
