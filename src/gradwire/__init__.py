@@ -25,8 +25,9 @@ from gradwire.backend import (  # noqa: E402 - registers the backend
     stats,
 )
 from gradwire._report import report  # noqa: E402
-from gradwire.exchange.futures import drain_at_destroy  # noqa: E402
+from gradwire.exchange.futures import drain_at_destroy, stage_callbacks_on_the_clock  # noqa: E402
 
 drain_at_destroy()  # an exchange's callbacks end before its group can go (the function's trap)
+stage_callbacks_on_the_clock()  # a callback on an op's future runs at the same instant on any host (its trap)
 
 __all__ = ["__version__", "clock", "configure", "events", "export_trace", "network", "report", "reset_stats", "stats"]

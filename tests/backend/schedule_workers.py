@@ -133,3 +133,31 @@ def network_now_across_a_drop(rank: int, world: int, net: str, period: float, ph
         out.append((time.perf_counter() - backend._origin, *dist.group.WORLD.network_now()))
     dist.barrier()
     return out
+
+
+def disagree_on_the_outage(rank: int, world: int, net: str, timeout_s: float) -> dict[str, Any]:
+    """Rank 0 issues its first all_reduce before the outage and its second in it; rank 1 its first in it.
+
+    Rank 1 times out first and ends; rank 0's second op, never matched, then sees its peer's connection close
+    (a real network in an outage would carry no close either). What it raises, and how long after its issue.
+    """
+    import torch
+    import torch.distributed as dist
+
+    import gradwire.backend as backend
+
+    _init(rank, world, net, timeout_s)
+    buf = torch.ones(16)
+    began = time.perf_counter()
+    try:
+        if rank == 0:
+            time.sleep(max(0.0, backend._origin + 0.5 - time.perf_counter()))
+            dist.all_reduce(buf)  # priced from 0.5 s: done before the outage
+            time.sleep(max(0.0, backend._origin + 1.6 - time.perf_counter()))
+        else:
+            time.sleep(max(0.0, backend._origin + 1.1 - time.perf_counter()))
+        began = time.perf_counter()
+        dist.all_reduce(buf)
+    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised, and when
+        return {"error": f"{type(exc).__name__}: {exc}", "raised_after": time.perf_counter() - began}
+    return {"error": ""}

@@ -71,6 +71,16 @@ def test_an_outage_past_the_timeout_fails_every_rank_at_the_timeout() -> None:
     assert time.perf_counter() - t0 < 30
 
 
+def test_a_peer_that_ends_in_an_outage_is_heard_only_at_the_timeout() -> None:
+    """Ranks that disagree on whether an op met the outage (one issued it just before, on a loaded host): the
+    first to time out ends, and its peer's unmatched op still fails with its own timeout, not the closed
+    connection, since an outage delivers no packet, a close included."""
+    outs = spawn(w.disagree_on_the_outage, 2, ("bandwidth=1gbit,latency=100us,outage=20s:at=1s", 1.5), timeout=60)
+    for out in outs:
+        assert "DistBackendError" in out["error"] and "down from" in out["error"], out["error"]
+        assert 1.5 - 0.05 <= out["raised_after"] <= 2.5, out["raised_after"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("congestion, restarts", [("cubic", True), ("bbr", False)])
 def test_tcp_restarts_its_window_after_an_idle_longer_than_the_rto(congestion: str, restarts: bool) -> None:

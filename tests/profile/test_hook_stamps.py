@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from gradwire.backend.simclock import SIMCLOCK
+from gradwire.device.catalog import parse_device
 from gradwire.profile.steps import HookRecorder, _wrap
 
 
@@ -17,12 +18,13 @@ class _Bucket:
 
 
 @pytest.mark.parametrize("already_done", [True, False])
-def test_on_the_simulated_clock_a_bucket_completes_at_its_future_s_instant(monkeypatch, already_done):
+def test_on_the_simulated_clock_a_bucket_completes_at_its_future_s_instant(already_done):
     """A future that completed before the recorder attached its callback runs that callback at once, on the
     training thread: the stamp is still the future's own instant on the clock, not that thread's reading."""
-    monkeypatch.setattr(SIMCLOCK, "enabled", True)
+    SIMCLOCK.enable(parse_device("host"))
     fut: torch.futures.Future = torch.futures.Future()
-    SIMCLOCK.stamp(fut, SIMCLOCK.now() + 0.25)
+    instant = SIMCLOCK.now() + 0.25
+    SIMCLOCK.stamp(fut, instant)
     if already_done:
         fut.set_result([torch.ones(4)])
     recorder = HookRecorder().start()
@@ -33,5 +35,7 @@ def test_on_the_simulated_clock_a_bucket_completes_at_its_future_s_instant(monke
         out.wait()
     finally:
         recorder.stop()
+        SIMCLOCK.disable()
     (stamp,) = recorder.buckets
-    assert stamp.done == pytest.approx(stamp.returned + 0.25)
+    assert stamp.done == pytest.approx(instant)
+    assert stamp.done > stamp.returned

@@ -38,9 +38,11 @@ Where a completion is observed (each op carries a *tag* that says where):
   callback gets observes its wait (:class:`gradwire.backend.work._WaitedFuture`),
   so the callback's compute after it starts at the op's end.
 
-Callbacks of a completed op run on a delivery thread *at the op's end* on
-the simulated clock: their compute (decompression, PowerSGD's matmuls) is
-priced there and moves the end of the tag, not the main thread's clock.
+Callbacks of a completed op run *at the op's end* on the simulated clock,
+on a delivery thread or, when chained after the op completed, at once on
+the chaining thread (:func:`gradwire.exchange.futures.stage_callbacks_on_the_clock`):
+their compute (decompression, PowerSGD's matmuls) is priced there and
+moves the end of the tag, not the main thread's clock.
 
 What it does not model: SM contention between collectives and compute on a
 GPU, kernel-level overlap inside one op, memory limits, the host's own
@@ -459,12 +461,14 @@ class SimClock:
     def delivering(self, at: float, tag: Tag | None) -> Iterator[None]:
         """Run an op's callbacks on this (delivery) thread at its end ``at``; their compute moves the tag's end."""
         tls = self._tls
+        if tls.paused == 0:  # run inline on the training thread (a stage chained on a done future): its time so far
+            self._host_charge()
         saved = (tls.context, tls.tag, tls.paused)
         tls.context, tls.tag, tls.paused = at, tag, 0
-        if tls.mode is None:
-            self._enter_meter()
-        tls.cpu_mark = time.thread_time()
         try:
+            if tls.mode is None:
+                self._enter_meter()
+            tls.cpu_mark = time.thread_time()
             yield
         finally:
             self._host_charge()

@@ -152,6 +152,10 @@ class Pending:
         try:
             value = inner_future.value()
         except Exception as exc:  # noqa: BLE001 - the caller must see it
+            held = self._held_until()
+            if held > time.perf_counter():
+                COMPLETER.at(held, lambda: DELIVERIES.submit(self._failed, exc, on_error=self._failed), self._failed)
+                return
             self._settle(None, self._fail(exc))
             return
         device = _cuda_device(value)
@@ -266,6 +270,19 @@ class Pending:
         self._record()
         return exc
 
+    def _held_until(self) -> float:
+        """Until when a failure of the inner op stays unseen: an outage's op, until its timeout (realtime clock).
+
+        During an outage no packet arrives, a peer's close included: a peer
+        that met the same outage a little earlier times out first, ends, and
+        its inner connection closes; this rank still hears nothing before its
+        own timeout and then fails with it (chained from the inner error), as
+        on the real network. 0: no hold (a failure is seen when it happens).
+        """
+        if self.simulated or not self.cause or not self._late():
+            return 0.0
+        return self.event.issued + self.timeout
+
     def _late(self) -> bool:
         """Would the simulated network finish this op only after its timeout?"""
         return self.event.modelled_done > self.event.issued + self.timeout
@@ -310,6 +327,7 @@ class Pending:
             # the outputs, for a future asked for later (the inner work's future value; None where it has none)
             value = self._outcome(None) if self.post is not None else _value_of(inner)
         except Exception as exc:
+            time.sleep(max(0.0, self._held_until() - time.perf_counter()))
             error = self._fail(exc)
             self._settle(None, error)
             if error is exc:

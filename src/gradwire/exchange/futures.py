@@ -27,12 +27,13 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
+import torch
 from torch.futures import Future
 
 from gradwire.backend.simclock import SIMCLOCK
 
-__all__ = ["Sequencer", "Turn", "completed", "counted", "drain_at_destroy", "one_bucket_at_a_time", "then",
-           "then_async", "wait_before_exit"]
+__all__ = ["Sequencer", "Turn", "completed", "counted", "drain_at_destroy", "one_bucket_at_a_time",
+           "stage_callbacks_on_the_clock", "then", "then_async", "wait_before_exit"]
 
 T = TypeVar("T")
 
@@ -175,13 +176,50 @@ def _stamper() -> tuple[Callable[[float], None], Callable[[Future], Future]]:
     return ended, named
 
 
+#: torch's own ``Future.then`` (:func:`stage_callbacks_on_the_clock` puts a stage in front of it)
+_TORCH_THEN = getattr(torch._C.Future.then, "__wrapped__", torch._C.Future.then)
+
+
+def _then_staged(fut: Future, callback: Callable[[Future], T]) -> Future:
+    """``fut.then(callback)`` as a stage of the simulated clock; its result carries the instant it ended at."""
+    ended, named = _stamper()
+    return named(_TORCH_THEN(fut, _staged(fut, callback, ended)))
+
+
 def then(fut: Future, fn: Callable[[Any], T]) -> Future:
     """``fut.then`` that hands ``fn`` the value, so a failure of ``fut`` fails the result instead of reaching ``fn``."""
     if not SIMCLOCK.enabled:  # the realtime clock: no instants to keep on a stage of every exchange
-        return fut.then(counted(lambda done: fn(done.value())))
-    ended, named = _stamper()
-    stage = _staged(fut, fn, ended)
-    return named(fut.then(counted(lambda done: stage(done.value()))))
+        return _TORCH_THEN(fut, counted(lambda done: fn(done.value())))
+    return _then_staged(fut, counted(lambda done: fn(done.value())))
+
+
+def stage_callbacks_on_the_clock() -> None:
+    """Have ``Future.then`` on a future that carries an instant of the simulated clock run its callback there.
+
+    Trap: torch runs a callback on the thread that completes the future, or
+    at once on the thread that chains it when the future is done already.
+    On the simulated clock a gradwire op's future completes as soon as the
+    real inner op does, so which of the two happens depends on this host's
+    speed: a PyTorch hook's ``get_future().then(compute_q)`` ran at the op's
+    end on a delivery thread on one host and on the training thread, at its
+    own instant, on another (and its wait for a further op went unseen
+    there). A stage runs at the later of when it was chained and when its
+    future completed, on whichever thread (:func:`_staged`), so the clock
+    reads the same everywhere. Futures without an instant (the realtime
+    clock, anyone else's) keep torch's own ``then``. Installed by ``import
+    gradwire``; DDP's reducer chains in C++ and never comes here.
+    """
+    if getattr(torch._C.Future.then, "_stages_gradwire", False):
+        return
+
+    @functools.wraps(_TORCH_THEN)
+    def then_on_the_clock(fut: Future, callback: Callable[[Future], T]) -> Future:
+        if SIMCLOCK.enabled and SIMCLOCK.instant_of(fut) is not None:
+            return _then_staged(fut, callback)
+        return _TORCH_THEN(fut, callback)
+
+    then_on_the_clock._stages_gradwire = True  # type: ignore[attr-defined]
+    torch._C.Future.then = then_on_the_clock  # type: ignore[method-assign]
 
 
 def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], None] | None = None) -> Future:
