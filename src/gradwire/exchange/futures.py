@@ -177,7 +177,8 @@ def _stamper() -> tuple[Callable[[float], None], Callable[[Future], Future]]:
 
 
 #: torch's own ``Future.then`` (:func:`stage_callbacks_on_the_clock` puts a stage in front of it)
-_TORCH_THEN = getattr(torch._C.Future.then, "__wrapped__", torch._C.Future.then)
+_TORCH_THEN: Callable[[Future, Callable[[Future], Any]], Future] = getattr(
+    torch._C.Future.then, "__wrapped__", getattr(torch._C.Future, "then"))
 
 
 def _then_staged(fut: Future, callback: Callable[[Future], T]) -> Future:
@@ -212,14 +213,14 @@ def stage_callbacks_on_the_clock() -> None:
     if getattr(torch._C.Future.then, "_stages_gradwire", False):
         return
 
-    @functools.wraps(_TORCH_THEN)
-    def then_on_the_clock(fut: Future, callback: Callable[[Future], T]) -> Future:
+    def then_on_the_clock(fut: Future, callback: Callable[[Future], Any]) -> Future:
         if SIMCLOCK.enabled and SIMCLOCK.instant_of(fut) is not None:
             return _then_staged(fut, callback)
         return _TORCH_THEN(fut, callback)
 
+    functools.update_wrapper(then_on_the_clock, _TORCH_THEN)
     then_on_the_clock._stages_gradwire = True  # type: ignore[attr-defined]
-    torch._C.Future.then = then_on_the_clock  # type: ignore[method-assign]
+    setattr(torch._C.Future, "then", then_on_the_clock)
 
 
 def then_async(fut: Future, fn: Callable[[Any], Future], on_error: Callable[[], None] | None = None) -> Future:
