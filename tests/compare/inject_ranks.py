@@ -310,10 +310,17 @@ def adam_clip_records(rank: int, records: list[dict[str, Any]]) -> Callable[[], 
     """AdamW, clip_grad_norm_ below the average's norm, each step recorded: the norm the script logs and the one
     its clip took, the average gradient's exact norm (the ranks' own gradients gathered), ``.grad`` before and
     after the clip, this rank's own gradient, the parameters before and after the step, whether the ranks agree."""
+    import gradwire
+
+    def exchanged() -> int:  # bytes this rank sent on groups other than the default one (the exchange's)
+        default = dist.distributed_c10d._get_default_group().group_name
+        return sum(e.wire_bytes for e in gradwire.events() if e.group != default)
+
     def train() -> nn.Module:
         ddp = DDP(_model(), bucket_cap_mb=0.004)
         opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
         for x in _data(rank, 6):
+            sent = exchanged()
             twin = copy.deepcopy(ddp.module)
             _loss(twin, x).backward()
             own = torch.cat([p.grad.reshape(-1) for p in twin.parameters()])
@@ -332,6 +339,7 @@ def adam_clip_records(rank: int, records: list[dict[str, Any]]) -> Callable[[], 
             after = torch.cat([p.detach().reshape(-1) for p in params])
             records.append({"logged": logged, "clip_norm": clipped_by, "exact_norm": float(exact.norm()),
                             "exact": exact, "own": own, "read": read, "after_clip": after_clip,
-                            "before": before, "after": after, "same": _same_on_every_rank(params)})
+                            "before": before, "after": after, "same": _same_on_every_rank(params),
+                            "exchanged": exchanged() - sent})
         return ddp
     return train

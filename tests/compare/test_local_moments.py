@@ -44,3 +44,13 @@ def test_clipped_adam_runs_on_rank_moments_and_the_replicas_stay_identical(runs,
             torch.testing.assert_close(rec["read"], rec["own"], rtol=1e-5, atol=1e-7)
             factor = min(1.0, inject_ranks.CLIP_NORM / (rec["clip_norm"] + 1e-6))
             torch.testing.assert_close(rec["after_clip"], rec["read"] * factor, rtol=1e-5, atol=1e-8)
+
+
+def test_under_delayed_the_first_steps_average_is_held_not_sent_and_dropped(runs):
+    """The clip hands delayed's step to LocalMomentsAdam at the first step: the average delayed's hook would have
+    launched for it (uncompressed, the exchange's warm-up) is never sent, so the run moves no more bytes on the
+    exchange's group than the same compressor without delay (whose last step is not in flight at the end)."""
+    for delayed_run, plain_run in zip(runs["onebit+delayed"], runs["onebit"]):
+        late = [rec["exchanged"] for rec in delayed_run["records"]]
+        now = [rec["exchanged"] for rec in plain_run["records"]]
+        assert 0 < sum(late) <= sum(now), (late, now)

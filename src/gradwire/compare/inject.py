@@ -366,6 +366,11 @@ class Injection:
                                           and not isinstance(self.strategy, DelayedStrategy))
             self.description += f"; {self.scheme.describe()}"
             self._set(APPLIED)
+        if isinstance(strategy, DelayedStrategy):
+            # a clip by norm hands an Adam's step to LocalMomentsAdam (grads_read): the first step's average
+            # waits for the script's first read of .grad, or its step, instead of going out to be dropped
+            strategy.hold_first = (self._local_moments_fit() if self.scheme is not None
+                                   else self._delayed_local_moments_fit(owner))
 
     # -- between backward and step ------------------------------------------------------
     def owns(self, params: Iterable[Any]) -> bool:
@@ -414,6 +419,8 @@ class Injection:
             group = self.strategy.comm_group
             self._take_local_moments(owner, CompressionState("none", process_group=group))
             return
+        if isinstance(self.strategy, DelayedStrategy):
+            self.strategy.release_first()  # .grad still holds this rank's unclipped gradient: its average goes out
         self._average_first_step()
         if self.scheme is not None:
             try:
@@ -439,9 +446,10 @@ class Injection:
 
         Under ``delayed`` the strategy's own step and hook stand aside: the
         scheme launches each step's exchange and applies it a step later
-        (``delayed=True``); what the strategy's hook launched for the first
-        step is waited for and dropped (``.grad`` still holds this rank's
-        gradient), and the exchange starts afresh on the strategy's group.
+        (``delayed=True``); the first step's buckets, which the strategy's
+        hook held back (:meth:`DelayedStrategy.drop_first`), are dropped
+        (``.grad`` still holds this rank's gradient), and the exchange starts
+        afresh on the strategy's group.
         """
         strategy = self.strategy
         assert strategy is not None  # grads_read runs under a strategy
@@ -449,6 +457,8 @@ class Injection:
         if self.scheme is not None:
             self.description = self.description.replace(f"; {self.scheme.describe()}", "")
         if delayed:
+            assert isinstance(strategy, DelayedStrategy)
+            strategy.drop_first()
             for fut in strategy.in_flight():
                 fut.wait()
             state = CompressionState(state.compressor, process_group=state.process_group,

@@ -184,6 +184,10 @@ class DelayedStrategy(Strategy):
         #: how the script clipped this step's ``.grad`` (:meth:`clipped`), and last step's
         self._clip: Optional[GradientClip] = None
         self._previous_clip: Optional[GradientClip] = None
+        #: the first step's buckets wait for :meth:`release_first` or :meth:`drop_first` instead of launching
+        #: (set by ``gradwire compare``'s injection when a clip may hand the step to another exchange)
+        self.hold_first = False
+        self._held: List[Tuple[Tensor, List[Tensor], bool]] = []
 
     @classmethod
     def exchange_traits(cls, params: Mapping[str, float], compressor: Optional[str]) -> ExchangeTraits:
@@ -253,6 +257,9 @@ class DelayedStrategy(Strategy):
         """
         assert self.exchange is not None, "call wrap() first"
         params = list(params)
+        if self.hold_first and self.steps == 0:
+            self._held.append((grad, params, last))
+            return
         numel = sum(p.numel() for p in params)
         if numel != grad.numel():
             raise RuntimeError(f"delayed: bucket of {grad.numel()} elements holds parameters of {numel}; "
@@ -266,6 +273,22 @@ class DelayedStrategy(Strategy):
             _, fut = self.exchange.reduce_params(sent.copy_(grad), params, local=local, key=key, last=last)
         self._launches.append(_Launch(key, params, grad, local, fut, tag))
 
+    def release_first(self) -> None:
+        """Launch the first step's held buckets now (before anything changes ``.grad``); stop holding."""
+        self.hold_first = False
+        held, self._held = self._held, []
+        for grad, params, last in held:
+            self.launch_bucket(grad, params, last)
+
+    def drop_first(self) -> None:
+        """Forget the first step's held buckets: another exchange takes this step over; stop holding.
+
+        Holding them rather than launching and dropping the exchange saves the
+        first step's average on the wire (an uncompressed warm-up one with a
+        compressor, the size of every gradient).
+        """
+        self.hold_first, self._held = False, []
+
     def _owed_by(self, launches: List[_Launch], clip: Optional[GradientClip] = None) -> Owed:
         """Wait for a step's averages (exposed communication), clipped as ``clip`` says: what each bucket is owed."""
         averages = self._wait(launches)
@@ -274,6 +297,7 @@ class DelayedStrategy(Strategy):
         return [(launch.key, avg, launch.local) for launch, avg in zip(launches, averages)]
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.release_first()
         if not self._launches:
             raise RuntimeError("delayed: backward() launched no bucket; call forward on the module wrap() returned")
         assert self.exchange is not None
