@@ -6,7 +6,7 @@
 # Usage: bash benchmarks/bench_sim.sh   (results under benchmarks/results/bench_sim/)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$repo/benchmarks/results/bench_sim}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/bench_sim}")  # a relative OUT is this directory's, wherever the runs cd to
 mkdir -p "$out"
 export PYTHONPATH=$repo/src
 sweep=(--net 10gbe --op all_reduce --op reduce_scatter -b 1M -e 64M -f 4 -n 5 -w 1 --no-progress)

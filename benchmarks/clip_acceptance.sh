@@ -13,11 +13,12 @@
 #   bash benchmarks/clip_acceptance.sh                     # both scripts (about 40 min on a busy 2-core host)
 #   SCRIPTS=hf_trainer SEEDS=1 bash benchmarks/clip_acceptance.sh
 #   OUT=/tmp/clip bash benchmarks/clip_acceptance.sh       # elsewhere than benchmarks/results/
+#   HF_STEPS=150 SCRIPTS=hf_trainer bash benchmarks/clip_acceptance.sh  # the Trainer for 150 steps (default 60)
 #   ONE_BIT=onebit:allgather:block=64 STRATEGIES=sync,onebit:allgather:block=64,onebit:allgather:block=64+delayed \
 #     OUT=benchmarks/results/clip_acceptance_onebit64 bash benchmarks/clip_acceptance.sh  # another 1-bit exchange
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$repo/benchmarks/results/clip_acceptance}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/clip_acceptance}")  # a relative OUT is this directory's, wherever the runs cd to
 work=$(mktemp -d)  # what the Trainer writes in its working directory stays out of the repository
 trap 'rm -rf "$work"' EXIT
 strategies=${STRATEGIES:-sync,int8,onebit,delayed,onebit+delayed,auto,torch-fp16,torch-powersgd:4}
@@ -26,11 +27,11 @@ scripts=${SCRIPTS:-hf_trainer gpt}
 net=bandwidth=200mbit
 gw=(python -m gradwire)
 mkdir -p "$out"
-{ echo "before: $(uptime)"; echo "strategies: $strategies; seeds: $seeds; net: $net; clock: sim (cpu-core)"; } > "$out/load.txt"
+{ echo "before: $(uptime)"; echo "strategies: $strategies; seeds: $seeds; net: $net; clock: sim (cpu-core); hf_trainer steps: ${HF_STEPS:-60}"; } > "$out/load.txt"
 start=$(date +%s)
 for name in $scripts; do
   case $name in
-    hf_trainer) cmd=("$repo/examples/hf_trainer_gpt.py" --seed {seed}); metric=eval_loss ;;
+    hf_trainer) cmd=("$repo/examples/hf_trainer_gpt.py" --seed {seed} --steps "${HF_STEPS:-60}"); metric=eval_loss ;;
     gpt) cmd=("$repo/examples/gpt_adamw.py" --seed {seed} --steps 150 --batch 4 --accumulate 2 --clip 1.0
               --eval-every 50); metric=val_loss ;;
     *) echo "unknown script $name (hf_trainer, gpt)" >&2; exit 2 ;;

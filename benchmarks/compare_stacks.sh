@@ -14,7 +14,7 @@
 # The machine's load before and after goes into load.txt.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$repo/benchmarks/results/compare_stacks}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/compare_stacks}")  # a relative OUT is this directory's, wherever the runs cd to
 # every comparison works in a scratch folder: what a stack writes in its working directory (lightning_logs/,
 # the Trainer's output_dir) stays out of the repository, and edits in the repository never reach the
 # comparison's check of its working directory

@@ -20,7 +20,7 @@
 # the machine's load before and after goes into load.txt (on this clock it moves the wall time, not a figure).
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
-out=${OUT:-$repo/benchmarks/results/wan_clock}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/wan_clock}")  # a relative OUT is this directory's, wherever the runs cd to
 cd "$snap"
 DEVICE=${DEVICE:-cpu-core}
 H=${H:-200}

@@ -13,7 +13,7 @@
 # The machine's load before and after goes into load.txt beside the results; then the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-benchmarks/results/wan_diloco}
+out=$(realpath -m "${OUT:-benchmarks/results/wan_diloco}")  # a relative OUT is this directory's, wherever the runs cd to
 H=${H:-100}
 OUTER=${OUTER:-lr=1:mu=0.5}
 STEPS=${STEPS:-600}

@@ -17,7 +17,7 @@
 # (parts: h200 seed1 flaky budget int8 shared200 shared200s1 int8s1; default the first five).
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
-out=${OUT:-$repo/benchmarks/results/wan_diloco_followup}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/wan_diloco_followup}")  # a relative OUT is this directory's, wherever the runs cd to
 cd "$snap"
 O=lr=1:mu=0.5
 W=bandwidth=100mbit,latency=50ms

@@ -12,7 +12,7 @@
 # Usage: bash benchmarks/wan_diloco_tuning.sh
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
-out=${OUT:-$repo/benchmarks/results/wan_diloco_tuning_seed100}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/wan_diloco_tuning_seed100}")  # a relative OUT is this directory's, wherever the runs cd to
 cd "$snap"
 mkdir -p "$out"
 echo "before: $(cat /proc/loadavg) $(date -u +%FT%T)" > "$out/load.txt"

@@ -14,7 +14,7 @@
 set -uo pipefail
 source "$(dirname "$0")/_snapshot.sh"
 seed=${SEED:-0}
-out=${OUT:-$repo/benchmarks/results/wan_torchft/seed$seed}
+out=$(realpath -m "${OUT:-$repo/benchmarks/results/wan_torchft/seed$seed}")  # a relative OUT is this directory's, wherever the runs cd to
 cd "$snap"
 O=lr=1:mu=0.5
 strategies=(sync diloco:100:$O torchft-diloco:100:$O torchft-diloco:100:$O:bucket int8+diloco:100:$O torch-postlocalsgd:100)
