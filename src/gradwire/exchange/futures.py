@@ -189,9 +189,10 @@ def _then_staged(fut: Future, callback: Callable[[Future], T]) -> Future:
 
 def then(fut: Future, fn: Callable[[Any], T]) -> Future:
     """``fut.then`` that hands ``fn`` the value, so a failure of ``fut`` fails the result instead of reaching ``fn``."""
+    callback = counted(lambda done: fn(done.value()))
     if not SIMCLOCK.enabled:  # the realtime clock: no instants to keep on a stage of every exchange
-        return _TORCH_THEN(fut, counted(lambda done: fn(done.value())))
-    return _then_staged(fut, counted(lambda done: fn(done.value())))
+        return _TORCH_THEN(fut, callback)
+    return _then_staged(fut, callback)
 
 
 def stage_callbacks_on_the_clock() -> None:
