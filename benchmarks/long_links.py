@@ -14,6 +14,12 @@ Two parts, written to benchmarks/results/long_links.json:
    pytorch/gloo, pytorch/pytorch; stored web pages): the nearest,
    NVIDIA/nccl-tests#241, reports a ~50% busbw drop at "several hundreds of us"
    without a table.
+   With ``--measure`` (root, ~5 min) it also times gloo send/recv here: 64 and 128
+   MiB over one gloo connection through tcp_model.py's delayer at 1 Gbit/s and
+   10, 20 and 40 ms of RTT, mainline Linux's buffers in the namespaces, CUBIC and
+   BBR (kept in the results as ``p2p_runs``; a run without ``--measure`` prices
+   the kept ones again), priced with the default ``tcp_share`` and with the share
+   tcp_model.py's bulk probe measured on this kernel.
 2. ``grid``: the model's prices on the grid the published claims cover (gloo
    send of 64 and 128 MB on 2 nodes; NCCL all_reduce of 128 and 256 MB on 4,
    8 and 16 nodes; 1, 2 and 5 Gbit/s; 1, 5 and 10 ms RTT), with the TCP model
@@ -21,11 +27,17 @@ Two parts, written to benchmarks/results/long_links.json:
    against it.
 
     python benchmarks/long_links.py     # arithmetic, a few seconds
+    sudo python benchmarks/long_links.py --measure
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from _results import write_results
@@ -69,6 +81,70 @@ def measured_rows() -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------ gloo send/recv measured here (--measure, root)
+P2P_SIZES = (64 * MiB, 128 * MiB)
+P2P_RTTS = (0.010, 0.020, 0.040)  # at 1 Gbit/s: the bandwidth-delay products of 1.25-5 Gbit/s at 8-10 ms
+P2P_RATE, P2P_MTU, P2P_REPEATS = 1e9, 9000, 3
+#: mainline Linux's buffers (the host here raises tcp_rmem[2] to 32 MiB; a namespace takes the kernel's own)
+LINUX_BUFFERS = {"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.ipv4.tcp_wmem": "4096 16384 4194304"}
+
+
+def _p2p(rank: int) -> None:
+    """One rank of a 2-rank gloo job across the link: rank 0 sends, rank 1 answers 4 bytes (rank 0 prints)."""
+    import torch
+    import torch.distributed as dist
+    from tcp_model import ADDRS, TUNS
+
+    os.environ.update(MASTER_ADDR=ADDRS[0], MASTER_PORT="29534", GLOO_SOCKET_IFNAME=TUNS[rank])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ack = torch.zeros(1)
+
+    def one(buf: torch.Tensor) -> float:
+        start = time.monotonic()
+        if rank == 0:
+            dist.send(buf, 1)
+            dist.recv(ack, 1)
+        else:
+            dist.recv(buf, 0)
+            dist.send(ack, 0)
+        return time.monotonic() - start
+
+    out: dict = {"ping_s": [one(torch.zeros(1)) for _ in range(5)], "rows": []}
+    for n in P2P_SIZES:
+        buf = torch.zeros(n // 4)
+        first = one(buf)  # the connection has carried only pings: slow start, small buffers
+        out["rows"].append({"bytes": n, "first_s": first, "warm_s": [one(buf) for _ in range(P2P_REPEATS)]})
+    if rank == 0:
+        print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+def measure_p2p() -> list[dict]:
+    """gloo send/recv over the delayer at each RTT, per congestion control, with mainline Linux's buffers."""
+    from tcp_model import NAMESPACES, delayed_link
+
+    me = [sys.executable, str(Path(__file__).resolve())]
+    runs = []
+    for cc in ("cubic", "bbr"):
+        for rtt in P2P_RTTS:
+            with delayed_link(P2P_MTU, delay=rtt / 2, rate=P2P_RATE, congestion=cc, sysctls=LINUX_BUFFERS):
+                peer = subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "p2p", "1"],
+                                        stdout=subprocess.DEVNULL)
+                try:
+                    done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", "p2p", "0"],
+                                          check=True, capture_output=True, text=True, timeout=600)
+                    peer.wait(timeout=60)
+                finally:
+                    peer.kill()
+            run = {"cc": cc, "rtt_set_s": rtt, "rate_bits": P2P_RATE, "mtu": P2P_MTU, "buffers": LINUX_BUFFERS,
+                   **json.loads(done.stdout.strip().splitlines()[-1])}
+            print(f"  {cc} RTT {rtt * 1e3:g} ms: " + ", ".join(
+                f"{r['bytes'] >> 20} MiB {statistics.median(r['warm_s']):.3f} s (first {r['first_s']:.3f})"
+                for r in run["rows"]), flush=True)
+            runs.append(run)
+    return runs
+
+
 def grid_rows() -> list[dict]:
     """The model's prices where the published claims lie (module doc, 2)."""
     rows = []
@@ -92,20 +168,77 @@ def grid_rows() -> list[dict]:
     return rows
 
 
+def kernel_shares() -> dict[str, float]:
+    """The payload share of the send buffer this kernel's connections carried in tcp_model.py's bulk probe, per cc."""
+    kept = json.loads((HERE / "tcp_model.json").read_text()).get("measured_here") or {}
+    return {r["cc"]: r["measured"] for r in kept.get("rows", []) if "bytes in flight" in r["what"]}
+
+
+def p2p_rows(runs: list[dict]) -> list[dict]:
+    """gloo send/recv measured here beside the model: a send on one warm connection plus the answer's latency.
+
+    Priced twice: the model's default ``tcp_share`` (0.5) and the share this kernel's connections carried in
+    ``tcp_model.py --measure``'s bulk probe (a different measurement: 64 MiB on one socket at 50 ms).
+    """
+    from gradwire.net.tcp import BUFFER_PAYLOAD_RATIO, tcp_transfer_seconds, window_cap
+
+    shares = kernel_shares()
+    rows = []
+    for run in runs:
+        rtt = run["rtt_set_s"]
+        rate, mss = run["rate_bits"] / 8 * (run["mtu"] - 52) / run["mtu"], run["mtu"] - 52
+        rmem, wmem = (int(run["buffers"][f"net.ipv4.tcp_{k}"].split()[2]) for k in ("rmem", "wmem"))
+        kernel = shares.get(run["cc"], BUFFER_PAYLOAD_RATIO)
+        for i, row in enumerate(run["rows"]):
+            n = row["bytes"]
+            cases = [("warm", statistics.median(row["warm_s"]), 0.0)]
+            if i == 0:  # the first transfer after the pings: slow start from initcwnd (later sizes find it warm)
+                cases.append(("first on the connection", row["first_s"], None))
+            for label, measured, idle in cases:
+                def model(share: float) -> float:
+                    return tcp_transfer_seconds(n, rate, rtt, mss=mss, window_cap=window_cap(rmem, wmem, share),
+                                                idle=idle, slow_start_after_idle=run["cc"] != "bbr") + rtt / 2
+
+                plain = rtt + n / rate
+                rows.append({"source": "measured here: sudo python benchmarks/long_links.py --measure",
+                             "what": f"gloo send {n >> 20} MiB + 4-byte answer, {label}, 2 ranks, "
+                                     f"{run['rate_bits'] / 1e9:g} Gbit/s, RTT {rtt * 1e3:g} ms, {run['cc']}",
+                             "measured_s": measured, "model_s": model(BUFFER_PAYLOAD_RATIO),
+                             "model_error_pct": 100 * (model(BUFFER_PAYLOAD_RATIO) / measured - 1),
+                             "kernel_share": kernel, "model_kernel_share_s": model(kernel),
+                             "model_kernel_share_error_pct": 100 * (model(kernel) / measured - 1),
+                             "alpha_beta_s": plain, "alpha_beta_error_pct": 100 * (plain / measured - 1),
+                             "carried_per_rtt_bytes": n / max(measured - rtt, 1e-9) * rtt})
+    return rows
+
+
 def main() -> int:
-    measured, grid = measured_rows(), grid_rows()
-    print(f"{'measured':70} {'meas s':>8} {'model':>8} {'err':>6} {'before':>8} {'err':>6} {'a-b':>7} {'err':>6}")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measure", action="store_true",
+                    help="also time gloo send/recv over delayed links built here (root, ~5 min)")
+    ap.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role:
+        _p2p(int(args.role[1]))
+        return 0
+    if args.measure and os.geteuid() != 0:
+        ap.error("--measure builds network namespaces and TUN devices: run it as root (sudo)")
+    path = HERE / "long_links.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    p2p_runs = measure_p2p() if args.measure else previous.get("p2p_runs", [])
+    measured, grid = measured_rows() + p2p_rows(p2p_runs), grid_rows()
+    print(f"{'measured':70} {'meas s':>8} {'model':>8} {'err':>6} {'a-b':>7} {'err':>6} {'kernel':>8} {'err':>6}")
     for r in measured:
+        kernel = (f" {r['model_kernel_share_s']:8.3f} {r['model_kernel_share_error_pct']:+5.0f}%"
+                  if "kernel_share" in r else "")
         print(f"{r['what']:70} {r['measured_s']:8.3f} {r['model_s']:8.3f} {r['model_error_pct']:+5.0f}% "
-              f"{r['tcp_model_before_s']:8.3f} {r['tcp_model_before_error_pct']:+5.0f}% {r['alpha_beta_s']:7.3f} "
-              f"{r['alpha_beta_error_pct']:+5.0f}%")
+              f"{r['alpha_beta_s']:7.3f} {r['alpha_beta_error_pct']:+5.0f}%" + kernel)
     print("\nmodel only (no published point in this range was found)")
     for r in grid:
         print(f"  {r['transport']:4} {r['op']:10} {r['MiB']:4d} MiB {r['nodes']:2d} nodes {r['bandwidth_gbit']} Gbit/s "
               f"RTT {r['rtt_ms']:2d} ms: {r['model_s']:7.3f} s (alpha-beta {r['alpha_beta_s']:7.3f}, x"
               f"{r['model_s'] / r['alpha_beta_s']:.2f})")
-    path = HERE / "long_links.json"
-    write_results(path, measured, indent=2, grid=grid,
+    write_results(path, measured, indent=2, grid=grid, p2p_runs=p2p_runs,
                   published_found="none in 1-10 ms and 1-5 Gbit/s (see the module doc for where it was searched)")
     print(f"\nwrote {path}")
     return 0

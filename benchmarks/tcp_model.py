@@ -26,6 +26,7 @@ kernel's own RTO and window from TCP_INFO, and prices each with the model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import heapq
 import json
@@ -39,6 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from _results import write_results
 
@@ -220,8 +222,8 @@ def _tun(name: str) -> int:
     return fd
 
 
-def _delayer(ready: str) -> None:
-    """Forward IP packets between the two TUN devices, each DELAY later and serialised at RATE."""
+def _delayer(ready: str, delay: float = DELAY, rate: float = RATE) -> None:
+    """Forward IP packets between the two TUN devices, each ``delay`` later and serialised at ``rate``."""
     fds = _tun(TUNS[0]), _tun(TUNS[1])
     Path(ready).write_text("ok")
     sel = selectors.DefaultSelector()
@@ -243,9 +245,9 @@ def _delayer(ready: str) -> None:
                     packet = os.read(key.fd, 65536)
                 except BlockingIOError:
                     break
-                busy_until[key.fd] = max(time.monotonic(), busy_until[key.fd]) + len(packet) * 8 / RATE
+                busy_until[key.fd] = max(time.monotonic(), busy_until[key.fd]) + len(packet) * 8 / rate
                 seq += 1
-                heapq.heappush(queue, (busy_until[key.fd] + DELAY, seq, key.data, packet))
+                heapq.heappush(queue, (busy_until[key.fd] + delay, seq, key.data, packet))
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -382,51 +384,80 @@ def _gloo(rank: int, cc: str) -> None:
     dist.destroy_process_group()
 
 
-def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
-    """Build the link at ``mtu``, run ``probe`` (client, bulk or gloo) ``repeats`` times per congestion control."""
+@contextlib.contextmanager
+def delayed_link(mtu: int, *, delay: float = DELAY, rate: float = RATE, congestion: str | None = None,
+                 sysctls: dict[str, str] | None = None) -> Iterator[None]:
+    """Two namespaces joined by this script's delayer (``delay`` each way, ``rate`` bit/s); all removed on exit.
+
+    ``congestion``: the namespaces' default congestion control (a namespace takes the host's default when it
+    is made and may not change it here, so the host's is set for the moment it is made, then restored).
+    ``sysctls``: set in both namespaces (``tcp_rmem``/``tcp_wmem`` are per namespace).
+    """
     me, ready = [sys.executable, str(Path(__file__).resolve())], f"/tmp/gwtcp-{os.getpid()}.ready"
     started: list[subprocess.Popen[bytes]] = []
-    runs: list[dict] = []
+    host_cc = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+    before = host_cc.read_text().strip()
     try:
         for ns in NAMESPACES:
             _run("ip", "netns", "del", ns, check=False)  # ours, left by a run that was killed
-            _run("ip", "netns", "add", ns)
-        started.append(subprocess.Popen([*me, "--role", "delayer", ready]))
+            if congestion:
+                host_cc.write_text(congestion)
+            try:
+                _run("ip", "netns", "add", ns)
+            finally:
+                host_cc.write_text(before)
+            for key, value in (sysctls or {}).items():
+                _run("ip", "netns", "exec", ns, "sysctl", "-w", f"{key}={value}")
+        started.append(subprocess.Popen([*me, "--role", "delayer", ready, repr(delay), repr(rate)]))
         _wait_for(ready)
         for ns, tun, addr in zip(NAMESPACES, TUNS, ADDRS):
             _run("ip", "link", "set", tun, "netns", ns)
             _run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", tun)
             _run("ip", "-n", ns, "link", "set", tun, "mtu", str(mtu), "txqueuelen", "10000", "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
-        if probe == "gloo":
-            # gloo sets no congestion control: the host's default applies (a namespace may not change it here)
-            cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-            for _ in range(repeats):
-                peer = subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "gloo", "1", cc],
-                                        stdout=subprocess.DEVNULL)
-                started.append(peer)
-                done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", "gloo", "0", cc],
-                                      check=True, capture_output=True, text=True, timeout=400)
-                peer.wait(timeout=60)
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            return runs
-        started.append(subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "server",
-                                         ready + ".server"]))
-        _wait_for(ready + ".server")
-        for _ in range(repeats):
-            for cc in ("cubic", "bbr"):
-                done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", probe, cc],
-                                      check=True, capture_output=True, text=True, timeout=300)
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        yield
     finally:
         for proc in started:
             proc.kill()
             proc.wait()
         for ns in NAMESPACES:
             _run("ip", "netns", "del", ns, check=False)
-        for path in (ready, ready + ".server"):
-            if os.path.exists(path):
-                os.unlink(path)
+        if os.path.exists(ready):
+            os.unlink(ready)
+
+
+def measure(repeats: int, mtu: int, probe: str) -> list[dict]:
+    """Build the link at ``mtu``, run ``probe`` (client, bulk or gloo) ``repeats`` times per congestion control."""
+    me, ready = [sys.executable, str(Path(__file__).resolve())], f"/tmp/gwtcp-{os.getpid()}.server"
+    runs: list[dict] = []
+    with delayed_link(mtu):
+        if probe == "gloo":
+            # gloo sets no congestion control: the host's default applies
+            cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+            for _ in range(repeats):
+                peer = subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "gloo", "1", cc],
+                                        stdout=subprocess.DEVNULL)
+                try:
+                    done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", "gloo", "0", cc],
+                                          check=True, capture_output=True, text=True, timeout=400)
+                    peer.wait(timeout=60)
+                finally:
+                    peer.kill()
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            return runs
+        server = subprocess.Popen(["ip", "netns", "exec", NAMESPACES[1], *me, "--role", "server", ready])
+        try:
+            _wait_for(ready)
+            for _ in range(repeats):
+                for cc in ("cubic", "bbr"):
+                    done = subprocess.run(["ip", "netns", "exec", NAMESPACES[0], *me, "--role", probe, cc],
+                                          check=True, capture_output=True, text=True, timeout=300)
+                    runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        finally:
+            server.kill()
+            server.wait()
+            if os.path.exists(ready):
+                os.unlink(ready)
     return runs
 
 
@@ -511,7 +542,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.role:
         role, *rest = args.role
-        {"delayer": lambda: _delayer(rest[0]), "server": lambda: _server(rest[0]), "client": lambda: _client(rest[0]),
+        {"delayer": lambda: _delayer(rest[0], *map(float, rest[1:])), "server": lambda: _server(rest[0]), "client": lambda: _client(rest[0]),
          "bulk": lambda: _bulk(rest[0]), "gloo": lambda: _gloo(int(rest[0]), rest[1])}[role]()
         return 0
     path = Path(__file__).parent / "results" / "tcp_model.json"

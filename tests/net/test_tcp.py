@@ -162,6 +162,7 @@ def test_intra_links_follow_their_own_protocol():
     "wan,rto_min=5ms,slow_start_after_idle=off,congestion=bbr",
     "wan,tcp=off",
     "10gbe,tcp_wmem=1000000",
+    "wan,tcp_share=0.67",
 ])
 def test_spec_round_trip_of_the_tcp_keys(text):
     spec = parse_spec(text)
@@ -177,6 +178,17 @@ def test_tcp_keys_parse_to_the_config():
     assert parse_spec("wan").to_string() == "wan"  # defaults are not written
     assert parse_spec("wan,streams=2,streams=8").tcp.streams == 8  # later tokens win
     assert replace(parse_spec("wan"), tcp=TcpConfig(enabled=False)).inter_link().tcp is None
+
+
+def test_the_buffer_share_scales_the_window_and_a_window_bound_transfer():
+    default, kernel = parse_spec("wan").tcp, parse_spec("wan,tcp_share=0.67").tcp
+    assert default.window == 2 * MiB and kernel.window == pytest.approx(0.67 * 4 * MiB)
+    # 64 MiB at 1 Gbit/s over 40 ms: both windows are below the 5 MB pipe, so time goes as 1 / window
+    spec = "bandwidth=1gbit,latency=20ms,tcp_share={}"
+    slow, fast = (NetworkModel(spec.format(share), 2).cost("send", 64 * MiB, src=0, dst=1).seconds
+                  for share in (0.5, 0.67))
+    assert slow / fast == pytest.approx(0.67 / 0.5, rel=0.05)
+    assert "window 2.68 MiB/stream = 0.67 x min(" in str(kernel)
 
 
 def test_describe_shows_the_tcp_settings():
@@ -198,6 +210,9 @@ def test_describe_shows_the_tcp_settings():
     ("wan,congestion=vegas", "unknown congestion control 'vegas'; valid: cubic, reno, bbr"),
     ("wan,tcp=maybe", "tcp must be on or off"),
     ("wan,slow_start_after_idle=2", "slow_start_after_idle must be on or off"),
+    ("wan,tcp_share=0", "tcp_share must be a fraction of the socket buffer above 0 and at most 1"),
+    ("wan,tcp_share=1.5", "tcp_share must be a fraction of the socket buffer above 0 and at most 1"),
+    ("wan,tcp_share=half", "tcp_share must be a number such as 0.5, got 'half'"),
 ])
 def test_bad_tcp_values_are_refused_with_what_would_be_right(text, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

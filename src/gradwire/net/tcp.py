@@ -25,7 +25,7 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
      4 MiB and a 12.5 MiB receive buffer carried 2.8 MB in flight, not 4 MiB
      (``benchmarks/tcp_model.py`` and its section in ``benchmarks/README.md``).
    - gradwire charges half of either buffer for overhead
-     (:data:`BUFFER_PAYLOAD_RATIO`), the kernel's own assumption: that is why
+     (:data:`BUFFER_PAYLOAD_RATIO`; the spec key ``tcp_share`` sets another share), the kernel's own assumption: that is why
      ``SO_SNDBUF``/``SO_RCVBUF`` double what they are given and why the default
      scaling ratio is 50 %. The default window is then 2 MiB (168 Mbit/s at
      100 ms); measured connections carried 48 to 66 % of the binding buffer
@@ -122,9 +122,9 @@ MAX_INIT_CWND = 1024
 MIN_RTO, MAX_RTO = 1e-3, 120.0
 
 
-def window_cap(rmem: float, wmem: float) -> float:
-    """Bytes one connection may have in flight: ``min(rmem, wmem) * 50 %``, at most 1 GiB (module doc, 1)."""
-    return min(min(rmem, wmem) * BUFFER_PAYLOAD_RATIO, MAX_WINDOW)
+def window_cap(rmem: float, wmem: float, share: float = BUFFER_PAYLOAD_RATIO) -> float:
+    """Bytes one connection may have in flight: ``min(rmem, wmem) x share`` (50 %), at most 1 GiB (module doc, 1)."""
+    return min(min(rmem, wmem) * share, MAX_WINDOW)
 
 
 #: the window with Linux's default buffers: 2 MiB, half the 4 MiB send buffer
@@ -178,6 +178,13 @@ def _bytes(text: str, key: str) -> int:
         raise ValueError(f"{key}: {err} (e.g. {key}=32MiB)") from None
 
 
+def _fraction(text: str, key: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{key} must be a number such as 0.5, got {text!r}") from None
+
+
 def _on_off(value: bool) -> str:
     return "on" if value else "off"
 
@@ -192,7 +199,7 @@ def format_bytes(nbytes: int) -> str:
 
 @dataclass(frozen=True)
 class TcpConfig:
-    """The TCP settings of a spec: the keys ``tcp``, ``tcp_rmem``, ``tcp_wmem``, ``initcwnd``,
+    """The TCP settings of a spec: the keys ``tcp``, ``tcp_rmem``, ``tcp_wmem``, ``tcp_share``, ``initcwnd``,
     ``streams``, ``rto_min``, ``slow_start_after_idle``, ``congestion``, ``transport`` and ``nccl_channels``.
 
     They apply to links with ``protocol=tcp`` only; the defaults are Linux's,
@@ -220,6 +227,9 @@ class TcpConfig:
     """``transport``: the library priced: gloo, nccl, or auto (the inner backend of the op; gloo without one)"""
     channels: int = NCCL_CHANNELS
     """``nccl_channels``: NCCL's channels per peer, each with its own ``streams`` sockets (transport nccl only)"""
+    share: float = BUFFER_PAYLOAD_RATIO
+    """``tcp_share``: payload share of the binding socket buffer (module doc, 1): 0.5, the kernel's own budget;
+    0.6-0.7 where the kernel measures it (Linux 6.6 and later: 0.59-0.67 on 6.18 here)"""
 
     def __post_init__(self) -> None:
         for name in ("enabled", "slow_start_after_idle"):
@@ -246,6 +256,10 @@ class TcpConfig:
         _check(self.transport in TRANSPORT_CHOICES,
                f"unknown transport {self.transport!r}; valid: {', '.join(TRANSPORT_CHOICES)} (auto: the inner "
                "backend's, gloo for CPU tensors)")
+        _check(isinstance(self.share, (int, float)) and not isinstance(self.share, bool) and 0 < self.share <= 1,
+               f"tcp_share must be a fraction of the socket buffer above 0 and at most 1 (Linux budgets "
+               f"{BUFFER_PAYLOAD_RATIO:g}; about 0.67 measured on Linux 6.18), got {self.share!r}")
+        object.__setattr__(self, "share", float(self.share))  # normalising a field of a frozen dataclass
         _check(isinstance(self.channels, int) and not isinstance(self.channels, bool)
                and 1 <= self.channels <= MAX_CHANNELS,
                f"nccl_channels must be a whole number of channels from 1 to {MAX_CHANNELS} (NCCL with one GPU and "
@@ -254,7 +268,7 @@ class TcpConfig:
     @property
     def window(self) -> float:
         """Bytes in flight per stream: :func:`window_cap` of the two buffers."""
-        return window_cap(self.rmem, self.wmem)
+        return window_cap(self.rmem, self.wmem, self.share)
 
     def connections(self, transport: Transport) -> int:
         """TCP connections to one peer under ``transport``: ``nccl_channels x streams`` for NCCL, else ``streams``."""
@@ -284,7 +298,7 @@ class TcpConfig:
         kind = resolve(self.transport)
         links = (f"{self.channels} channels x {self.streams} socket{'s' if self.streams > 1 else ''}"
                  if kind.channels else f"{self.streams} stream{'s' if self.streams > 1 else ''}")
-        return (f"window {human_size(self.window)}/stream = {BUFFER_PAYLOAD_RATIO:g} x min(tcp_rmem "
+        return (f"window {human_size(self.window)}/stream = {self.share:g} x min(tcp_rmem "
                 f"{human_size(self.rmem)}, tcp_wmem {human_size(self.wmem)}), initcwnd {self.init_cwnd}, "
                 f"{links}, {restart}, {self.congestion}, transport {self.transport}")
 
@@ -301,6 +315,7 @@ _KEYS: dict[str, tuple[str, Callable[[str, str], Any], Callable[[Any], str]]] = 
     "congestion": ("congestion", lambda text, key: text.lower(), str),
     "transport": ("transport", lambda text, key: text.lower(), str),
     "nccl_channels": ("channels", _integer, str),
+    "tcp_share": ("share", _fraction, lambda value: f"{value:g}"),
 }
 #: the spec keys of :class:`TcpConfig`
 TCP_KEYS: tuple[str, ...] = tuple(_KEYS)
