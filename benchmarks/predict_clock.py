@@ -60,6 +60,8 @@ CHANGING_EPOCHS = {"cpu-core": 10}
 GPU_CHANGING_EPOCHS = 30
 NAME: str | None = None
 MERGE = False
+#: agree on the changing network alone (``--only-changing``)
+ONLY_CHANGING = False
 
 
 def _run(cmd: list[str]) -> None:
@@ -97,7 +99,7 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
     for suffix, nets, epochs in (("", list(STATIC.values()), EPOCHS),
                                  ("-changing", [nets_of(device)["changing"]],
                                   CHANGING_EPOCHS.get(device, GPU_CHANGING_EPOCHS))):
-        if suffix and f"{device}:{world}" in skip:
+        if (suffix and f"{device}:{world}" in skip) or (ONLY_CHANGING and not suffix):
             continue
         out = tmp / f"compare-{device}-{world}{suffix}"
         cmd = ["compare", "--workers", str(world), "--epochs", str(epochs), "--seeds", "1", "--batch-size",
@@ -114,26 +116,64 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
                 seconds = run["seeds"][0]["step_seconds"]
                 steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
                 SPANS[(device, world, run["strategy"])] = sum(seconds)
+                RUN_STEPS[(device, world, run["strategy"])] = len(seconds)
     return steps
 
 
-#: (device, world, strategy) -> simulated seconds compare's run on the changing network lasted
+#: (device, world, strategy) -> simulated seconds compare's run on the changing network lasted, and its steps
 SPANS: dict[tuple[str, int, str], float] = {}
+RUN_STEPS: dict[tuple[str, int, str], int] = {}
 #: the day this run measured its rows
 MEASURED = time.strftime("%Y-%m-%d")
 
 
+def run_shape(device: str, world: int) -> Any:
+    """compare's run around its steps, priced on ``device`` as the clock prices it (``gradwire.predict.Epochs``).
+
+    Steps an epoch (the data's arithmetic), the partial last batch's forward and backward against a full one's,
+    and the evaluation of the test set that follows every epoch, each priced op by op on the device's roofline.
+    """
+    import torch
+
+    from gradwire.device.catalog import parse_device
+    from gradwire.device.roofline import RooflineMode
+    from gradwire.predict import Epochs
+    from gradwire.train.data import TRAIN_SIZE, load_digits, steps_per_epoch
+    from gradwire.train.loop import evaluate
+    from gradwire.train.models import build_model
+
+    chip = parse_device(device).device
+    data, model, loss = load_digits(), build_model(MODEL, seed=0), torch.nn.CrossEntropyLoss()
+
+    def priced(work: Any) -> float:
+        total = [0.0]
+        with RooflineMode(chip, lambda seconds: total.__setitem__(0, total[0] + seconds), lambda: False):
+            work()
+        return total[0]
+
+    def step(n: int) -> float:
+        return priced(lambda: loss(model(data.x_train[:n]), data.y_train[:n]).backward())
+
+    last = (TRAIN_SIZE // world) % BATCH or BATCH
+    return Epochs(steps_per_epoch(TRAIN_SIZE, world, BATCH), pause=priced(lambda: evaluate(model, data.x_test,
+                  data.y_test)), last=step(last) / step(BATCH))
+
+
 def over_span(res: dict[str, Any], strategy: str, device: str, world: int) -> float:
-    """predict's mean step over the stretch of the changing network's schedule compare's run lasted (its own
-    profiles, as the CLI fitted them: ``predict(..., horizon=span)``)."""
+    """predict's step over the stretch of the changing network's schedule compare's run lasted (its own profiles,
+    as the CLI fitted them), with the run's epochs replayed (:func:`run_shape`) and compare's rule applied to
+    the replayed steps (:func:`_steady`): like with like."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
 
     profiles = res["profiles"]
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
-    span = SPANS[(device, world, strategy)]
-    return predict(prof, strategy, nets_of(device)["changing"], world, priced_cost(strategy, device),
-                   horizon=span).step_seconds
+    key, shape = (device, world, strategy), run_shape(device, world)
+    steps = RUN_STEPS[key]  # as many steps as compare's run took, its evaluations between them
+    horizon = SPANS[key] + shape.pause * -(-steps // shape.steps)
+    replay = predict(prof, strategy, nets_of(device)["changing"], world, priced_cost(strategy, device),
+                     horizon=horizon, epochs=shape)
+    return _steady(list(replay.durations[:steps]), strategy, world, True)
 
 
 def _name(spec: str, device: str) -> str | None:
@@ -217,13 +257,14 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
 
 
 def main() -> None:
-    global EPOCHS, NAME, BATCH, STRATEGIES, MERGE
+    global EPOCHS, NAME, BATCH, STRATEGIES, MERGE, ONLY_CHANGING
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("agree", "hosts"))
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--devices", default="cpu-core,a100,t4")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
     ap.add_argument("--skip-changing", default="", help="DEVICE:WORLD,...: leave out the changing network there")
+    ap.add_argument("--only-changing", action="store_true", help="agree: the changing network alone")
     ap.add_argument("--epochs", type=int, default=3, help="of compare's runs on the static networks")
     ap.add_argument("--changing-epochs", type=int, default=None,
                     help="of compare's runs on the changing network, on every device (default: 10 on cpu-core, "
@@ -236,6 +277,7 @@ def main() -> None:
                     help="agree: keep the other strategies' rows of the results file, replace these ones'")
     args = ap.parse_args()
     EPOCHS, NAME, BATCH, MERGE = args.epochs, args.name, args.batch_size, args.merge
+    ONLY_CHANGING = args.only_changing
     unknown = set(args.strategies.split(",")) - set(STRATEGIES)
     if unknown:
         ap.error(f"--strategies: {','.join(sorted(unknown))} not among {','.join(STRATEGIES)}")

@@ -18,7 +18,7 @@ from gradwire.predict.codec import CodecCost, HookCost, Line
 from gradwire.predict.describe import describe_model
 from gradwire.predict.host import Floors, Host
 from gradwire.predict.plans import bucket_exchange, plan_for
-from gradwire.predict.simulate import Exchange, Kind, Phase, Plan, advance, simulate
+from gradwire.predict.simulate import Epochs, Exchange, Kind, Phase, Plan, advance, simulate
 
 #: the digits CNN's parameters, in bucket order (DDP's rebuilt bucket: the head's first)
 CNN_WIDE = ((10,), (10, 256), (256,), (256, 2048), (128,), (128, 64, 3, 3), (64,), (64, 1, 3, 3))
@@ -87,6 +87,52 @@ def test_a_replay_over_a_long_horizon_drops_the_background_no_later_work_can_mee
     monkeypatch.setattr(sim._State, "compute", every_interval)
     assert simulate(0.002, 0.004, 0.0005, [0.002, 0.004], plan, changing, horizon=20.0,
                     busy_cores=True).durations == pruned.durations
+
+
+# -- the run's shape around its steps (epochs, partial batches, evaluations) ---------------------------------
+def _drop_every(period, slow=0.008, fast=0.001):
+    """A price on a network slow in the second half of every ``period``."""
+    return lambda op, nbytes, start: (slow if (start % period) >= period / 2 else fast, 0)
+
+
+def test_a_replay_of_epochs_without_pauses_or_partial_batches_is_the_plain_replay():
+    plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000),)),))
+    plain = simulate(0.002, 0.004, 0.001, [0.004], plan, _drop_every(0.05), horizon=2.0)
+    shaped = simulate(0.002, 0.004, 0.001, [0.004], plan, _drop_every(0.05), horizon=2.0, epochs=Epochs(7))
+    assert shaped.durations == plain.durations and shaped.step_seconds == plain.step_seconds
+
+
+def test_steps_that_lock_to_the_period_meet_one_phase_of_it_epoch_after_epoch():
+    # 2 steps of 10 ms (exchange 1 ms) and a 30 ms evaluation: an epoch lasts the 50 ms period, so every epoch's
+    # steps meet the fast half; back to back, the steps drift through the period and half of them meet the slow one
+    plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000),)),))
+    shape = Epochs(2, pause=0.030)
+    locked = simulate(0.003, 0.006, 0.0, [0.006], plan, _drop_every(0.050), horizon=5.0, epochs=shape)
+    assert set(round(d, 6) for d in locked.durations) == {0.010}
+    drifting = simulate(0.003, 0.006, 0.0, [0.006], plan, _drop_every(0.050), horizon=5.0)
+    assert max(drifting.durations) == pytest.approx(0.017) and drifting.step_seconds > 0.011
+    # the step's seconds leave the evaluation out, as a training loop times its steps
+    assert locked.step_seconds == pytest.approx(0.010)
+
+
+def test_a_partial_last_batch_scales_the_epochs_last_compute_and_a_delayed_exchange_runs_through_the_pause():
+    plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000),)),))
+    shaped = simulate(0.002, 0.004, 0.0, [0.004], plan, fixed(0.001), horizon=1.0, epochs=Epochs(3, last=0.5))
+    assert shaped.durations[:3] == pytest.approx((0.007, 0.007, 0.004))  # the last: 3 ms of compute + 1 ms
+    # delayed: the epoch's last exchange (10 ms, issued as its step ends) runs on through the 2 ms evaluation,
+    # so the next epoch's first step waits 2 ms less for it than a step right after
+    def first_of_epoch(pause):
+        return simulate(0.002, 0.004, 0.0, [0.004], _delayed(), fixed(0.010), horizon=1.0,
+                        epochs=Epochs(2, pause=pause)).durations[2]
+
+    assert first_of_epoch(0.002) == pytest.approx(0.008) and first_of_epoch(0.0) == pytest.approx(0.010)
+
+
+def test_a_run_shape_says_what_is_wrong_with_it():
+    with pytest.raises(ValueError, match="Epochs.steps must be a whole number of steps >= 1, got 0"):
+        Epochs(0)
+    with pytest.raises(ValueError, match=r"pause and start must be >= 0 s and last a share in \(0, 1\]"):
+        Epochs(3, last=1.5)
 
 
 def test_on_busy_cores_a_blocking_exchange_after_backward_costs_only_its_own_time():

@@ -13,7 +13,8 @@ from gradwire.predict.model import (
     MAX_RATIO, NONE_NEEDED, NOT_REACHABLE, Prediction, Pricers, calibrated, check_fits, default_worlds, predict,
     ratio_needed, sweep,
 )
+from gradwire.predict.simulate import Epochs
 from gradwire.predict.timeline import Bucket, MeasuredExchange, StepProfile
 
-__all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Bucket", "MeasuredExchange", "Prediction", "Pricers",
+__all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Bucket", "Epochs", "MeasuredExchange", "Prediction", "Pricers",
            "StepProfile", "calibrated", "check_fits", "default_worlds", "predict", "ratio_needed", "sweep"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from gradwire.net import NetSpec, NetworkModel
@@ -36,7 +36,7 @@ from gradwire.strategies import parse_strategy
 from gradwire.predict.codec import FREE
 from gradwire.predict.host import Host
 from gradwire.predict.plans import Cost, Ratio, plan_for, strategy_compressor
-from gradwire.predict.simulate import Plan, Pricer, SimResult, simulate, spec_for_world
+from gradwire.predict.simulate import Epochs, Plan, Pricer, SimResult, simulate, spec_for_world
 from gradwire.predict.timeline import StepProfile
 
 __all__ = ["MAX_RATIO", "NONE_NEEDED", "NOT_REACHABLE", "Prediction", "Pricers", "calibrated", "check_fits",
@@ -72,6 +72,8 @@ class Prediction:
     #: on a network that changes: the step's seconds at the 50th and 95th percentile and the longest,
     #: over :data:`CHANGING_HORIZON` seconds of the schedule (``step_seconds`` is their mean)
     percentiles: tuple[float, float, float] | None = None
+    #: every replayed step's seconds, where steps were replayed over a horizon (not written by :meth:`as_dict`)
+    durations: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def efficiency(self) -> float:
@@ -128,19 +130,21 @@ CHANGING_HORIZON = 600.0
 
 
 def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0,
-            host: Host | None = None, horizon: float | None = None) -> SimResult:
+            host: Host | None = None, horizon: float | None = None, epochs: Epochs | None = None) -> SimResult:
     """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``.
 
     On a network that changes, consecutive steps over :data:`CHANGING_HORIZON`
-    seconds: the mean step, and every step's seconds. On a ``host`` whose
-    every core trains, background work takes compute's time.
+    seconds: the mean step, and every step's seconds; with ``epochs`` (and a
+    ``horizon``), the run's epochs replayed over that horizon on any network.
+    On a ``host`` whose every core trains, background work takes compute's time.
     """
+    replayed = pricer.changes or (epochs is not None and horizon is not None)
     # micro-steps of gradient accumulation: compute before the synchronising forward, nothing sent
     return simulate(profile.accumulation_seconds + profile.forward, profile.backward * stretch, profile.optimizer,
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
-                    horizon=(horizon or CHANGING_HORIZON) if pricer.changes else None,
+                    horizon=(horizon or CHANGING_HORIZON) if replayed else None,
                     busy_cores=host is not None and host.busy_cores,
-                    finalize=profile.finalize if profile.on_sim_clock else 0.0)
+                    finalize=profile.finalize if profile.on_sim_clock else 0.0, epochs=epochs)
 
 
 def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
@@ -269,7 +273,7 @@ def _floor(profile: StepProfile, choice: str, world: int) -> float:
 
 def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
             cost: Cost | None = None, pricers: Pricers | None = None, host: Host | None = None,
-            steps: int | None = None, horizon: float | None = None) -> Prediction:
+            steps: int | None = None, horizon: float | None = None, epochs: Epochs | None = None) -> Prediction:
     """Step time of ``strategy`` on ``world`` ranks of ``net`` for ``profile``'s step (module doc).
 
     ``cost``: the exchange's CPU cost (:func:`gradwire.predict.plans.exchange_cost`);
@@ -280,21 +284,24 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     included (the first steps of a compressing strategy take the plain
     all_reduce: :class:`~gradwire.strategies.ExchangeTraits`' ``warmup_steps``);
     None: the steady state. ``horizon``: on a network that changes, the mean step over the first that many
-    seconds of its schedule (default :data:`CHANGING_HORIZON`: a long run's mean). A measured profile is best
+    seconds of its schedule (default :data:`CHANGING_HORIZON`: a long run's mean). ``epochs`` (with a
+    ``horizon``): replay the run's epochs, partial batches and evaluations (:class:`Epochs`) over that
+    horizon, on any network; ``durations`` then holds every replayed step. A measured profile is best
     :func:`calibrated` first.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
-    sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon)
+    sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon,
+                  epochs=epochs)
     warm = min(steps or 0, parse_strategy(strategy).exchange.warmup_steps)
     if warm:
         first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host,
-                        horizon=horizon)
+                        horizon=horizon, epochs=epochs)
         sim = _mixed(first, warm, sim, (steps or warm) - warm)
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
-                      profile.batch_size, profile.accumulate, _percentiles(sim.durations))
+                      profile.batch_size, profile.accumulate, _percentiles(sim.durations), sim.durations)
 
 
 def _mixed(a: SimResult, n: int, b: SimResult, m: int) -> SimResult:

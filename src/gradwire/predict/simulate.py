@@ -84,8 +84,8 @@ from gradwire.net import NetSpec, NetworkModel
 from gradwire.net.algorithms import choose
 from gradwire.net.spec import AUTO_TOPOLOGY
 
-__all__ = ["Exchange", "Kind", "MAX_REPLAYED_STEPS", "Phase", "Plan", "Price", "Pricer", "SimResult", "advance",
-           "simulate", "spec_for_world"]
+__all__ = ["Epochs", "Exchange", "Kind", "MAX_REPLAYED_STEPS", "Phase", "Plan", "Price", "Pricer", "SimResult",
+           "advance", "simulate", "spec_for_world"]
 
 #: steps replayed for the strategies that carry work into the next step (NEXT_STEP), and the
 #: number of trailing steps averaged; AVERAGE replays three periods and averages the last
@@ -347,9 +347,40 @@ def _backward(b0: float, backward: float, ready: Sequence[float], plan: Plan, st
     return st.compute(t, backward - at), fins
 
 
+@dataclass(frozen=True)
+class Epochs:
+    """A run's shape around its steps, for a replay over a horizon that is to meet a schedule as the run did.
+
+    Every ``steps``-th step ends an epoch: its compute is ``last`` of a full
+    step's (a partial last batch), and the training thread then works
+    ``pause`` seconds before the next epoch's first step (an evaluation),
+    while exchanges still in flight (``delayed``) go on. On a network that
+    changes with a period close to an epoch's, this decides which steps meet
+    the change: steps that lock to the period see one phase of it, epoch after
+    epoch, and a replay of back-to-back steps would average over all phases.
+    """
+
+    steps: int
+    pause: float = 0.0
+    last: float = 1.0
+    start: float = 0.0
+    """the first step's instant on the schedule (the set-up before it: DDP's first broadcast, a barrier)"""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.steps, int) and self.steps >= 1):
+            raise ValueError(f"Epochs.steps must be a whole number of steps >= 1, got {self.steps!r}")
+        if not (self.pause >= 0 and self.start >= 0 and 0 < self.last <= 1):
+            raise ValueError(f"Epochs: pause and start must be >= 0 s and last a share in (0, 1], got "
+                             f"{self.pause!r}, {self.start!r}, {self.last!r}")
+
+    def ends(self, k: int) -> bool:
+        """Whether step ``k`` (from 0) is an epoch's last."""
+        return k % self.steps == self.steps - 1
+
+
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
              price: Price, horizon: float | None = None, busy_cores: bool = False,
-             finalize: float = 0.0) -> SimResult:
+             finalize: float = 0.0, epochs: Epochs | None = None) -> SimResult:
     """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times.
 
     ``horizon``: on a network that changes, replay consecutive steps from
@@ -358,6 +389,8 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
     ``busy_cores``: every core runs a rank, so background work takes compute's time (module doc).
     ``finalize``: seconds of ``optimizer`` that run before a BLOCKING step observes its exchanges, beside them
     (the simulated cluster clock's rule for DDP's copy of the results into the gradients); 0: after them.
+    ``epochs``: with a ``horizon``, replay the run's epochs (partial last batches, the pause after each;
+    :class:`Epochs`); a step's seconds leave the pause out, as a training loop times its steps.
     """
     st = _State(busy_cores)
     if plan.kind is Kind.AVERAGE:
@@ -367,22 +400,28 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
     steps = 1 if plan.kind is Kind.BLOCKING else _CARRY_STEPS
     if horizon is not None:
         steps = MAX_REPLAYED_STEPS
-    start, starts = 0.0, list[float]()
+    shape = epochs if horizon is not None else None
+    start, starts, ends = (shape.start if shape is not None else 0.0), list[float](), list[float]()
     previous: list[float] = []
-    for _ in range(steps):
+    for k in range(steps):
         if horizon is not None and start >= horizon and len(starts) > _CARRY_STEPS:
             break
         starts.append(start)
-        computed, fins = _backward(st.compute(start, forward), backward, ready, plan, st, price)
+        scale = shape.last if shape is not None and shape.ends(k) else 1.0
+        computed, fins = _backward(st.compute(start, forward * scale), backward * scale,
+                                   [r * scale for r in ready] if scale != 1.0 else ready, plan, st, price)
         if plan.kind is Kind.BLOCKING:
             early = min(finalize, optimizer)
             start = st.compute(max([st.compute(computed, early), *fins]), optimizer - early)
         else:
             start = st.compute(max([computed, *previous]), optimizer)
             previous = fins
+        ends.append(start)
+        if shape is not None and shape.ends(k) and shape.pause:
+            start = st.compute(start, shape.pause)
     starts.append(start)
     if horizon is not None:
-        return _over(starts, st)
+        return _over(starts, st, ends)
     measured = 1 if plan.kind is Kind.BLOCKING else _MEASURED_STEPS
     return _result(starts, measured, steps, st)
 
@@ -413,11 +452,14 @@ def _simulate_average(compute: float, plan: Plan, st: _State, price: Price,
     return _result(starts, h, steps, st)
 
 
-def _over(starts: list[float], st: _State) -> SimResult:
-    """Every replayed step of a run over a horizon, the mean per step, and the totals per step."""
-    durations = tuple(b - a for a, b in zip(starts, starts[1:]))
+def _over(starts: list[float], st: _State, ends: list[float] | None = None) -> SimResult:
+    """Every replayed step of a run over a horizon, the mean per step, and the totals per step.
+
+    ``ends``: each step's end where it is not the next one's start (a pause between epochs).
+    """
+    durations = tuple(b - a for a, b in zip(starts, ends if ends is not None else starts[1:]))
     n = max(1, len(durations))
-    return SimResult((starts[-1] - starts[0]) / n, st.busy / n, st.wire / n, st.codec / n, durations)
+    return SimResult(sum(durations) / n, st.busy / n, st.wire / n, st.codec / n, durations)
 
 
 def _result(starts: list[float], measured: int, steps: int, st: _State) -> SimResult:
