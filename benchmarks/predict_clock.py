@@ -115,14 +115,14 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
             if run["strategy"] in STRATEGIES and name is not None and (name == "changing") == bool(suffix):
                 seconds = run["seeds"][0]["step_seconds"]
                 steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
-                SPANS[(device, world, run["strategy"])] = sum(seconds)
-                RUN_STEPS[(device, world, run["strategy"])] = len(seconds)
+                SPANS[(device, world, name, run["strategy"])] = sum(seconds)
+                RUN_STEPS[(device, world, name, run["strategy"])] = len(seconds)
     return steps
 
 
-#: (device, world, strategy) -> simulated seconds compare's run on the changing network lasted, and its steps
-SPANS: dict[tuple[str, int, str], float] = {}
-RUN_STEPS: dict[tuple[str, int, str], int] = {}
+#: (device, world, net name, strategy) -> the simulated seconds of compare's steps, and how many it took
+SPANS: dict[tuple[str, int, str, str], float] = {}
+RUN_STEPS: dict[tuple[str, int, str, str], int] = {}
 #: the day this run measured its rows
 MEASURED = time.strftime("%Y-%m-%d")
 
@@ -159,21 +159,21 @@ def run_shape(device: str, world: int) -> Any:
                   data.y_test)), last=step(last) / step(BATCH))
 
 
-def over_span(res: dict[str, Any], strategy: str, device: str, world: int) -> float:
-    """predict's step over the stretch of the changing network's schedule compare's run lasted (its own profiles,
-    as the CLI fitted them), with the run's epochs replayed (:func:`run_shape`) and compare's rule applied to
-    the replayed steps (:func:`_steady`): like with like."""
+def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: str = "changing") -> float:
+    """predict's step over the run compare made (its own profiles, as the CLI fitted them): as many steps, the
+    run's epochs replayed (:func:`run_shape`), and compare's rule applied to the replayed steps
+    (:func:`_steady`): like with like. On the changing network, the same stretch of its schedule."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
 
     profiles = res["profiles"]
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
-    key, shape = (device, world, strategy), run_shape(device, world)
+    key, shape = (device, world, net, strategy), run_shape(device, world)
     steps = RUN_STEPS[key]  # as many steps as compare's run took, its evaluations between them
     horizon = SPANS[key] + shape.pause * -(-steps // shape.steps)
-    replay = predict(prof, strategy, nets_of(device)["changing"], world, priced_cost(strategy, device),
+    replay = predict(prof, strategy, nets_of(device)[net], world, priced_cost(strategy, device),
                      horizon=horizon, epochs=shape)
-    return _steady(list(replay.durations[:steps]), strategy, world, True)
+    return _steady(list(replay.durations[:steps]), strategy, world, net == "changing")
 
 
 def _name(spec: str, device: str) -> str | None:
@@ -184,8 +184,8 @@ def _name(spec: str, device: str) -> str | None:
     return next((k for k, n in nets_of(device).items() if n == bare), None)
 
 
-def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, str], float]:
-    """(net name, strategy) -> predict's step in seconds (``("span", strategy)``: over compare's span)."""
+def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, ...], float]:
+    """(net name, strategy) -> predict's step in seconds (``("run", net name, strategy)``: over compare's run)."""
     out = tmp / f"predict-{device}-{world}.json"
     cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
            "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
@@ -194,10 +194,12 @@ def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> di
     if not out.exists() or not reuse:
         _run(cmd)
     res = json.loads(out.read_text())
-    steps = {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"] for p in res["predictions"]}
+    steps: dict[tuple[str, ...], float] = {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"]
+                                          for p in res["predictions"]}
     for strategy in STRATEGIES:
-        if (device, world, strategy) in SPANS:
-            steps[("span", strategy)] = over_span(res, strategy, device, world)
+        for net in nets_of(device):
+            if (device, world, net, strategy) in SPANS:
+                steps[("run", net, strategy)] = over_span(res, strategy, device, world, net)
     return steps
 
 
@@ -214,25 +216,30 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
                     row = {"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
                            "strategy": strategy, "measured": MEASURED, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
                            "error": p / step - 1}
-                    if net == "changing":  # like with like: the same stretch of the schedule
-                        span = predicted[("span", strategy)]
-                        row.update(predict_600s_ms=p * 1e3, error_600s=p / step - 1, predict_ms=span * 1e3,
-                                   error=span / step - 1, span_s=SPANS[(device, world, strategy)])
+                    run = predicted[("run", net, strategy)]
+                    if net == "changing":  # like with like: the same stretch of the schedule, the run's shape
+                        row.update(predict_600s_ms=p * 1e3, error_600s=p / step - 1, predict_ms=run * 1e3,
+                                   error=run / step - 1, span_s=SPANS[(device, world, net, strategy)])
+                    else:  # beside predict's steady step: its replay of compare's run, by compare's rule
+                        row.update(predict_run_ms=run * 1e3, error_run=run / step - 1)
                     rows.append(row)
                     print(f"{device:9} {world:2} {net:14} {strategy:17} compare {step * 1e3:8.2f} ms  predict "
                           f"{row['predict_ms']:8.2f} ms  {row['error']:+.1%}", flush=True)
     path = RESULTS / f"{NAME or 'agree'}.json"
-    if MERGE and path.exists():  # the other strategies' rows, as measured before
-        rerun = {(r["device"], r["world"], r["strategy"]) for r in rows}
-        rows = [r for r in json.loads(path.read_text())["rows"]
-                if (r["device"], r["world"], r["strategy"]) not in rerun] + rows
+    epochs = EPOCHS
+    if MERGE and path.exists():  # the other cells' rows, as measured before
+        before = json.loads(path.read_text())
+        rerun = {(r["device"], r["world"], r["net"], r["strategy"]) for r in rows}
+        rows = [r for r in before["rows"] if (r["device"], r["world"], r["net"], r["strategy"]) not in rerun] + rows
+        if ONLY_CHANGING:  # the static networks' runs are the file's
+            epochs = before.get("epochs", EPOCHS)
     worst = max(rows, key=lambda r: abs(r["error"]))
     within = sum(abs(r["error"]) <= 0.05 for r in rows)
     print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
           f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
     write_results(path, rows, clock="simulated cluster clock (both sides)",
                   within_5pct=within, points=len(rows), largest_error=worst["error"], model=MODEL, batch_size=BATCH,
-                  epochs=EPOCHS)
+                  epochs=epochs, changing_epochs=CHANGING_EPOCHS)
 
 
 def hosts(devices: list[str], worlds: list[int]) -> None:
@@ -274,7 +281,8 @@ def main() -> None:
                     help="per rank, for compare and predict alike (at 16 ranks 64 leaves one full batch an epoch)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="a subset of " + ",".join(STRATEGIES))
     ap.add_argument("--merge", action="store_true",
-                    help="agree: keep the other strategies' rows of the results file, replace these ones'")
+                    help="agree: keep the other cells' rows of the results file (device, ranks, network, strategy), "
+                         "replace these ones'")
     args = ap.parse_args()
     EPOCHS, NAME, BATCH, MERGE = args.epochs, args.name, args.batch_size, args.merge
     ONLY_CHANGING = args.only_changing
