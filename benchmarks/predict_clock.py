@@ -26,6 +26,7 @@ says when it was measured).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -117,12 +118,16 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
                 steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
                 SPANS[(device, world, name, run["strategy"])] = sum(seconds)
                 RUN_STEPS[(device, world, name, run["strategy"])] = len(seconds)
+                # where the run's first step fell on the schedule (runs before it was recorded: t = 0)
+                STARTS[(device, world, name, run["strategy"])] = \
+                    run["seeds"][0].get("detail", {}).get("first_step_at") or 0.0
     return steps
 
 
 #: (device, world, net name, strategy) -> the simulated seconds of compare's steps, and how many it took
 SPANS: dict[tuple[str, int, str, str], float] = {}
 RUN_STEPS: dict[tuple[str, int, str, str], int] = {}
+STARTS: dict[tuple[str, int, str, str], float] = {}
 #: the day this run measured its rows
 MEASURED = time.strftime("%Y-%m-%d")
 
@@ -168,9 +173,10 @@ def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: 
 
     profiles = res["profiles"]
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
-    key, shape = (device, world, net, strategy), run_shape(device, world)
+    key = (device, world, net, strategy)
+    shape = dataclasses.replace(run_shape(device, world), start=STARTS[key])
     steps = RUN_STEPS[key]  # as many steps as compare's run took, its evaluations between them
-    horizon = SPANS[key] + shape.pause * -(-steps // shape.steps)
+    horizon = shape.start + SPANS[key] + shape.pause * -(-steps // shape.steps)
     replay = predict(prof, strategy, nets_of(device)[net], world, priced_cost(strategy, device),
                      horizon=horizon, epochs=shape)
     return _steady(list(replay.durations[:steps]), strategy, world, net == "changing")

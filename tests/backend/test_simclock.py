@@ -56,6 +56,10 @@ def test_trainings_in_turns_in_one_set_of_processes_time_alike() -> None:
     first, _, again = run_in_turns(configs, 2, timeout=300)
     for a, b in zip(first, again):
         assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
+        # the first step's instant on the schedule: the set-up after the group's t = 0 (building the model, DDP's
+        # first broadcast; the first training of a set also reads the data)
+        assert a.first_step_at is not None and b.first_step_at is not None
+        assert 0 < b.first_step_at <= a.first_step_at < 0.05
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["chained-in-flight", "chained-when-done"])

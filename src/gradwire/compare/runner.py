@@ -130,7 +130,7 @@ def _summarise(r: Any) -> SeedResult:
         curves={"test_accuracy": Curve(seconds, list(r.epoch_accuracy), [])},
         detail={"step_exposed": r.step_exposed, "step_comm_model": r.step_comm_model, "collectives": r.collectives,
                 "stats": r.stats, "param_checksum": r.param_checksum, "num_parameters": r.num_parameters,
-                "auto": r.auto},
+                "auto": r.auto, "first_step_at": r.first_step_at},
     )
 
 

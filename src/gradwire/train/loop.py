@@ -109,6 +109,9 @@ class RunResult:
     """``gradwire.stats()`` of the whole training (setup excluded)"""
     test_accuracy: float = 0.0
     param_checksum: float = 0.0
+    first_step_at: float | None = None
+    """on the simulated clock, the instant the first step began: seconds since the group was created, the
+    schedule's ``t = 0`` (what set-up took: building the model, DDP's first broadcast); None on the realtime one"""
     auto: list[dict[str, Any]] = field(default_factory=list)
     """``auto``'s decisions (:meth:`gradwire.exchange.chooser.AutoChooser.summary`), when the strategy uses it"""
 
@@ -212,6 +215,8 @@ def train_rank(config: TrainConfig) -> RunResult:
         result.epoch_accuracy.append(evaluate(model, data.x_test, data.y_test))
         if config.max_steps is not None and steps >= config.max_steps:
             break
+    if simulated and windows:
+        result.first_step_at = windows[0][0]
     t_finish = now()
     strategy.finish(opt)
     result.finish_seconds = now() - t_finish
