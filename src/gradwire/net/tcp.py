@@ -99,7 +99,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from gradwire.net.transport import MAX_CHANNELS, NCCL_CHANNELS, TRANSPORT_CHOICES, Transport, credit_window, resolve
-from gradwire.net.units import format_time, human_size, parse_size, parse_time
+from gradwire.net.units import format_time, human_size, parse_fraction, parse_size, parse_time
 
 #: Linux defaults (``tcp_rmem[2]``, ``tcp_wmem[2]``, ``TCP_INIT_CWND``, ``TCP_RTO_MIN``)
 DEFAULT_RMEM = 32 << 20
@@ -180,7 +180,7 @@ def _bytes(text: str, key: str) -> int:
 
 def _fraction(text: str, key: str) -> float:
     try:
-        return float(text)
+        return parse_fraction(text, key)  # 0.6 or 60%
     except ValueError:
         raise ValueError(f"{key} must be a number such as 0.5, got {text!r}") from None
 

@@ -407,7 +407,8 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
         if horizon is not None and start >= horizon and len(starts) > _CARRY_STEPS:
             break
         starts.append(start)
-        scale = shape.last if shape is not None and shape.ends(k) else 1.0
+        closes = shape is not None and shape.ends(k)  # an epoch's last step: its partial batch, then the pause
+        scale = shape.last if closes and shape is not None else 1.0
         computed, fins = _backward(st.compute(start, forward * scale), backward * scale,
                                    [r * scale for r in ready] if scale != 1.0 else ready, plan, st, price)
         if plan.kind is Kind.BLOCKING:
@@ -417,7 +418,7 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
             start = st.compute(max([computed, *previous]), optimizer)
             previous = fins
         ends.append(start)
-        if shape is not None and shape.ends(k) and shape.pause:
+        if closes and shape is not None and shape.pause:
             start = st.compute(start, shape.pause)
     starts.append(start)
     if horizon is not None:
