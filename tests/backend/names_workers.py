@@ -42,12 +42,14 @@ def names(rank: int, world: int, asked: str | None, stand_in: bool) -> dict[str,
     out["sub_sum"] = t.tolist()
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
     out["ddp_backend_name"] = model._get_ddp_logging_data().get("backend_name")
-    from lightning.fabric.utilities.distributed import _sync_ddp
+    if asked == "gloo":  # importing Lightning costs seconds of CPU a rank: only where its path is the point
+        from lightning.fabric.utilities.distributed import _sync_ddp
 
-    # Lightning averages a logged integer counter: SUM and divide on "gloo", ReduceOp.AVG otherwise
-    try:
-        out["lightning_mean"] = _sync_ddp(torch.tensor([rank + 1, 10], dtype=torch.int64), reduce_op="mean").tolist()
-    except (RuntimeError, ValueError) as exc:  # an integer AVG: gloo cannot cast its float quotient back
-        out["lightning_mean"] = ("error", str(exc)[:200])
+        # Lightning averages a logged integer counter: SUM and divide on "gloo", ReduceOp.AVG otherwise
+        try:
+            out["lightning_mean"] = _sync_ddp(torch.tensor([rank + 1, 10], dtype=torch.int64),
+                                              reduce_op="mean").tolist()
+        except (RuntimeError, ValueError) as exc:  # an integer AVG: gloo cannot cast its float quotient back
+            out["lightning_mean"] = ("error", str(exc)[:200])
     dist.destroy_process_group()
     return out

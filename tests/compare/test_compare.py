@@ -92,6 +92,9 @@ def test_schedule_interleaves_seeds_and_rotates_the_order():
                                    interleave=False))
     assert [[(t.strategy, t.config.seed) for t in g] for g in apart] == [
         [(COMPUTE_ONLY, 0), (COMPUTE_ONLY, 1)], [("sync", 0), ("sync", 1)], [("fp16", 0), ("fp16", 1)]]
+    # --no-ideal: no compute-only training, the baseline first
+    (bare,) = schedule(CompareConfig(nets=("1gbe",), strategies=("sync", "fp16"), workers=2, seeds=(0,), ideal=False))
+    assert [(t.strategy, t.config.seed) for t in bare] == [("sync", 0), ("fp16", 0)]
 
 
 def test_failed_run_is_recorded_and_others_kept(tmp_path, monkeypatch):

@@ -85,12 +85,12 @@ def test_no_ddp_means_not_applied_and_sync_is_the_script_as_written(injected):
 
 
 def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int | None = None,
-             cwd: Path | None = None, tolerance: str | None = None) -> dict:
+             cwd: Path | None = None, tolerance: str | None = None, ideal: bool = True) -> dict:
     """``gradwire compare`` in a working directory of the test's own (what a training leaves there is moved)."""
     out = tmp_path / name
     argv = ["compare", "--workers", "2", "--strategies", strategies, "--net", "bandwidth=100mbit,latency=200us",
             "--out", str(out)] + (["--seeds", str(seeds)] if seeds else []) + (
-                ["--tolerance", tolerance] if tolerance else []) + ["--", *cmd]
+                ["--tolerance", tolerance] if tolerance else []) + ([] if ideal else ["--no-ideal"]) + ["--", *cmd]
     cwd = cwd or tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
     here = os.getcwd()
@@ -134,12 +134,15 @@ def test_a_script_under_strategies_table_json_plots(tmp_path):
 
 
 def test_refused_and_not_applied_runs_are_reported_not_trained(tmp_path):
-    refused = _compare(tmp_path, "refused", "sync,onebit", sys.executable, TINY, "--optimizer", "nesterov")
+    # --no-ideal: the baseline trains first, and no compute-only row is there to judge or show
+    refused = _compare(tmp_path, "refused", "sync,onebit", sys.executable, TINY, "--optimizer", "nesterov", ideal=False)
     runs = {r["strategy"]: r for r in refused["runs"]}
+    assert list(runs) == ["sync", "onebit"] and refused["config"]["ideal"] is False
+    assert [r["strategy"] for r in refused["rows"]] == ["sync", "onebit"]
     assert runs["sync"]["status"] == OK and runs["onebit"]["status"] == REFUSED
     assert "nesterov=True" in runs["onebit"]["error"] and runs["onebit"]["seeds"] == []
     assert "REFUSED" in (tmp_path / "refused" / "table.md").read_text()
-    plain = _compare(tmp_path, "plain", "sync,onebit", sys.executable, TINY, "--no-ddp")
+    plain = _compare(tmp_path, "plain", "sync,onebit", sys.executable, TINY, "--no-ddp", ideal=False)
     runs = {r["strategy"]: r for r in plain["runs"]}
     assert runs["onebit"]["status"] == NOT_APPLIED and runs["onebit"]["seeds"] == []
     assert "DistributedDataParallel" in runs["onebit"]["error"]

@@ -113,6 +113,10 @@ def add_parser(sub: Any) -> None:
                         "either or both, e.g. 'loss=1%%' or 'loss=1%%,accuracy=0.5pt' (default: "
                         f"{str(DEFAULT_TOLERANCE).replace('%', '%%')}). Past the baseline's worst seed by more, or by "
                         "more than its seeds' spread where 3 or more show a wider one, a row is UNSOUND")
+    p.add_argument("--no-ideal", dest="ideal", action="store_false",
+                   help="skip the compute-only training (every gradient reduction answered on the rank itself): "
+                        "one training fewer per seed, without the table's ideal bound, share of ideal and "
+                        "predicted column (default: train it first)")
     models.add_argument("--no-interleave", dest="interleave", action="store_false",
                         help="run each strategy in processes of its own, one after another (default: take turns)")
     script = p.add_argument_group("your own script (after --)")
@@ -211,7 +215,7 @@ def _run_models(args: argparse.Namespace) -> int:
         model=pick(args.model, "model"), epochs=pick(args.epochs, "epochs"),
         seeds=tuple(range(3 if args.seeds is None else args.seeds)), batch_size=pick(args.batch_size, "batch_size"),
         lr=pick(args.lr, "lr"), target_accuracy=pick(args.target, "target_accuracy"), out=Path(args.out),
-        interleave=args.interleave, timeout=pick(args.timeout, "timeout"),
+        interleave=args.interleave, timeout=pick(args.timeout, "timeout"), ideal=args.ideal,
     )
     for net in cfg.nets:
         check_net_fits(net, cfg.workers)
@@ -219,7 +223,7 @@ def _run_models(args: argparse.Namespace) -> int:
     if workers > usable_cores() and cfg.nets[0].clock != "sim":
         print(f"gradwire compare: warning: {workers} workers on {usable_cores()} cores: ranks will wait for peers "
               "that are not running; the table reports that as other waits, not communication", file=sys.stderr)
-    total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
+    total = len(cfg.run_names) * len(cfg.seeds)
     return _run_and_report(lambda done: run_compare(cfg, on_training=done), cfg.out, total, cfg.target_accuracy,
                            "accuracy.png", args.tolerance,
                            predict_for=cfg)
@@ -264,12 +268,13 @@ def _run_script(args: argparse.Namespace, cmd: list[str]) -> int:
                        timeout=args.timeout,
                        adam_warmup=DEFAULT_ADAM_WARMUP if args.adam_warmup is None else args.adam_warmup,
                        metric=args.metric, target=args.target, allow_modified=bool(args.allow_modified),
-                       target_within=args.target_within, strategy_args=dict(args.strategy_args or ()))
+                       target_within=args.target_within, strategy_args=dict(args.strategy_args or ()),
+                       ideal=args.ideal)
     world = cfg.workers if cfg.workers is not None else _world_of(cmd) if launch_form(cmd) == "torchrun" else None
     if world is not None and world > 1:
         for net in cfg.nets:
             check_net_fits(net, world)
-    total = (1 + len(cfg.nets) * len(cfg.strategies)) * len(cfg.seeds)
+    total = len(cfg.run_names) * len(cfg.seeds)
     return _run_and_report(lambda done: run_script_compare(cfg, on_training=done), cfg.out, total, cfg.target,
                            "metric.png", args.tolerance)
 

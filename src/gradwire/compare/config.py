@@ -175,6 +175,7 @@ class Named:
 
     nets: tuple[NetSpec, ...]
     strategies: tuple[StrategyChoice, ...]
+    ideal: bool
 
     def _parse_named(self) -> None:
         """Parse the networks and strategies given as strings, in place (a frozen dataclass's ``__post_init__``)."""
@@ -195,9 +196,11 @@ class Named:
 
     @property
     def run_names(self) -> list[tuple[str, str]]:
-        """(net, strategy) of every run, in table order: compute-only first, on the first network (its ideal)."""
+        """(net, strategy) of every run, in table order: compute-only first, on the first network (its ideal),
+        unless ``ideal`` is off."""
         nets = self.net_names
-        return [(nets[0], COMPUTE_ONLY)] + [(net, s) for net in nets for s in self.strategy_names]
+        ideal = [(nets[0], COMPUTE_ONLY)] if self.ideal else []
+        return ideal + [(net, s) for net in nets for s in self.strategy_names]
 
     @property
     def strategy_names(self) -> tuple[str, ...]:
@@ -237,6 +240,9 @@ class CompareConfig(Named):
     """seconds one run (a strategy, all its seeds) may take"""
     interleave: bool = True
     """run the strategies' trainings in turns in one set of processes (see :mod:`gradwire.compare.runner`)"""
+    ideal: bool = True
+    """train compute-only too (:data:`IDEAL_NOTE`): the table's ideal bound, the share of it and the predicted
+    column need it; off, a comparison takes one training fewer per seed"""
 
     def __post_init__(self) -> None:
         from gradwire.train.models import MODELS

@@ -154,6 +154,8 @@ class ScriptConfig(Named):
     strategy_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """arguments appended to the command for one strategy's trainings (``{"diloco:100": ("--steps", "1200")}``):
     a strategy that needs more steps than the baseline gets them from the script's own flag"""
+    ideal: bool = True
+    """train compute-only too, first (the table's ideal bound and share of it); off, one training fewer per seed"""
 
     def __post_init__(self) -> None:
         if not self.cmd:
@@ -194,7 +196,7 @@ class ScriptConfig(Named):
                 "out": str(self.out), "timeout": self.timeout, "adam_warmup": self.adam_warmup,
                 "metric": self.metric, "target": self.target, "target_within": self.target_within,
                 "strategy_args": {k: list(v) for k, v in self.strategy_args.items()},
-                "allow_modified": self.allow_modified, "launch": launch_form(self.cmd)}
+                "allow_modified": self.allow_modified, "ideal": self.ideal, "launch": launch_form(self.cmd)}
 
     def command(self, strategy: str, seed: int) -> list[str]:
         """The command one training of ``strategy`` runs: ``{seed}`` replaced, the strategy's arguments appended."""
@@ -458,7 +460,8 @@ def _train(cfg: ScriptConfig, net: NetSpec, strategy: str, seed: int, folder: Pa
 
 
 def run_script_compare(cfg: ScriptConfig, on_training: Callable[[TrainingEvent], None] | None = None) -> Results:
-    """Run the script under every (net, strategy) and seed, plus compute-only; save results.json as trainings end.
+    """Run the script under every (net, strategy) and seed, plus compute-only (unless ``cfg.ideal`` is off);
+    save results.json as trainings end.
 
     The books (rotation, results as trainings end, seeds dropped, Ctrl-C)
     are a :class:`~gradwire.compare.ledger.Ledger`'s. While it runs, this
