@@ -105,11 +105,13 @@ def _compare(tmp_path: Path, name: str, strategies: str, *cmd: str, seeds: int |
 def test_a_script_under_strategies_table_json_plots(tmp_path):
     # 8 steps: onebit's error feedback has not repaid its lag yet (6% above sync's loss here, as
     # benchmarks/local_correction.py shows early on), so the bound is 10%; the climbing loss is 2x past it
+    # compute-only in script mode: the checkpoint test below trains it; here, one training fewer
     res = _compare(tmp_path, "ok", "sync,onebit,onebit+delayed", sys.executable, TINY, "--report", "--val", "--steps",
-                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1, tolerance="loss=10%")
+                   "8", "--seed", "{seed}", "--diverge-under", "onebit+delayed", seeds=1, tolerance="loss=10%",
+                   ideal=False)
     runs = {r["strategy"]: r for r in res["runs"]}
     assert res["config"]["mode"] == "script" and res["config"]["workers"] == 2
-    assert [r["status"] for r in res["runs"]] == [OK] * 4, [r["error"] for r in res["runs"]]
+    assert [r["status"] for r in res["runs"]] == [OK] * 3, [r["error"] for r in res["runs"]]
     assert runs["onebit"]["applied"] == "SGD: momentum 0.9 in the exchange"
     assert runs["sync"]["applied"] == "optimizer as written"
     for run in res["runs"]:
@@ -121,7 +123,7 @@ def test_a_script_under_strategies_table_json_plots(tmp_path):
     rows = {r["strategy"]: r for r in res["rows"]}
     assert rows["sync"]["metric"] == "val_loss" and rows["sync"]["unit"] == "step"
     # the training that climbed its loss ran to the end ("ok" as a run), but its row is not sound
-    assert [rows[s]["status"] for s in ("compute-only", "sync", "onebit")] == [OK] * 3
+    assert [rows[s]["status"] for s in ("sync", "onebit")] == [OK] * 2 and "compute-only" not in rows
     bad = rows["onebit+delayed"]
     assert bad["status"] == "unsound" and "clearly worse than sync's" in bad["error"], bad
     assert "Faster but UNSOUND" in (tmp_path / "ok" / "table.md").read_text() or "UNSOUND: onebit+delayed" in (

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gradwire.cli.main import main
 from gradwire.launch import free_port
 
 HERE = Path(__file__).parent
@@ -49,13 +50,10 @@ def test_profile_plain_ddp_script(tmp_path, device):
     assert "all_reduce" in proc.stdout and "exposed" in proc.stdout
 
 
-def test_profile_rejects_bad_spec_and_missing_command():
-    bad = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "10gbe,bogus=1", "--", "true"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "bogus" in bad.stderr
-    empty = subprocess.run([sys.executable, "-m", "gradwire.cli.main", "profile", "--net", "1gbe"],
-                           capture_output=True, text=True, timeout=60)
-    assert empty.returncode == 2 and "no command" in empty.stderr
+def test_profile_rejects_bad_spec_and_missing_command(capsys):
+    # in this process: the same parser and exit code a shell sees (tests/cli/test_bad_input.py runs real processes)
+    assert main(["profile", "--net", "10gbe,bogus=1", "--", "true"]) == 2 and "bogus" in capsys.readouterr().err
+    assert main(["profile", "--net", "1gbe"]) == 2 and "no command" in capsys.readouterr().err
 
 
 def test_destroy_imported_by_name_writes_the_records_at_destroy(tmp_path):
