@@ -6,26 +6,28 @@ defaults (``find_unused_parameters=True``, ``max_grad_norm=1.0``) and an
 Accelerate-prepared loop: the three scripts of ``examples/``, each launched
 by torchrun with 2 ranks, as their users launch them. For each stack:
 
-(a) ``gradwire profile`` records every training step of both ranks, and each
-    step's DDP buckets hold the model's gradient bytes;
+(a) ``gradwire profile`` records every optimizer step of both ranks, and each
+    step's DDP buckets hold the model's gradient bytes; Lightning and the
+    Trainer run with their own gradient accumulation
+    (``accumulate_grad_batches``, ``gradient_accumulation_steps``) over 2
+    micro-steps, and a recorded step is an optimizer step with its
+    micro-steps inside it (issue 44);
 (b) ``gradwire predict --profile DIR`` runs on that profile, and its 2-rank
     sync prediction on the profiled network is the recorded step;
-(a') with the stack's own gradient accumulation (``accumulate_grad_batches``,
-    ``gradient_accumulation_steps``) over 2 micro-steps, ``gradwire profile``
-    records one step per optimizer step with its micro-steps (issue 44);
 (c) ``gradwire compare -- CMD`` under every strategy of :data:`STRATEGIES`
     ends each row ``ok``, with the script's optimizer steps timed and its
     metric within the seeds' spread of sync, or ``refused`` with a reason;
     and leaves no process of the run behind.
 
 Every test is a real end-to-end run (``pytest -m stacks tests/stacks``).
-Cost on a 2-core host shared with other work (load average 9-16): the whole
-module 23 min 41 s; one training under ``compare`` (one strategy, one seed,
-start-up included) 14-23 s for Accelerate, 37-52 s for the Trainer, 30-39 s
-for Lightning; a run that hangs costs its ``--timeout`` (150 s); each
-profile 11-69 s, each predict 3 s. So the suite runs :data:`QUICK` (sync and one
-strategy per stack); ``GRADWIRE_STACKS_STRATEGIES=all`` runs the acceptance list, and
-``benchmarks/compare_stacks.sh`` every strategy for every stack.
+Cost on a 2-core host, quiet: the whole module 4-5 min; one training under
+``compare`` (one strategy, one seed, start-up included) about 17 s for
+Accelerate, 22 s for the Trainer, 28 s for Lightning, most of it the
+libraries' start-up; a run that hangs costs its ``--timeout`` (150 s); each
+profile 20-30 s, each predict 7-9 s. So the suite runs :data:`QUICK` (sync
+and the strategies that meet what each stack does) without compute-only
+(``--no-ideal``); ``GRADWIRE_STACKS_STRATEGIES=all`` runs the acceptance list,
+and ``benchmarks/compare_stacks.sh`` every strategy for every stack.
 """
 from __future__ import annotations
 
@@ -88,19 +90,23 @@ class Stack:
     one seed compare runs here has no spread of its own to judge soundness by"""
     profile_args: tuple[str, ...]
     """the shorter run ``gradwire profile`` records (a step's shape does not change over epochs; start-up is
-    most of a run here)"""
+    most of a run here), with the stack's own gradient accumulation where it has one"""
     profile_steps: int
     """its optimizer steps"""
+    micro: int = 1
+    """its micro-steps per optimizer step (``accumulate_grad_batches``, ``gradient_accumulation_steps``)"""
 
 
 STACKS = {
     # 1348 training images, a DistributedSampler of 674 per rank, batch 32: 22 steps an epoch, 4 epochs
+    # profiled over 1 epoch of 2 micro-steps a step: 22 batches, 11 optimizer steps
     "lightning": Stack("lightning", "lightning_digits.py", (), 4 * math.ceil(674 / 32), "val_acc", True,
-                       spread=0.100, tolerance="accuracy=10pt", profile_args=("--epochs", "1"),
-                       profile_steps=math.ceil(674 / 32)),
+                       spread=0.100, tolerance="accuracy=10pt", profile_args=("--epochs", "1", "--accumulate", "2"),
+                       profile_steps=math.ceil(674 / 32) // 2, micro=2),
     # max_steps=60
     "hf_trainer": Stack("transformers", "hf_trainer_gpt.py", (), 60, "eval_loss", False, spread=0.064,
-                        tolerance="loss=2.8%", profile_args=("--steps", "20", "--eval-every", "100"), profile_steps=20),
+                        tolerance="loss=2.8%", profile_args=("--steps", "8", "--accumulate", "2", "--eval-every", "100"),
+                        profile_steps=8, micro=2),
     # the same 674 images per rank, batch 32: 22 steps an epoch, 5 epochs
     "accelerate": Stack("accelerate", "accelerate_loop.py", (), 5 * math.ceil(674 / 32), "test_accuracy", True,
                         spread=0.018, tolerance="accuracy=1.8pt", profile_args=("--epochs", "1"),
@@ -199,8 +205,11 @@ def _finished(run: dict) -> None:
     assert run["left"] == [], f"processes of the run still alive after it: {run['left']}"
 
 
-@pytest.mark.timeout(300)  # the profile fixture runs here: about 30-60 s
+@pytest.mark.timeout(300)  # the profile fixture runs here: about 20-40 s
 def test_profile_records_every_step(profiled):
+    """Every optimizer step of both ranks, each step's DDP buckets holding the model's gradient bytes; where the
+    stack accumulates (Lightning's ``accumulate_grad_batches``, the Trainer's ``gradient_accumulation_steps``,
+    issue 44), one recorded step per optimizer step with its micro-steps inside it."""
     _finished(profiled)
     s: Stack = profiled["stack"]
     summary = profiled["summary"]
@@ -215,36 +224,12 @@ def test_profile_records_every_step(profiled):
         for k, step in enumerate(r["steps"]):
             assert sum(b["nbytes"] for b in step["buckets"]) == summary["param_bytes"], f"rank {r['rank']} step {k}"
             assert 0 <= step["optimizer"] < step["step"], f"rank {r['rank']} step {k}: {step}"
-    assert f"{s.profile_steps - 1} training steps recorded per rank" in profiled["stdout"]
-
-
-#: each stack's own way of accumulating gradients over 2 micro-steps, and the optimizer steps it then takes
-ACCUMULATING = {"lightning": (("--epochs", "1", "--accumulate", "2"), math.ceil(674 / 32) // 2),
-                "hf_trainer": (("--steps", "8", "--accumulate", "2", "--eval-every", "100"), 8)}
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", sorted(ACCUMULATING))
-def test_profile_counts_optimizer_steps_when_the_stack_accumulates(name, tmp_path):
-    """Lightning's ``accumulate_grad_batches`` and the Trainer's ``gradient_accumulation_steps`` (issue 44):
-    one recorded step per optimizer step, its 2 micro-steps inside it."""
-    s = STACKS[name]
-    pytest.importorskip(s.library)
-    args, optimizer_steps = ACCUMULATING[name]
-    out, summary = tmp_path / "prof", tmp_path / "summary.json"
-    code, stdout, stderr, left = _run(
-        _gradwire("profile", "--net", NET, "--out", str(out), "--",
-                  *_torchrun(s, *args, "--summary", str(summary), launcher=(f"--master-port={free_port()}",))),
-        tmp_path, timeout=240)
-    _finished({"code": code, "stderr": stderr, "left": left})
-    assert json.loads(summary.read_text())["optimizer_steps"] == optimizer_steps
-    for r in json.loads((out / "profile.json").read_text())["ranks"]:
-        assert [st["micro_steps"] for st in r["steps"]] == [2] * (optimizer_steps - 1)
-        assert all(st["buckets"] and len(st["micro_seconds"]) == 1 for st in r["steps"])
+            assert step["micro_steps"] == s.micro and len(step["micro_seconds"]) == s.micro - 1, step
         # the scripts' --batch (an epoch's last batch of Lightning's sampler is shorter)
         batches = [st["batch"] for st in r["steps"]]
-        assert max(set(batches), key=batches.count) == (32 if name == "lightning" else 8)
-    assert f"{optimizer_steps - 1} training steps recorded per rank (optimizer steps, 2 micro-steps each)" in stdout
+        assert max(set(batches), key=batches.count) == (8 if s.script.startswith("hf_") else 32)
+    each = f" (optimizer steps, {s.micro} micro-steps each)" if s.micro > 1 else ""
+    assert f"{s.profile_steps - 1} training steps recorded per rank{each}" in profiled["stdout"]
 
 
 @pytest.mark.timeout(400)
