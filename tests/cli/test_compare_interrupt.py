@@ -12,10 +12,12 @@ import pytest
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_runs_and_marks_the_rest(tmp_path):
     out = tmp_path / "cmp"
-    # compute-only (loopback) trains first and fast; sync on a 10 ms network takes many seconds (1800 steps)
+    # compute-only (no network) trains first and fast; sync waits for a 10 ms network on this host's clock,
+    # 430 steps of at least 20 ms each: many seconds
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "40",
-         "--batch-size", "16", "--seeds", "1", "--strategies", "sync", "--net", "bandwidth=100mbit,latency=10ms", "--out", str(out)],
+        [sys.executable, "-m", "gradwire.cli.main", "compare", "--workers", "2", "--model", "tiny", "--epochs", "10",
+         "--batch-size", "16", "--seeds", "1", "--strategies", "sync", "--net", "bandwidth=100mbit,latency=10ms",
+         "--clock", "realtime", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         # a shell without job control starts background jobs with SIGINT ignored, and Python then
         # installs no KeyboardInterrupt handler: give the child a terminal's default
