@@ -91,3 +91,23 @@ def test_measured_costs_apply_to_their_own_strategy_only():
     unknown = _profile(4_000_000, strategy="hook:my_hook",
                        exchanges=(MeasuredExchange(("all_reduce",), 1.0, (0.0,), ()),))
     assert plan_for("sync", unknown, 4).exchanges[0].encode == 0.0
+
+
+def test_measured_costs_move_with_the_codecs_cost_to_another_world_size():
+    """A two-phase exchange measured at 4 ranks, predicted at 16: each stage gains 12 more chunks' cost; the
+    run's own times are the base (at the measured world nothing moves)."""
+    m = MeasuredExchange(("all_to_all", "all_gather"), hook=0.004, inner=(0.001, 0.002), gaps=(0.003,), tail=0.005)
+    prof = _profile(4_000_000, strategy="onebit", exchanges=(m,))
+    cost = CodecCost(Line(0.001), Line(0.002), Line(0.003), per_chunk=(1e-4, 2e-4, 3e-4))
+    same = plan_for("onebit", prof, 4, cost).exchanges[0]
+    assert (same.encode, same.phases[1].before, same.decode) == (0.004, 0.003, 0.005)
+    wide = plan_for("onebit", prof, 16, cost).exchanges[0]
+    assert (wide.encode, wide.phases[1].before, wide.decode) == pytest.approx((0.004 + 12e-4, 0.003 + 24e-4,
+                                                                              0.005 + 36e-4))
+    narrow = plan_for("onebit", prof, 2, cost).exchanges[0]  # fewer chunks: less, never below nothing
+    assert (narrow.encode, narrow.phases[1].before, narrow.decode) == pytest.approx((0.004 - 2e-4, 0.003 - 4e-4,
+                                                                                    0.005 - 6e-4))
+    # without a measurement the lines themselves move: a chunk per rank
+    bare = plan_for("onebit", _profile(4_000_000), 16, cost).exchanges[0]
+    assert (bare.encode, bare.phases[1].before, bare.decode) == pytest.approx((0.001 + 12e-4, 0.002 + 24e-4,
+                                                                              0.003 + 36e-4))

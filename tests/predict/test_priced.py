@@ -47,3 +47,21 @@ def test_only_device_models_are_priced(text, words):
 
 def test_the_priced_runs_are_on_the_simulated_clock_over_free_loopback():
     assert priced_net("19.5,1555") == "loopback,clock=sim,device=19.5/1555"
+
+
+@pytest.mark.parametrize("device", ["a100", "cpu-core"])
+def test_a_two_phase_compressor_pays_each_ranks_chunk(device):
+    """onebit cuts a bucket into one chunk per rank, each with its own ops: priced at 4 chunks and at 16, the
+    cost at 16 or 64 ranks is what its stages cost there (per-op costs dominate on a fast device)."""
+    from gradwire.predict.codec import _stages
+
+    cost = priced_codec_cost("onebit", device)
+    assert all(c > 0 for c in cost.per_chunk)
+    numel = 600_000
+    for world in (16, 64):
+        stages = _stages("onebit", numel, "cpu", world)
+        for f in stages.values():
+            f()  # state built on a first call, as priced_codec_cost prices the second
+        direct = [priced_seconds(stages[k], device) for k in ("encode", "serve", "decode")]
+        assert cost.two_phase(numel, world) == pytest.approx(direct, rel=0.08)
+    assert priced_codec_cost("topk:0.01", device).per_chunk == (0.0, 0.0, 0.0)  # an allgather: per_rank instead

@@ -145,8 +145,9 @@ class Calibration:
                 "busy_cores": self.host.busy_cores, "floors": self.host.floors.as_dict(),
                 "work": self.host.work.as_dict(),
                 "copy": [self.host.copy.fixed, self.host.copy.per_element],
-                "codecs": {k: {s: [getattr(c, s).fixed, getattr(c, s).per_element]
-                               for s in ("encode", "serve", "decode", "per_rank")} for k, c in self.codecs.items()},
+                "codecs": {k: {**{s: [getattr(c, s).fixed, getattr(c, s).per_element]
+                                  for s in ("encode", "serve", "decode", "per_rank")}, "per_chunk": list(c.per_chunk)}
+                           for k, c in self.codecs.items()},
                 "hooks": {k: [{"numel": key[0], "shapes": [list(s) for s in key[1]], "world": key[2],
                                "stages": [t * h.scale for t in v]} for key, v in h.measured.items()]
                           for k, h in self.hooks.items()},
@@ -171,7 +172,8 @@ class Calibration:
                     bool(d["busy_cores"]))
         return cls(int(d["world"]), host, float(d["compute"]), float(d["full"]),
                    (d["shares"][0], d["shares"][1], d["shares"][2]),
-                   {k: CodecCost(*(Line(*c[s]) for s in lines)) for k, c in d.get("codecs", {}).items()},
+                   {k: CodecCost(Line(*c["encode"]), Line(*c["serve"]), Line(*c["decode"]), Line(*c["per_rank"]),
+                                 _three(c.get("per_chunk", (0.0, 0.0, 0.0)))) for k, c in d.get("codecs", {}).items()},
                    hooks, {k: StepProfile.from_dict(p) for k, p in d.get("profiles", {}).items()},
                    tuple(d.get("load", ())))
 
@@ -408,4 +410,11 @@ def _mean_cost(costs: Sequence[CodecCost]) -> CodecCost:
     def line(name: str) -> Line:
         return Line(_mean([getattr(c, name).fixed for c in costs]), _mean([getattr(c, name).per_element for c in costs]))
 
-    return CodecCost(line("encode"), line("serve"), line("decode"), line("per_rank"))
+    return CodecCost(line("encode"), line("serve"), line("decode"), line("per_rank"),
+                     per_chunk=_three([_mean([c.per_chunk[i] for c in costs]) for i in range(3)]))
+
+
+def _three(values: Sequence[float]) -> tuple[float, float, float]:
+    """A two-phase codec's per-chunk seconds (encode, serve, decode) as stored."""
+    a, b, c = (float(v) for v in values)
+    return (a, b, c)

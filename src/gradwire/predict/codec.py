@@ -29,6 +29,14 @@ it is on (``correct=1``); see
 clusters when one is here). Trap: on a CPU that other work shares, the
 figures move with the load; a profile of the same strategy measures them in
 the job itself instead (:class:`~gradwire.predict.timeline.MeasuredExchange`).
+
+A two-phase exchange cuts the bucket into one chunk per rank, and each chunk
+costs its own ops (its scale, its packing, its row): at ``world`` ranks a
+stage costs ``a + b n + c (world - FIT_CHUNKS)``. ``c`` is timed from the same
+stages at :data:`WIDE_CHUNKS` chunks. Trap: fitted at 4 chunks alone, a
+1-bit exchange at 16 ranks on an A100 read 1.2 ms of encode, serve and decode
+where it takes 3.2 ms (each chunk's ops cost 170 us there), and the error
+grows with every rank predicted beyond.
 """
 from __future__ import annotations
 
@@ -48,8 +56,9 @@ from gradwire.compress.base import serialize
 if TYPE_CHECKING:
     from gradwire.strategies import ExchangeModel
 
-__all__ = ["FREE", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost", "cost_of_stages", "longest_chunk",
-           "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes"]
+__all__ = ["FIT_CHUNKS", "FREE", "WIDE_CHUNKS", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost",
+           "cost_of_stages", "longest_chunk", "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes",
+           "wide_stages"]
 
 
 @dataclass(frozen=True)
@@ -83,10 +92,27 @@ class CodecCost:
     """after the last collective (decode, local correction), callback thread"""
     per_rank: Line = Line()
     """allgather only: decoding each further gathered payload"""
+    per_chunk: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """two-phase only: seconds encode, serve and decode each add per chunk (rank) beyond :data:`FIT_CHUNKS`,
+    at which the lines were fitted"""
 
     def scaled(self, factor: float) -> "CodecCost":
         """Every stage times ``factor`` (the machine slower or faster than when it was measured)."""
-        return CodecCost(*(line.scaled(factor) for line in (self.encode, self.serve, self.decode, self.per_rank)))
+        e, s, d = self.per_chunk
+        return CodecCost(self.encode.scaled(factor), self.serve.scaled(factor), self.decode.scaled(factor),
+                         self.per_rank.scaled(factor), (e * factor, s * factor, d * factor))
+
+    def two_phase(self, numel: int, world: int) -> tuple[float, float, float]:
+        """Encode, serve and decode seconds of a two-phase exchange of ``numel`` elements over ``world`` ranks."""
+        extra = world - FIT_CHUNKS
+        return (max(0.0, self.encode(numel) + self.per_chunk[0] * extra),
+                max(0.0, self.serve(numel) + self.per_chunk[1] * extra),
+                max(0.0, self.decode(numel) + self.per_chunk[2] * extra))
+
+
+#: the chunks (ranks) a two-phase compressor's stage lines are fitted at, and the second count that gives each
+#: stage's cost per further chunk (:attr:`CodecCost.per_chunk`)
+FIT_CHUNKS, WIDE_CHUNKS = 4, 16
 
 
 #: a bucket as a hook's CPU stages see it: elements, its parameters' shapes (empty: unknown), world size
@@ -302,7 +328,7 @@ def _allreduce(b: _Bench) -> dict[str, Callable[[], object]]:
     return {"encode": encode, "serve": serve, "decode": decode}
 
 
-def _stages(spec: str, numel: int, device: str, world: int = 4) -> dict[str, Callable[[], object]]:
+def _stages(spec: str, numel: int, device: str, world: int = FIT_CHUNKS) -> dict[str, Callable[[], object]]:
     """One bucket's exchange of ``numel`` elements as the hooks run it, cut at the collectives.
 
     The collectives themselves are left out (the network model prices them);
@@ -331,15 +357,31 @@ def stage_seconds(model: "ExchangeModel", numel: int, shapes: tuple[tuple[int, .
         torch.set_num_threads(threads)
 
 
-def cost_of_stages(lines: dict[str, Line]) -> CodecCost:
+def cost_of_stages(lines: dict[str, Line], wide: Mapping[str, float] | None = None,
+                   narrow: Mapping[str, float] | None = None) -> CodecCost:
     """A codec's cost from its stages' fitted lines (``encode``, ``serve``, ``decode``; for allgather
-    ``decode4`` too: the combine of 4 payloads beside that of 2, whose difference is two more ranks)."""
+    ``decode4`` too: the combine of 4 payloads beside that of 2, whose difference is two more ranks).
+
+    Two-phase: ``wide`` and ``narrow`` are each stage's seconds at one size over :data:`WIDE_CHUNKS` and
+    :data:`FIT_CHUNKS` chunks; their difference gives :attr:`CodecCost.per_chunk`.
+    """
     if "decode4" in lines:
         two, four = lines["decode"], lines["decode4"]
         per_rank = Line(max(0.0, (four.fixed - two.fixed) / 2), max(0.0, (four.per_element - two.per_element) / 2))
         decode = Line(max(0.0, two.fixed - 2 * per_rank.fixed), max(0.0, two.per_element - 2 * per_rank.per_element))
         return CodecCost(lines["encode"], Line(), decode, per_rank)
-    return CodecCost(lines["encode"], lines["serve"], lines["decode"])
+    chunk = (0.0, 0.0, 0.0)
+    if wide is not None and narrow is not None:
+        e, s, d = (max(0.0, (wide[k] - narrow[k]) / (WIDE_CHUNKS - FIT_CHUNKS)) for k in ("encode", "serve", "decode"))
+        chunk = (e, s, d)
+    return CodecCost(lines["encode"], lines["serve"], lines["decode"], per_chunk=chunk)
+
+
+def wide_stages(spec: str, numel: int, device: str) -> dict[str, Callable[[], object]] | None:
+    """A two-phase compressor's stages over :data:`WIDE_CHUNKS` chunks (None for another pattern)."""
+    if get_compressor(spec).pattern is not Pattern.TWO_PHASE:
+        return None
+    return _stages(spec, numel, device, WIDE_CHUNKS)
 
 
 @functools.lru_cache(maxsize=64)
@@ -357,8 +399,10 @@ def codec_cost(spec: str, device: str = "cpu", sizes: tuple[int, int] = (1 << 16
         torch.set_num_threads(1)
     try:
         a, b = _stages(spec, small, device), _stages(spec, large, device)
-        lines = {name: Line.fit(small, _time(a[name], device, repeats), large, _time(b[name], device, repeats))
-                 for name in a}
+        narrow = {name: _time(a[name], device, repeats) for name in a}
+        lines = {name: Line.fit(small, narrow[name], large, _time(b[name], device, repeats)) for name in a}
+        w = wide_stages(spec, small, device)
+        wide = None if w is None else {name: _time(w[name], device, repeats) for name in w}
     finally:
         torch.set_num_threads(threads)
-    return cost_of_stages(lines)
+    return cost_of_stages(lines, wide, narrow)

@@ -146,6 +146,7 @@ def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio |
     pattern = _pattern(compressor)
     encode, serve, decode = lines.encode(numel), lines.serve(numel), lines.decode(numel)
     if pattern is Pattern.TWO_PHASE:
+        encode, serve, decode = lines.two_phase(numel, world)  # a chunk per rank, each its own ops
         row = codec.two_phase_row_bytes(compressor, numel, world)
         return Exchange(encode, (Phase("all_to_all", world * row), Phase("all_gather", world * row, before=serve)),
                         decode)
@@ -160,8 +161,12 @@ def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio |
 
 
 def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int, hook_only: bool = False,
-              chained: bool = False) -> Exchange:
+              chained: bool = False, at_run: Exchange | None = None) -> Exchange:
     """``ex`` with the profile's own CPU times (and, at the measured world size, its floors).
+
+    ``at_run``: the same bucket's exchange priced at ``measured_world``. At another world size each measured
+    time moves by what the cost model says changes between the two (a two-phase codec's chunk per rank, an
+    allgather's decode per gathered payload, a hook's stages at that world): the run's own figures, moved.
 
     ``hook_only``: keep only the hook's time. An exchange that overlapped
     compute on busy cores was measured slowed by that compute (its real
@@ -171,13 +176,14 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     ``chained``: the hook ran off the training thread (``Plan.chained``): its
     work is the measured ``lead`` too (the hook itself reads about 0 there).
     """
-    encode = m.hook + (m.lead if chained else 0.0)
+    run = at_run if at_run is not None and world != measured_world else ex
+    encode = max(0.0, m.hook + (m.lead if chained else 0.0) + ex.encode - run.encode)
     if hook_only:
         return Exchange(encode, ex.phases, ex.decode)
     floors = m.inner if world == measured_world else (0.0,) * len(m.ops)
-    phases = tuple(replace(p, before=m.gaps[j - 1] if j else 0.0, floor=floors[j])
-                   for j, p in enumerate(ex.phases))
-    decode = ex.decode if m.tail is None else m.tail
+    phases = tuple(replace(p, before=max(0.0, m.gaps[j - 1] + p.before - r.before) if j else 0.0, floor=floors[j])
+                   for j, (p, r) in enumerate(zip(ex.phases, run.phases)))
+    decode = ex.decode if m.tail is None else max(0.0, m.tail + ex.decode - run.decode)
     return Exchange(encode, phases, decode)
 
 
@@ -227,8 +233,10 @@ def plan_for(strategy: str | StrategyChoice, profile: StepProfile, world: int,
         mine = [tuple(p.op for p in ex.phases) for ex in exchanges]
         if all(m.ops == ops for m, ops in zip(profile.exchanges, mine)):
             hook_only = kind is Kind.NEXT_STEP and host is not None and host.busy_cores
-            exchanges = [_measured(ex, m, world, profile.world, hook_only, chained)
-                         for ex, m in zip(exchanges, profile.exchanges)]
+            at_run = [bucket_exchange(b.numel, b.element_size, compressor, profile.world, cost, b.shapes)
+                      for b in profile.buckets] if world != profile.world else exchanges
+            exchanges = [_measured(ex, m, world, profile.world, hook_only, chained, run)
+                         for ex, m, run in zip(exchanges, profile.exchanges, at_run)]
     if host is not None and traits.copies and ratio is None:
         exchanges = [Exchange(ex.encode + traits.copies * host.copy(b.numel), ex.phases, ex.decode)
                      for ex, b in zip(exchanges, profile.buckets)]

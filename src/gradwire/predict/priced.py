@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gradwire.device import Device, DeviceSpec, RooflineMode, parse_device
-from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages, cost_of_stages
+from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages, cost_of_stages, wide_stages
 from gradwire.predict.timeline import StepProfile
 
 __all__ = ["PRICED_SIZES", "device_of", "priced_codec_cost", "priced_cost", "priced_hook_cost", "priced_net",
@@ -181,8 +181,10 @@ def priced_codec_cost(spec: str, device: str) -> CodecCost:
         fn()
         return priced_seconds(fn, device)
 
-    lines = {name: Line.fit(small, twice(a[name]), large, twice(b[name])) for name in a}
-    return cost_of_stages(lines)
+    narrow = {name: twice(a[name]) for name in a}
+    lines = {name: Line.fit(small, narrow[name], large, twice(b[name])) for name in a}
+    w = wide_stages(spec, small, "cpu")
+    return cost_of_stages(lines, None if w is None else {name: twice(w[name]) for name in w}, narrow)
 
 
 @functools.lru_cache(maxsize=1024)
