@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
-from gradwire.compress import Compressor, ErrorFeedback, Pattern, StateKey, get_compressor
+from gradwire.compress import Compressor, ErrorFeedback, Pattern, StateKey, get_compressor, is_finite
 from gradwire.compress import twophase
 from gradwire.compress.base import serialize
 
@@ -272,15 +272,27 @@ def _two_phase(b: _Bench) -> dict[str, Callable[[], object]]:
     send, _, plan = twophase.split_encode(b.x.clone(), world, c, b.key)
     rows = send.clone()
 
+    served = b.key.serving(*plan.bounds[0])
+
     def encode() -> None:
         t = b.prepare()
-        _, approx, _ = twophase.split_encode(t, world, c, b.key)
+        lend = b.ef.workspace(b.key, t) if b.ef is not None else None
+        sent, approx, _ = twophase.split_encode(t, world, c, b.key, approx=lend)
         if b.ef is not None:
             b.ef.update(b.key, t, approx, True)
+        torch.empty_like(sent), torch.empty(world, plan.row_bytes, dtype=torch.uint8)  # the exchange's buffers
 
     def serve() -> None:  # this rank's chunk from every rank's row, averaged and compressed again
         chunk = twophase.server_combine(rows, plan, 0, c)
-        twophase.encode_row(chunk, plan, 0, c, b.key)
+        ok = True
+        if b.ef is not None:  # the server's own error feedback, as the exchange keeps it
+            b.ef.compensate(chunk, served)
+            ok = is_finite(chunk)
+        _, chunk_approx = twophase.encode_row(chunk, plan, 0, c, b.key,
+                                              approx=b.ef.workspace(served, chunk) if b.ef is not None else None)
+        if b.ef is not None:
+            b.ef.update(served, chunk, chunk_approx, ok)
+        rows.unbind(0)  # the all_gather's outputs
 
     def decode() -> None:
         b.correct(twophase.gather_decode(rows, plan, c))
