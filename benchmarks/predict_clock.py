@@ -130,6 +130,8 @@ RUN_STEPS: dict[tuple[str, int, str, str], int] = {}
 STARTS: dict[tuple[str, int, str, str], float] = {}
 #: the day this run measured its rows
 MEASURED = time.strftime("%Y-%m-%d")
+#: predict's short run at this many ranks for every compared world size (None: at each world size itself)
+FROM_WORLD: int | None = None
 
 
 def run_shape(device: str, world: int) -> Any:
@@ -192,8 +194,9 @@ def _name(spec: str, device: str) -> str | None:
 
 def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, ...], float]:
     """(net name, strategy) -> predict's step in seconds (``("run", net name, strategy)``: over compare's run)."""
-    out = tmp / f"predict-{device}-{world}.json"
-    cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(world),
+    measure = FROM_WORLD or world
+    out = tmp / (f"predict-{device}-{world}.json" if FROM_WORLD is None else f"predict-{device}-{world}-from{measure}.json")
+    cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(measure),
            "--worlds", str(world), "--strategies", ",".join(STRATEGIES), "--json", str(out)]
     for net in nets_of(device).values():
         cmd += ["--net", net]
@@ -221,7 +224,7 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
                     p = predicted[(net, strategy)]
                     row = {"device": device, "world": world, "net": net, "spec": nets_of(device)[net],
                            "strategy": strategy, "measured": MEASURED, "compare_ms": step * 1e3, "predict_ms": p * 1e3,
-                           "error": p / step - 1}
+                           "error": p / step - 1, "predict_measured_at": FROM_WORLD or world}
                     run = predicted[("run", net, strategy)]
                     if net == "changing":  # like with like: the same stretch of the schedule, the run's shape
                         row.update(predict_600s_ms=p * 1e3, error_600s=p / step - 1, predict_ms=run * 1e3,
@@ -270,7 +273,7 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
 
 
 def main() -> None:
-    global EPOCHS, NAME, BATCH, STRATEGIES, MERGE, ONLY_CHANGING
+    global EPOCHS, NAME, BATCH, STRATEGIES, MERGE, ONLY_CHANGING, FROM_WORLD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("agree", "hosts"))
     ap.add_argument("--worlds", default="2,4")
@@ -289,8 +292,11 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true",
                     help="agree: keep the other cells' rows of the results file (device, ranks, network, strategy), "
                          "replace these ones'")
+    ap.add_argument("--from-world", type=int, default=None,
+                    help="agree: predict from its short run at this many ranks (default: at each compared world "
+                         "size), as a user predicts a larger cluster from a small run")
     args = ap.parse_args()
-    EPOCHS, NAME, BATCH, MERGE = args.epochs, args.name, args.batch_size, args.merge
+    EPOCHS, NAME, BATCH, MERGE, FROM_WORLD = args.epochs, args.name, args.batch_size, args.merge, args.from_world
     ONLY_CHANGING = args.only_changing
     unknown = set(args.strategies.split(",")) - set(STRATEGIES)
     if unknown:
