@@ -98,7 +98,9 @@ def test_measured_costs_move_with_the_codecs_cost_to_another_world_size():
     run's own times are the base (at the measured world nothing moves)."""
     m = MeasuredExchange(("all_to_all", "all_gather"), hook=0.004, inner=(0.001, 0.002), gaps=(0.003,), tail=0.005)
     prof = _profile(4_000_000, strategy="onebit", exchanges=(m,))
-    cost = CodecCost(Line(0.001), Line(0.002), Line(0.003), per_chunk=(1e-4, 2e-4, 3e-4))
+    # over 16 chunks each stage costs 12 more chunks of 0.1, 0.2 and 0.3 ms
+    cost = CodecCost(Line(0.001), Line(0.002), Line(0.003), wide=(Line(0.001 + 12e-4), Line(0.002 + 24e-4),
+                                                                 Line(0.003 + 36e-4)))
     same = plan_for("onebit", prof, 4, cost).exchanges[0]
     assert (same.encode, same.phases[1].before, same.decode) == (0.004, 0.003, 0.005)
     wide = plan_for("onebit", prof, 16, cost).exchanges[0]

@@ -146,7 +146,8 @@ class Calibration:
                 "work": self.host.work.as_dict(),
                 "copy": [self.host.copy.fixed, self.host.copy.per_element],
                 "codecs": {k: {**{s: [getattr(c, s).fixed, getattr(c, s).per_element]
-                                  for s in ("encode", "serve", "decode", "per_rank")}, "per_chunk": list(c.per_chunk)}
+                                  for s in ("encode", "serve", "decode", "per_rank")},
+                               "wide": [[line.fixed, line.per_element] for line in c.wide]}
                            for k, c in self.codecs.items()},
                 "hooks": {k: [{"numel": key[0], "shapes": [list(s) for s in key[1]], "world": key[2],
                                "stages": [t * h.scale for t in v]} for key, v in h.measured.items()]
@@ -173,7 +174,7 @@ class Calibration:
         return cls(int(d["world"]), host, float(d["compute"]), float(d["full"]),
                    (d["shares"][0], d["shares"][1], d["shares"][2]),
                    {k: CodecCost(Line(*c["encode"]), Line(*c["serve"]), Line(*c["decode"]), Line(*c["per_rank"]),
-                                 _three(c.get("per_chunk", (0.0, 0.0, 0.0)))) for k, c in d.get("codecs", {}).items()},
+                                 tuple(Line(*w) for w in c.get("wide", ()))) for k, c in d.get("codecs", {}).items()},
                    hooks, {k: StepProfile.from_dict(p) for k, p in d.get("profiles", {}).items()},
                    tuple(d.get("load", ())))
 
@@ -410,11 +411,9 @@ def _mean_cost(costs: Sequence[CodecCost]) -> CodecCost:
     def line(name: str) -> Line:
         return Line(_mean([getattr(c, name).fixed for c in costs]), _mean([getattr(c, name).per_element for c in costs]))
 
+    def wide(i: int) -> Line:
+        return Line(_mean([c.wide[i].fixed for c in costs]), _mean([c.wide[i].per_element for c in costs]))
+
+    two_phase = all(len(c.wide) == 3 for c in costs)
     return CodecCost(line("encode"), line("serve"), line("decode"), line("per_rank"),
-                     per_chunk=_three([_mean([c.per_chunk[i] for c in costs]) for i in range(3)]))
-
-
-def _three(values: Sequence[float]) -> tuple[float, float, float]:
-    """A two-phase codec's per-chunk seconds (encode, serve, decode) as stored."""
-    a, b, c = (float(v) for v in values)
-    return (a, b, c)
+                     tuple(wide(i) for i in range(3)) if two_phase else ())

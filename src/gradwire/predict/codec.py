@@ -31,12 +31,13 @@ figures move with the load; a profile of the same strategy measures them in
 the job itself instead (:class:`~gradwire.predict.timeline.MeasuredExchange`).
 
 A two-phase exchange cuts the bucket into one chunk per rank, and each chunk
-costs its own ops (its scale, its packing, its row): at ``world`` ranks a
-stage costs ``a + b n + c (world - FIT_CHUNKS)``. ``c`` is timed from the same
-stages at :data:`WIDE_CHUNKS` chunks. Trap: fitted at 4 chunks alone, a
-1-bit exchange at 16 ranks on an A100 read 1.2 ms of encode, serve and decode
-where it takes 3.2 ms (each chunk's ops cost 170 us there), and the error
-grows with every rank predicted beyond.
+costs its own ops (its scale, its packing, its row), while the server's work
+on the chunk it serves shrinks with the chunk: at ``world`` ranks a stage
+costs ``a + b n + c world + d n / world``, the four fitted from its lines at
+:data:`FIT_CHUNKS` and :data:`WIDE_CHUNKS` chunks. Trap: fitted at 4 chunks
+alone, a 1-bit exchange at 16 ranks on an A100 read 1.2 ms of encode, serve
+and decode where it takes 3.2 ms (each chunk's ops cost 170 us there), and the
+error grows with every rank predicted beyond.
 """
 from __future__ import annotations
 
@@ -92,22 +93,30 @@ class CodecCost:
     """after the last collective (decode, local correction), callback thread"""
     per_rank: Line = Line()
     """allgather only: decoding each further gathered payload"""
-    per_chunk: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    """two-phase only: seconds encode, serve and decode each add per chunk (rank) beyond :data:`FIT_CHUNKS`,
-    at which the lines were fitted"""
+    wide: tuple[Line, ...] = ()
+    """two-phase only: the encode, serve and decode lines over :data:`WIDE_CHUNKS` chunks (the others are over
+    :data:`FIT_CHUNKS`); empty: the stages do not depend on the world size"""
 
     def scaled(self, factor: float) -> "CodecCost":
         """Every stage times ``factor`` (the machine slower or faster than when it was measured)."""
-        e, s, d = self.per_chunk
         return CodecCost(self.encode.scaled(factor), self.serve.scaled(factor), self.decode.scaled(factor),
-                         self.per_rank.scaled(factor), (e * factor, s * factor, d * factor))
+                         self.per_rank.scaled(factor), tuple(line.scaled(factor) for line in self.wide))
 
     def two_phase(self, numel: int, world: int) -> tuple[float, float, float]:
-        """Encode, serve and decode seconds of a two-phase exchange of ``numel`` elements over ``world`` ranks."""
-        extra = world - FIT_CHUNKS
-        return (max(0.0, self.encode(numel) + self.per_chunk[0] * extra),
-                max(0.0, self.serve(numel) + self.per_chunk[1] * extra),
-                max(0.0, self.decode(numel) + self.per_chunk[2] * extra))
+        """Encode, serve and decode seconds of a two-phase exchange of ``numel`` elements over ``world`` ranks
+        (module doc: ``a + b n + c world + d n / world`` through the lines at 4 and 16 chunks)."""
+        narrow = (self.encode, self.serve, self.decode)
+        if not self.wide:
+            return (narrow[0](numel), narrow[1](numel), narrow[2](numel))
+        lo, hi = FIT_CHUNKS, WIDE_CHUNKS
+        out = []
+        for at_lo, at_hi in zip(narrow, self.wide):
+            per_chunk = (at_hi.fixed - at_lo.fixed) / (hi - lo)
+            shrinking = (at_lo.per_element - at_hi.per_element) / (1 / lo - 1 / hi)  # the d of n / world
+            fixed = at_lo.fixed + per_chunk * (world - lo)
+            slope = at_lo.per_element + shrinking * (1 / world - 1 / lo)
+            out.append(max(0.0, fixed + slope * numel))
+        return (out[0], out[1], out[2])
 
 
 #: the chunks (ranks) a two-phase compressor's stage lines are fitted at, and the second count that gives each
@@ -369,24 +378,19 @@ def stage_seconds(model: "ExchangeModel", numel: int, shapes: tuple[tuple[int, .
         torch.set_num_threads(threads)
 
 
-def cost_of_stages(lines: dict[str, Line], wide: Mapping[str, float] | None = None,
-                   narrow: Mapping[str, float] | None = None) -> CodecCost:
+def cost_of_stages(lines: dict[str, Line], wide: Mapping[str, Line] | None = None) -> CodecCost:
     """A codec's cost from its stages' fitted lines (``encode``, ``serve``, ``decode``; for allgather
     ``decode4`` too: the combine of 4 payloads beside that of 2, whose difference is two more ranks).
 
-    Two-phase: ``wide`` and ``narrow`` are each stage's seconds at one size over :data:`WIDE_CHUNKS` and
-    :data:`FIT_CHUNKS` chunks; their difference gives :attr:`CodecCost.per_chunk`.
+    Two-phase: ``wide`` holds the same stages' lines over :data:`WIDE_CHUNKS` chunks (:attr:`CodecCost.wide`).
     """
     if "decode4" in lines:
         two, four = lines["decode"], lines["decode4"]
         per_rank = Line(max(0.0, (four.fixed - two.fixed) / 2), max(0.0, (four.per_element - two.per_element) / 2))
         decode = Line(max(0.0, two.fixed - 2 * per_rank.fixed), max(0.0, two.per_element - 2 * per_rank.per_element))
         return CodecCost(lines["encode"], Line(), decode, per_rank)
-    chunk = (0.0, 0.0, 0.0)
-    if wide is not None and narrow is not None:
-        e, s, d = (max(0.0, (wide[k] - narrow[k]) / (WIDE_CHUNKS - FIT_CHUNKS)) for k in ("encode", "serve", "decode"))
-        chunk = (e, s, d)
-    return CodecCost(lines["encode"], lines["serve"], lines["decode"], per_chunk=chunk)
+    return CodecCost(lines["encode"], lines["serve"], lines["decode"],
+                     wide=() if wide is None else (wide["encode"], wide["serve"], wide["decode"]))
 
 
 def wide_stages(spec: str, numel: int, device: str) -> dict[str, Callable[[], object]] | None:
@@ -411,10 +415,12 @@ def codec_cost(spec: str, device: str = "cpu", sizes: tuple[int, int] = (1 << 16
         torch.set_num_threads(1)
     try:
         a, b = _stages(spec, small, device), _stages(spec, large, device)
-        narrow = {name: _time(a[name], device, repeats) for name in a}
-        lines = {name: Line.fit(small, narrow[name], large, _time(b[name], device, repeats)) for name in a}
-        w = wide_stages(spec, small, device)
-        wide = None if w is None else {name: _time(w[name], device, repeats) for name in w}
+        lines = {name: Line.fit(small, _time(a[name], device, repeats), large, _time(b[name], device, repeats))
+                 for name in a}
+        wa, wb = wide_stages(spec, small, device), wide_stages(spec, large, device)
+        wide = None if wa is None or wb is None else {
+            name: Line.fit(small, _time(wa[name], device, repeats), large, _time(wb[name], device, repeats))
+            for name in wa}
     finally:
         torch.set_num_threads(threads)
-    return cost_of_stages(lines, wide, narrow)
+    return cost_of_stages(lines, wide)

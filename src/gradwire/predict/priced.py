@@ -181,10 +181,11 @@ def priced_codec_cost(spec: str, device: str) -> CodecCost:
         fn()
         return priced_seconds(fn, device)
 
-    narrow = {name: twice(a[name]) for name in a}
-    lines = {name: Line.fit(small, narrow[name], large, twice(b[name])) for name in a}
-    w = wide_stages(spec, small, "cpu")
-    return cost_of_stages(lines, None if w is None else {name: twice(w[name]) for name in w}, narrow)
+    lines = {name: Line.fit(small, twice(a[name]), large, twice(b[name])) for name in a}
+    wa, wb = wide_stages(spec, small, "cpu"), wide_stages(spec, large, "cpu")
+    wide = None if wa is None or wb is None else {
+        name: Line.fit(small, twice(wa[name]), large, twice(wb[name])) for name in wa}
+    return cost_of_stages(lines, wide)
 
 
 @functools.lru_cache(maxsize=1024)

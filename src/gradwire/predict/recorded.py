@@ -114,7 +114,12 @@ def _exchange_row(step: dict[str, Any], layout: tuple[int, ...], following: dict
     times and taken too.
     """
     exchange_colls = [c for c in step["collectives"] if c["op"] in _EXCHANGE_OPS]
-    first = next((c for c in exchange_colls if c["issued"] >= step["buckets"][0]["ready"] - 1e-9), None)
+    # the first collective of this step's first exchange: issued once its bucket was ready, and, where the plan
+    # says how an exchange opens, of that op. Trap: the previous step's exchange may still issue its last
+    # collectives after this bucket is ready (delayed's all_gather, behind a slow server step at many ranks)
+    opening = per_bucket[0][0] if per_bucket else None
+    first = next((c for c in exchange_colls if c["issued"] >= step["buckets"][0]["ready"] - 1e-9
+                  and (opening is None or c["op"] == opening)), None)
     if first is None:
         return None
     later = []
