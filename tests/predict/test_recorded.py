@@ -104,6 +104,19 @@ def test_an_exchange_that_runs_into_the_next_step_is_measured_across_both():
     assert profile_from_steps(without, "job", skip=1, per_bucket=[("all_to_all", "all_gather")]).exchanges is None
 
 
+def test_the_previous_steps_last_collective_after_this_bucket_is_ready_is_not_this_exchange():
+    """At many ranks a slow server step issues the previous exchange's all_gather after this step's bucket is
+    ready (at 0.011 s, the bucket at 0.010): the exchange opens with the all_to_all the plan says it opens with."""
+    ranks = [[_overlapping(k * 0.05) for k in range(6)]]
+    for i, s in enumerate(ranks[0]):
+        s["origin"] = round(s["origin"], 3)
+        s["collectives"] = [_coll("all_gather", 2 * i - 1, 0.011, 0.013, 0.002), _coll("all_to_all", 2 * i, 0.012, 0.015,
+                                                                                       0.003)]
+    prof = profile_from_steps(ranks, "job", "onebit+delayed", skip=1, per_bucket=[("all_to_all", "all_gather")])
+    (ex,) = prof.exchanges
+    assert ex.ops == ("all_to_all", "all_gather") and ex.gaps == pytest.approx((0.061 - 0.015,))
+
+
 def test_unpaired_exchanges_are_not_measured_and_odd_layouts_are_left_out():
     odd = _step()
     odd["buckets"] = odd["buckets"][:1]  # the first iteration: one bucket
