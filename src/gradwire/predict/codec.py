@@ -111,11 +111,13 @@ class CodecCost:
         lo, hi = FIT_CHUNKS, WIDE_CHUNKS
         out = []
         for at_lo, at_hi in zip(narrow, self.wide):
-            per_chunk = (at_hi.fixed - at_lo.fixed) / (hi - lo)
+            # c and b are work that cannot be negative (a timing's noise could make them so, and a large world
+            # would multiply it): clamped; d may take either sign (a chunk's padding grows with the world)
+            per_chunk = max(0.0, (at_hi.fixed - at_lo.fixed) / (hi - lo))
             shrinking = (at_lo.per_element - at_hi.per_element) / (1 / lo - 1 / hi)  # the d of n / world
-            fixed = at_lo.fixed + per_chunk * (world - lo)
-            slope = at_lo.per_element + shrinking * (1 / world - 1 / lo)
-            out.append(max(0.0, fixed + slope * numel))
+            flat = max(0.0, at_lo.per_element - shrinking / lo)  # the b of n
+            fixed = max(0.0, at_lo.fixed + per_chunk * (world - lo))
+            out.append(max(0.0, fixed + (flat + shrinking / world) * numel))
         return (out[0], out[1], out[2])
 
 
