@@ -296,6 +296,8 @@ def main() -> None:
                     help="agree: predict from its short run at this many ranks (default: at each compared world "
                          "size), as a user predicts a larger cluster from a small run")
     args = ap.parse_args()
+    if args.from_world is not None and args.from_world < 2:
+        ap.error(f"--from-world: a short run needs 2 ranks or more, got {args.from_world}")
     EPOCHS, NAME, BATCH, MERGE, FROM_WORLD = args.epochs, args.name, args.batch_size, args.merge, args.from_world
     ONLY_CHANGING = args.only_changing
     unknown = set(args.strategies.split(",")) - set(STRATEGIES)

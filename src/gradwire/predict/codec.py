@@ -36,7 +36,7 @@ on the chunk it serves shrinks with the chunk: at ``world`` ranks a stage
 costs ``a + b n + c world + d n / world``, the four fitted from its lines at
 :data:`FIT_CHUNKS` and :data:`WIDE_CHUNKS` chunks. Trap: fitted at 4 chunks
 alone, a 1-bit exchange at 16 ranks on an A100 read 1.2 ms of encode, serve
-and decode where it takes 3.2 ms (each chunk's ops cost 170 us there), and the
+and decode where it takes 3.3 ms (each chunk's ops cost 170 us there), and the
 error grows with every rank predicted beyond.
 """
 from __future__ import annotations
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from gradwire.strategies import ExchangeModel
 
 __all__ = ["FIT_CHUNKS", "FREE", "WIDE_CHUNKS", "CodecCost", "HookCost", "Line", "allgather_row_bytes", "codec_cost",
-           "cost_of_stages", "longest_chunk", "round_bytes", "serialized_nbytes", "stage_seconds", "two_phase_row_bytes",
-           "wide_stages"]
+           "cost_of_stages", "fitted_cost", "longest_chunk", "round_bytes", "serialized_nbytes", "stage_seconds",
+           "two_phase_row_bytes"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class CodecCost:
 
 
 #: the chunks (ranks) a two-phase compressor's stage lines are fitted at, and the second count that gives each
-#: stage's cost per further chunk (:attr:`CodecCost.per_chunk`)
+#: stage's cost per further chunk (:attr:`CodecCost.wide`)
 FIT_CHUNKS, WIDE_CHUNKS = 4, 16
 
 
@@ -395,11 +395,18 @@ def cost_of_stages(lines: dict[str, Line], wide: Mapping[str, Line] | None = Non
                      wide=() if wide is None else (wide["encode"], wide["serve"], wide["decode"]))
 
 
-def wide_stages(spec: str, numel: int, device: str) -> dict[str, Callable[[], object]] | None:
-    """A two-phase compressor's stages over :data:`WIDE_CHUNKS` chunks (None for another pattern)."""
-    if get_compressor(spec).pattern is not Pattern.TWO_PHASE:
-        return None
-    return _stages(spec, numel, device, WIDE_CHUNKS)
+def fitted_cost(spec: str, device: str, sizes: tuple[int, int], seconds: Callable[[Callable[[], object]], float]
+                ) -> CodecCost:
+    """``spec``'s stages (:func:`_stages`) on ``device`` at both ``sizes``, each timed or priced by ``seconds``,
+    a line through each; a two-phase compressor's over :data:`WIDE_CHUNKS` chunks too."""
+    small, large = sizes
+
+    def lines(world: int) -> dict[str, Line]:
+        a, b = _stages(spec, small, device, world), _stages(spec, large, device, world)
+        return {name: Line.fit(small, seconds(a[name]), large, seconds(b[name])) for name in a}
+
+    two_phase = get_compressor(spec).pattern is Pattern.TWO_PHASE
+    return cost_of_stages(lines(FIT_CHUNKS), lines(WIDE_CHUNKS) if two_phase else None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -411,18 +418,10 @@ def codec_cost(spec: str, device: str = "cpu", sizes: tuple[int, int] = (1 << 16
     on a shared machine made a 256 KB copy take milliseconds, waiting for the
     second thread to be scheduled). Cached per process.
     """
-    small, large = sizes
     threads = torch.get_num_threads()
     if not device.startswith("cuda"):
         torch.set_num_threads(1)
     try:
-        a, b = _stages(spec, small, device), _stages(spec, large, device)
-        lines = {name: Line.fit(small, _time(a[name], device, repeats), large, _time(b[name], device, repeats))
-                 for name in a}
-        wa, wb = wide_stages(spec, small, device), wide_stages(spec, large, device)
-        wide = None if wa is None or wb is None else {
-            name: Line.fit(small, _time(wa[name], device, repeats), large, _time(wb[name], device, repeats))
-            for name in wa}
+        return fitted_cost(spec, device, sizes, lambda fn: _time(fn, device, repeats))
     finally:
         torch.set_num_threads(threads)
-    return cost_of_stages(lines, wide)

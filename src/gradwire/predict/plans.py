@@ -144,12 +144,12 @@ def _exchange(numel: int, nbytes: int, compressor: str | ExchangeModel | Ratio |
         return Exchange(0.0, (Phase("all_reduce", nbytes),))
     lines = cost if isinstance(cost, CodecCost) else FREE
     pattern = _pattern(compressor)
-    encode, serve, decode = lines.encode(numel), lines.serve(numel), lines.decode(numel)
     if pattern is Pattern.TWO_PHASE:
         encode, serve, decode = lines.two_phase(numel, world)  # a chunk per rank, each its own ops
         row = codec.two_phase_row_bytes(compressor, numel, world)
         return Exchange(encode, (Phase("all_to_all", world * row), Phase("all_gather", world * row, before=serve)),
                         decode)
+    encode, serve, decode = lines.encode(numel), lines.serve(numel), lines.decode(numel)
     if pattern is Pattern.ALLGATHER:
         row = codec.allgather_row_bytes(compressor, numel)
         return Exchange(encode, (Phase("all_gather", world * row),), decode + lines.per_rank(numel) * world)
@@ -176,7 +176,7 @@ def _measured(ex: Exchange, m: MeasuredExchange, world: int, measured_world: int
     ``chained``: the hook ran off the training thread (``Plan.chained``): its
     work is the measured ``lead`` too (the hook itself reads about 0 there).
     """
-    run = at_run if at_run is not None and world != measured_world else ex
+    run = at_run if at_run is not None else ex
     encode = max(0.0, m.hook + (m.lead if chained else 0.0) + ex.encode - run.encode)
     if hook_only:
         return Exchange(encode, ex.phases, ex.decode)

@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gradwire.device import Device, DeviceSpec, RooflineMode, parse_device
-from gradwire.predict.codec import BucketKey, CodecCost, HookCost, Line, _stages, cost_of_stages, wide_stages
+from gradwire.predict.codec import BucketKey, CodecCost, HookCost, fitted_cost
 from gradwire.predict.timeline import StepProfile
 
 __all__ = ["PRICED_SIZES", "device_of", "priced_codec_cost", "priced_cost", "priced_hook_cost", "priced_net",
@@ -174,18 +174,11 @@ def priced_codec_cost(spec: str, device: str) -> CodecCost:
     The first call of each stage builds state (error feedback's residual, momentum): each is priced on its
     second call, as :func:`gradwire.predict.codec.codec_cost` times it.
     """
-    small, large = PRICED_SIZES
-    a, b = _stages(spec, small, "cpu"), _stages(spec, large, "cpu")
-
     def twice(fn: Callable[[], object]) -> float:
         fn()
         return priced_seconds(fn, device)
 
-    lines = {name: Line.fit(small, twice(a[name]), large, twice(b[name])) for name in a}
-    wa, wb = wide_stages(spec, small, "cpu"), wide_stages(spec, large, "cpu")
-    wide = None if wa is None or wb is None else {
-        name: Line.fit(small, twice(wa[name]), large, twice(wb[name])) for name in wa}
-    return cost_of_stages(lines, wide)
+    return fitted_cost(spec, "cpu", PRICED_SIZES, twice)
 
 
 @functools.lru_cache(maxsize=1024)
