@@ -2,6 +2,7 @@
 
     python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100,t4]
     python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100,t4]
+    python benchmarks/predict_clock.py reprice --name agree_8 --worlds 8 --work DIR
 
 agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
@@ -18,6 +19,11 @@ depends on this host.
 
 hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
 against the quiet run's.
+
+reprice: predict again (or read its answers kept in ``--work``) for the static networks' rows of a results file,
+beside compare's steps as the file holds them: after a change to predict, without training again. The rows'
+replay of compare's run (``predict_run_ms``) needs the run itself and is dropped; the changing network's rows
+are left as they are (their figure is that replay: rerun ``agree --only-changing --work DIR`` on the kept runs).
 
 Results: ``benchmarks/results/predict_clock/{agree,hosts}.json`` (``--name`` another file). ``--strategies`` reruns
 some of them; with ``--merge`` their rows replace theirs in the results file and the other rows stay (each row
@@ -272,10 +278,39 @@ def hosts(devices: list[str], worlds: list[int]) -> None:
     write_results(RESULTS / f"{NAME or 'hosts'}.json", rows, clock="simulated cluster clock", largest_difference=worst)
 
 
+def reprice(devices: list[str], worlds: list[int], work: str | None) -> None:
+    path = RESULTS / f"{NAME or 'agree'}.json"
+    before = json.loads(path.read_text())
+    rows, cache = before.pop("rows"), {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for row in rows:
+            if row["net"] == "changing" or row["device"] not in devices or row["world"] not in worlds:
+                continue
+            key = (row["device"], row["world"])
+            if key not in cache:
+                cache[key] = predict_steps(*key, Path(work or scratch), reuse=work is not None)
+            p = cache[key][(row["net"], row["strategy"])]
+            was = row["error"]
+            row.update(predict_ms=p * 1e3, error=p / (row["compare_ms"] / 1e3) - 1, predicted=MEASURED,
+                       predict_measured_at=FROM_WORLD or row["world"])
+            row.pop("predict_run_ms", None), row.pop("error_run", None)
+            print(f"{row['device']:9} {row['world']:2} {row['net']:14} {row['strategy']:17} compare "
+                  f"{row['compare_ms']:8.2f} ms  predict {row['predict_ms']:8.2f} ms  {row['error']:+.1%} "
+                  f"(was {was:+.1%})", flush=True)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= 0.05 for r in rows)
+    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%}")
+    before.setdefault("runs_command", before.get("command"))  # the command behind compare's steps
+    for field in ("command", "commit", "dirty", "host", "date"):
+        before.pop(field, None)
+    before.update(within_5pct=within, points=len(rows), largest_error=worst["error"])
+    write_results(path, rows, **before)
+
+
 def main() -> None:
     global EPOCHS, NAME, BATCH, STRATEGIES, MERGE, ONLY_CHANGING, FROM_WORLD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("agree", "hosts"))
+    ap.add_argument("mode", choices=("agree", "hosts", "reprice"))
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--devices", default="cpu-core,a100,t4")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
@@ -310,6 +345,8 @@ def main() -> None:
     devices = args.devices.split(",")
     if args.mode == "agree":
         agree(devices, worlds, args.work, tuple(x for x in args.skip_changing.split(",") if x))
+    elif args.mode == "reprice":
+        reprice(devices, worlds, args.work)
     else:
         hosts(devices, worlds)
 

@@ -115,6 +115,12 @@ def test_every_refusal_is_named_at_once():
         plan_network(parse_spec("ib-hdr,protocol=tcp,latency=0s"), layout(2, 2), ALL, limiter="tbf")
 
 
+def test_jumbo_frames_are_refused_on_veth_links():
+    with pytest.raises(Unsupported, match="mtu=9000: the emulated veth links carry 1500-byte packets"):
+        plan_network(parse_spec("bandwidth=1gbit,mtu=9000"), layout(2, 1), NO_NETEM)
+    plan_network(parse_spec("bandwidth=1gbit,mtu=1500"), layout(2, 1), NO_NETEM)
+
+
 def test_intra_loopback_and_topology_auto_pass():
     plan = plan_network(parse_spec("bandwidth=1gbit,intra=loopback,topology=auto"), layout(2, 2), NO_NETEM)
     assert len(plan.ports) == 4

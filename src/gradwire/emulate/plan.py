@@ -209,6 +209,9 @@ def plan_network(
     kind = _limiter(limiter, caps, reasons) if has_rate else None
     if has_rate and spec.protocol != "tcp":
         reasons.append(f"protocol={spec.protocol}: the emulated links carry TCP/IP over Ethernet; use protocol=tcp")
+    if spec.mtu is not None and spec.mtu != 1500:
+        reasons.append(f"mtu={spec.mtu}: the emulated veth links carry 1500-byte packets; leave mtu out (the "
+                       "simulated backend prices other MTUs)")
     if kind == "tbf" and spec.bandwidth > TBF_MAX_RATE:
         reasons.append(f"tbf takes at most {TBF_MAX_RATE / 1e9:.1f} Gbit/s; use --shaper htb")
     impaired = spec.latency > 0 or spec.jitter > 0 or spec.loss > 0

@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 
 from gradwire.device.catalog import parse_device
 from gradwire.net.algorithms import ALGORITHM_CHOICES
-from gradwire.net.link import FRAMINGS, Link
+from gradwire.net.link import FRAMINGS, Link, tcp_framing
 from gradwire.net.schedule import CHANGE_KINDS, RESERVED_KEYS, NetworkChange, Schedule, parse_event
 from gradwire.net.tcp import TCP_KEYS, TcpConfig
 from gradwire.net.units import (
@@ -206,6 +206,8 @@ class NetSpec:
     """inter-node one-way latency in seconds (alpha), 0 to 3600"""
     protocol: str = "tcp"
     """framing on the inter-node link: tcp, rdma or none (see gradwire.net.link)"""
+    mtu: int | None = None
+    """IP packet size of tcp links, 576 to 65535 bytes (jumbo frames: 9000, 9001 on AWS); None: 1500"""
     jitter: float = 0.0
     """jitter scale in seconds (0 to 3600), added once per latency step of a collective"""
     jitter_dist: str = "uniform"
@@ -252,6 +254,11 @@ class NetSpec:
         _choice(self.protocol, PROTOCOLS, "protocol")
         if self.intra_protocol is not None:
             _choice(self.intra_protocol, PROTOCOLS, "intra_protocol")
+        if self.mtu is not None:
+            tcp_framing(self.mtu)  # checks it
+            if "tcp" not in (self.protocol, self.intra_protocol):
+                raise ValueError(f"mtu sets the framing of tcp links, and this spec has none (protocol="
+                                 f"{self.protocol}); leave mtu out, or use protocol=tcp")
         _choice(self.jitter_dist, JITTER_DISTS, "jitter_dist")
         _choice(self.algorithm, ALGORITHM_CHOICES, "algorithm")
         set_("clock", _CLOCK_ALIASES.get(self.clock, self.clock))
@@ -324,9 +331,13 @@ class NetSpec:
     def _tcp_for(self, protocol: str) -> TcpConfig | None:
         return self.tcp if protocol == "tcp" and self.tcp.enabled else None
 
+    def _mtu_for(self, protocol: str) -> int | None:
+        return self.mtu if protocol == "tcp" else None
+
     def inter_link(self) -> Link:
         """The link between nodes."""
-        return Link(self.bandwidth, self.latency, self.protocol, self.loss, self._tcp_for(self.protocol))
+        return Link(self.bandwidth, self.latency, self.protocol, self.loss, self._tcp_for(self.protocol),
+                    self._mtu_for(self.protocol))
 
     def intra_link(self) -> Link:
         """The link between ranks of one node; inherits loss only when not given explicitly."""
@@ -337,6 +348,7 @@ class NetSpec:
             protocol,
             0.0 if self.has_intra_link else self.loss,
             self._tcp_for(protocol),
+            self._mtu_for(protocol),
         )
 
     def to_string(self) -> str:
@@ -384,6 +396,13 @@ def _parse_topology(text: str) -> tuple[int, int] | str | None:
         raise ValueError(f"bad topology {_shown(text)}; write NODESxRANKS_PER_NODE like '2x4', 'flat' or 'auto'") from None
 
 
+def _parse_mtu(text: str) -> int:
+    try:
+        return int(text.lower().removesuffix("b"))
+    except ValueError:
+        raise ValueError(f"mtu must be a whole number of bytes like 1500 or 9000, got {_shown(text)}") from None
+
+
 def _parse_seed(text: str) -> int:
     try:
         return int(text)
@@ -394,7 +413,7 @@ def _parse_seed(text: str) -> int:
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "bandwidth": format_bandwidth, "intra_bandwidth": format_bandwidth,
     "latency": format_time, "intra_latency": format_time, "jitter": format_time,
-    "loss": format_fraction, "seed": str,
+    "loss": format_fraction, "seed": str, "mtu": str,
     "topology": lambda t: "flat" if t is None else t if t == AUTO_TOPOLOGY else f"{t[0]}x{t[1]}",
     "protocol": str, "intra_protocol": str, "jitter_dist": str, "algorithm": str, "clock": str, "link": str,
     "device": str,
@@ -404,7 +423,7 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "bandwidth": parse_bandwidth, "intra_bandwidth": parse_bandwidth,
     "latency": parse_time, "intra_latency": parse_time, "jitter": parse_time,
-    "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology,
+    "loss": parse_fraction, "seed": _parse_seed, "topology": _parse_topology, "mtu": _parse_mtu,
     "protocol": str.lower, "intra_protocol": str.lower, "jitter_dist": str.lower,
     "algorithm": str.lower, "clock": str.lower, "link": str, "device": lambda v: parse_device(v).text,
 }
