@@ -98,7 +98,9 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
-from gradwire.net.transport import MAX_CHANNELS, NCCL_CHANNELS, TRANSPORT_CHOICES, Transport, credit_window, resolve
+from gradwire.net.transport import (
+    MAX_CHANNELS, NCCL_CHANNELS, TRANSPORT_CHOICES, Transport, credit_window, pipeline_stall, resolve,
+)
 from gradwire.net.units import format_time, human_size, parse_fraction, parse_size, parse_time
 
 #: Linux defaults (``tcp_rmem[2]``, ``tcp_wmem[2]``, ``TCP_INIT_CWND``, ``TCP_RTO_MIN``)
@@ -433,8 +435,11 @@ def steps_seconds(chunk: float, steps: int, link_rate: float, rtt: float, latenc
     library feeds its connections (:mod:`gradwire.net.transport`):
 
     - pipelined (NCCL): the steps stream back to back, so the collective is
-      ``steps - 1`` latencies (the pipeline's fill) plus one transfer of all
-      ``steps x chunk`` bytes through ``nccl_channels x streams`` connections.
+      one transfer of all ``steps x chunk`` bytes through ``nccl_channels x
+      streams`` connections plus the ring's waits at its ``steps - 1`` step
+      boundaries (:func:`~gradwire.net.transport.pipeline_stall`: a whole
+      latency each for a small collective, the pipeline's fill; none for a
+      large one whose chunks outlast a latency).
     - gloo: ``same_peer`` steps go to one neighbour over one connection (a ring),
       so the window one step grew carries into the next, and the ring's
       notice-gated segments cap each connection at :func:`credit_window`;
@@ -458,8 +463,11 @@ def steps_seconds(chunk: float, steps: int, link_rate: float, rtt: float, latenc
         return transfer(nbytes, link_rate, rtt, latency, mss=mss, init_cwnd=config.init_cwnd, window_cap=cap,
                         streams=streams, idle=idle, rto=rto, restarts=config.restarts_after_idle, window=window)
 
-    if kind.pipelined:
-        return (steps - 1) * latency + one(chunk * steps, None)[0]
+    if kind.pipelined:  # one transfer of every step's bytes, and the ring's waits at its step boundaries
+        seconds = one(chunk * steps, None)[0]
+        channels = config.channels if kind.channels else 1
+        rate = chunk * steps / channels / max(seconds - latency, 1e-12)  # what a channel carried
+        return (steps - 1) * pipeline_stall(chunk, rate, latency, channels) + seconds
     if not same_peer:
         return steps * one(chunk, None)[0]
     total, window = 0.0, None

@@ -50,11 +50,27 @@ NCCL's socket transport (``src/transport/net_socket.cc``, ``src/init.cc``,
    completes when its bytes are in the kernel's send buffer, with no notice
    from the receiver (unlike gloo, and unlike NCCL's InfiniBand transport,
    whose sends wait for a clear-to-send). So a ring's ``2(p - 1)`` steps stream
-   back to back: the collective costs ``steps - 1`` one-way latencies (the
-   pipeline's fill) plus one continuous transfer of its bytes through the
-   peer's connections, at ``min(rate, connections x window / RTT)``. The 4 MiB
-   buffer bounds what a channel holds unconsumed at the receiver, not the
-   bytes on the wire.
+   back to back through the peer's connections, at ``min(rate, connections x
+   window / RTT)``. The 4 MiB buffer bounds what a channel holds unconsumed at
+   the receiver, not the bytes on the wire.
+4. Where the ring waits (``src/device/all_reduce.h``, ``collectives.h``): a
+   channel walks its share of the buffer in loops of ``p`` chunks of at most
+   ``ALLREDUCE_CHUNKSTEPS`` = 4 steps (2 MiB), each step of a loop sending one
+   chunk in slices of ``ALLREDUCE_SLICESTEPS`` = 2 steps (1 MiB); all_gather
+   and reduce_scatter alike. A step's first slice can leave only once the
+   left neighbour's slice of the step before has arrived (one latency after
+   it left), while the rank is still sending the rest of its current chunk:
+   the step boundary waits ``max(0, latency - (chunk - slice) / rate)`` per
+   loop (:func:`pipeline_stall`). A small collective (a chunk within one slice)
+   waits a whole latency at each of its ``steps - 1`` boundaries, the
+   pipeline's fill; a large one on a link where a chunk outlasts a latency
+   (2 MiB a channel at 1 Gbit/s is 34 ms) never waits, and costs one latency
+   plus its bytes whatever the ring's length: the published NCCL all_reduce
+   of 128 and 256 MiB over 1-10 ms links took 2.8-3.8 % more than its bytes at
+   the link's rate on 4, 8 and 16 nodes alike (``benchmarks/long_links.py``),
+   where ``steps - 1`` latencies would add up to 12 % on 16 nodes. On a link
+   whose latency outlasts a chunk the waits repeat every loop, which is why
+   NCCL over a WAN wants a larger ``NCCL_BUFFSIZE``.
 
 So on a link whose bandwidth-delay product passes one window, NCCL with two
 channels (or sixteen sockets on AWS) keeps the alpha-beta price where gloo's
@@ -62,6 +78,7 @@ all_reduce is held to two segments per round trip.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 #: gloo's largest all_reduce segment (``kMaxSegmentSize`` in gloo/allreduce.h)
@@ -70,6 +87,10 @@ GLOO_SEGMENT = 1 << 20
 GLOO_SEGMENTS_IN_FLIGHT = 2
 #: NCCL's channels for one GPU per node and one NIC: the searched ring, duplicated
 NCCL_CHANNELS = 2
+#: NCCL's step (NCCL_BUFFSIZE / NCCL_STEPS, 4 MiB / 8) and a ring's chunk and slice (ALLREDUCE_CHUNKSTEPS,
+#: ALLREDUCE_SLICESTEPS: 4 and 2 steps; all_gather and reduce_scatter alike)
+NCCL_STEP = 512 << 10
+NCCL_CHUNK, NCCL_SLICE = 4 * NCCL_STEP, 2 * NCCL_STEP
 #: most channels NCCL runs (MAXCHANNELS)
 MAX_CHANNELS = 64
 #: the values the spec key ``transport`` takes
@@ -123,7 +144,25 @@ def credit_window(segment: float, rate: float, rtt: float, in_flight: int = GLOO
     return in_flight * segment * rtt / (rtt + segment / rate)
 
 
+def pipeline_stall(step_bytes: float, channel_rate: float, latency: float, channels: int = NCCL_CHANNELS) -> float:
+    """Seconds a pipelined ring waits at one of its step boundaries, over all its loops (module doc, 4).
+
+    ``step_bytes``: what one step of the collective moves (over every channel);
+    ``channel_rate``: bytes/s one channel's connections carry (the link's share,
+    or less where TCP's windows hold them). Each loop of a channel moves a chunk
+    of ``min(step_bytes / channels, NCCL_CHUNK)`` a step; its boundary waits
+    ``max(0, latency - (chunk - slice) / channel_rate)``, the slice being at
+    most :data:`NCCL_SLICE`. A chunk within one slice waits the whole latency.
+    """
+    per_channel = step_bytes / channels
+    if per_channel <= 0:
+        return latency
+    chunk = min(per_channel, NCCL_CHUNK)
+    overlap = (chunk - min(chunk, NCCL_SLICE)) / channel_rate
+    return math.ceil(per_channel / chunk) * max(0.0, latency - overlap)
+
+
 __all__ = [
-    "GLOO_SEGMENT", "GLOO_SEGMENTS_IN_FLIGHT", "MAX_CHANNELS", "NCCL_CHANNELS", "TRANSPORTS", "TRANSPORT_CHOICES",
-    "Transport", "credit_window", "resolve",
+    "GLOO_SEGMENT", "GLOO_SEGMENTS_IN_FLIGHT", "MAX_CHANNELS", "NCCL_CHANNELS", "NCCL_CHUNK", "NCCL_SLICE",
+    "NCCL_STEP", "TRANSPORTS", "TRANSPORT_CHOICES", "Transport", "credit_window", "pipeline_stall", "resolve",
 ]
