@@ -5,26 +5,43 @@ Two parts, written to benchmarks/results/long_links.json:
 1. ``measured``: every measurement of a collective library on a delayed link
    that gradwire could cite, each priced three ways: the transport model
    (``transport=gloo`` or ``nccl``), the TCP model before it (one connection,
-   no segment credit: what ``gradwire.net.tcp`` priced alone) and the plain
-   alpha-beta model. The one set found is this kernel's gloo all_reduce over a
-   50 ms link built here by ``sudo python benchmarks/tcp_model.py --measure``
-   (kept in results/tcp_model.json). No published gloo point-to-point or NCCL
-   all_reduce measurement on links of 1-10 ms and 1-5 Gbit/s was found in the
-   sources searched (GitHub issues of NVIDIA/nccl, NVIDIA/nccl-tests,
-   pytorch/gloo, pytorch/pytorch; stored web pages): the nearest,
-   NVIDIA/nccl-tests#241, reports a ~50% busbw drop at "several hundreds of us"
-   without a table.
-   With ``--measure`` (root, ~5 min) it also times gloo send/recv here: 64 and 128
-   MiB over one gloo connection through tcp_model.py's delayer at 1 Gbit/s and
-   10, 20 and 40 ms of RTT, mainline Linux's buffers in the namespaces, CUBIC and
-   BBR (kept in the results as ``p2p_runs``; a run without ``--measure`` prices
-   the kept ones again), priced with the default ``tcp_share`` and with the share
-   tcp_model.py's bulk probe measured on this kernel.
+   no segment credit: what ``gradwire.net.tcp`` priced alone) or the kernel's
+   share, and the plain alpha-beta model:
+
+   - published (``published_rows``): gloo and NCCL point-to-point (64 and 128
+     MiB, 2 nodes) and all_reduce (128 and 256 MiB, 4, 8 and 16 nodes) on AWS
+     with tc netem, from https://github.com/BinhangYuan/tc_cluster_setting
+     (ETH DS3Lab; ``results/p2p.md``, ``results/allreduce.md`` at commit
+     75581a5), the setup of Yuan et al., "Decentralized Training of Foundation
+     Models in Heterogeneous Environments" (NeurIPS 2022). What the spec takes
+     from the setup (:func:`published_spec`): netem on every node's egress, so
+     ``latency`` is the netem delay (the repository's earlier ping, half a
+     ping-pong on the receiver, read 10.2 ms under ``delay 10ms``: two delayed
+     one-way trips); ``bandwidth`` the netem rate, else the instance's ("up to
+     10 Gbps"; one TCP flow at most 5 Gbit/s outside a placement group, AWS's
+     per-flow limit, what gloo's one connection measured: 4.5-5.0 Gbit/s);
+     ``mtu=9001`` (a VPC's default: the 1 Gbit/s rows' 541 ms for 64 MiB is
+     9001's framing, 1500's would be 561 ms); Linux's default buffers
+     (``tcp_rmem=6MiB``, ``tcp_wmem`` 4 MiB); NCCL's sockets on ENA (2 x 8,
+     autodetected; the scripts set no NCCL variable); the ring (what both
+     libraries run for a large all_reduce). A gloo send is timed on the
+     receiver from its barrier, so it includes the receiver's ready notice
+     (one latency) before the first byte leaves. gloo's sends are priced with
+     the default ``tcp_share`` and with the share gloo's connections carried on
+     this kernel (``--measure``'s 40 ms rows, where the window binds).
+   - measured here: this kernel's gloo all_reduce over a 50 ms link built by
+     ``sudo python benchmarks/tcp_model.py --measure`` (kept in
+     results/tcp_model.json); with ``--measure`` (root, ~5 min) also gloo
+     send/recv here: 64 and 128 MiB over one gloo connection through
+     tcp_model.py's delayer at 1 Gbit/s and 10, 20 and 40 ms of RTT, mainline
+     Linux's buffers in the namespaces, CUBIC and BBR (kept in the results as
+     ``p2p_runs``; a run without ``--measure`` prices the kept ones again),
+     priced with the default ``tcp_share`` and with the share tcp_model.py's
+     bulk probe measured on this kernel.
 2. ``grid``: the model's prices on the grid the published claims cover (gloo
    send of 64 and 128 MB on 2 nodes; NCCL all_reduce of 128 and 256 MB on 4,
    8 and 16 nodes; 1, 2 and 5 Gbit/s; 1, 5 and 10 ms RTT), with the TCP model
-   before and alpha-beta beside, so any published point can be checked
-   against it.
+   before and alpha-beta beside.
 
     python benchmarks/long_links.py     # arithmetic, a few seconds
     sudo python benchmarks/long_links.py --measure
@@ -145,6 +162,84 @@ def measure_p2p() -> list[dict]:
     return runs
 
 
+# ------------------------------------------------------------------ published: AWS, tc netem (module doc, 1)
+SOURCE = "https://github.com/BinhangYuan/tc_cluster_setting/blob/75581a5bab58872fe9a613665717ca6837b75f2d/results/"
+#: results/p2p.md, 2 x p3.2xlarge: (netem delay ms, netem rate Gbit/s or None) -> ms for gloo 64 MiB, NCCL 64 MiB,
+#: gloo 128 MiB, NCCL 128 MiB (its first row, "AWS default", about 0.1 ms of RTT: delay 0.05)
+PUBLISHED_P2P = {
+    (0.05, None): (107, 55, 216, 112), (1, None): (110, 59, 222, 115), (5, None): (274, 80, 512, 134),
+    (10, None): (532, 113, 972, 171), (0.05, 5): (110, 109, 218, 217), (0.05, 2): (271, 270, 542, 541),
+    (0.05, 1): (541, 541, 1082, 1082), (1, 5): (115, 110, 224, 220), (5, 2): (311, 275, 581, 542),
+    (10, 1): (620, 543, 1160, 1083),
+}
+#: results/allreduce.md: nodes -> (delay ms, rate Gbit/s) -> ms for gloo 128 MiB, NCCL 128 MiB, gloo 256, NCCL 256
+PUBLISHED_ALL_REDUCE = {
+    4: {(1, 5): (485, 329, 959, 655), (5, 2): (1517, 835, 2989, 1650), (10, 1): (2993, 1669, 5909, 3298)},
+    8: {(1, 5): (537, 383, 1111, 763), (5, 2): (1814, 970, 3562, 1921), (10, 1): (3582, 1940, 6999, 3841)},
+    16: {(1, 5): (612, 410, 1239, 817), (5, 2): (1950, 1038, 3861, 2057), (10, 1): (3873, 2076, 7636, 4114)},
+}
+#: the instance's line rate ("up to 10 Gbps") and AWS's limit on one flow outside a placement group, Gbit/s
+AWS_INSTANCE_GBIT, AWS_FLOW_GBIT = 10, 5
+
+
+def published_spec(transport: str, delay_ms: float, rate_gbit: float | None) -> str:
+    """The spec of the published setup (module doc, 1): its link, MTU, buffers, sockets and the ring."""
+    one_flow = transport == "gloo"  # one connection per pair: AWS's per-flow limit
+    bandwidth = rate_gbit or (AWS_FLOW_GBIT if one_flow else AWS_INSTANCE_GBIT)
+    spec = f"bandwidth={bandwidth}gbit,latency={delay_ms:g}ms,mtu=9001,tcp_rmem=6MiB,algorithm=ring,transport={transport}"
+    return spec if one_flow else spec + ",streams=16"
+
+
+def gloo_share_here(runs: list[dict]) -> float | None:
+    """What gloo's connections carried per round trip on this kernel where the window binds (the longest RTT of
+    ``--measure``'s sends), as a share of the send buffer: the ``tcp_share`` of a kernel like this one."""
+    if not runs:
+        return None
+    longest = max(r["rtt_set_s"] for r in runs)
+    shares = [row["carried_per_rtt_bytes"] / int(r["buffers"]["net.ipv4.tcp_wmem"].split()[2])
+              for r in runs if r["rtt_set_s"] == longest for row in p2p_rows([r]) if "warm" in row["what"]]
+    return statistics.median(shares)
+
+
+def published_rows(share: float | None) -> list[dict]:
+    """The published sends and all_reduces beside the model of their setup (module doc, 1)."""
+    rows = []
+
+    def row(what: str, file: str, op: str, transport: str, nodes: int, size: int, delay: float,
+            rate: float | None, measured_ms: float) -> None:
+        spec = published_spec(transport, delay, rate)
+        notice = delay / 1e3 if transport == "gloo" and op == "send" else 0.0  # the receiver's ready notice
+
+        def price(text: str) -> float:
+            extra = {"src": 0, "dst": 1} if op == "send" else {}
+            return notice + NetworkModel(text, nodes).cost(op, size * MiB, **extra).seconds
+
+        measured, model, plain = measured_ms / 1e3, price(spec), price(spec + ",tcp=off")
+        gbit = rate or (AWS_FLOW_GBIT if transport == "gloo" else AWS_INSTANCE_GBIT)
+        out = {"source": SOURCE + file, "what": what, "transport": transport, "op": op, "nodes": nodes, "MiB": size,
+               "delay_ms": delay, "bandwidth_gbit": gbit, "in_range": 1 <= delay <= 10 and 1 <= gbit <= 5,
+               "spec": spec, "measured_s": measured, "model_s": model,
+               "model_error_pct": 100 * (model / measured - 1), "alpha_beta_s": plain,
+               "alpha_beta_error_pct": 100 * (plain / measured - 1)}
+        if transport == "gloo" and share is not None:
+            on_kernel = price(f"{spec},tcp_share={share:.3f}")
+            out.update(kernel_share=share, model_kernel_share_s=on_kernel,
+                       model_kernel_share_error_pct=100 * (on_kernel / measured - 1))
+        rows.append(out)
+
+    for (delay, rate), times in PUBLISHED_P2P.items():
+        link = f"delay {delay:g} ms" + (f", {rate} Gbit/s" if rate else "")
+        for (transport, size), ms in zip((("gloo", 64), ("nccl", 64), ("gloo", 128), ("nccl", 128)), times):
+            row(f"published: {transport} send {size} MiB, 2 nodes, {link}", "p2p.md", "send", transport, 2, size,
+                delay, rate, ms)
+    for nodes, cases in PUBLISHED_ALL_REDUCE.items():
+        for (delay, rate), times in cases.items():
+            for (transport, size), ms in zip((("gloo", 128), ("nccl", 128), ("gloo", 256), ("nccl", 256)), times):
+                row(f"published: {transport} all_reduce {size} MiB, {nodes} nodes, delay {delay} ms, {rate} Gbit/s",
+                    "allreduce.md", "all_reduce", transport, nodes, size, delay, rate, ms)
+    return rows
+
+
 def grid_rows() -> list[dict]:
     """The model's prices where the published claims lie (module doc, 2)."""
     rows = []
@@ -212,6 +307,27 @@ def p2p_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def published_summary(rows: list[dict]) -> dict:
+    """How many published points in 1-10 ms and 1-5 Gbit/s each model prices within 10%, by library and op."""
+    counts, lines = {}, ["", "published, 1-10 ms and 1-5 Gbit/s: within 10% of the measurement"]
+    for transport in ("gloo", "nccl"):
+        for op in ("send", "all_reduce"):
+            cell = [r for r in rows if r["in_range"] and r["transport"] == transport and r["op"] == op]
+            if not cell:
+                continue
+            entry = {}
+            for key in ("model_error_pct", "model_kernel_share_error_pct", "alpha_beta_error_pct"):
+                errors = [r[key] for r in cell if key in r]
+                if errors:
+                    entry[key] = {"within_10pct": sum(abs(e) <= 10 for e in errors), "points": len(errors),
+                                  "range_pct": [min(errors), max(errors)]}
+            counts[f"{transport} {op}"] = entry
+            lines.append(f"  {transport} {op:10}: " + "; ".join(
+                f"{k.removesuffix('_error_pct').replace('_', ' ')} {v['within_10pct']}/{v['points']} "
+                f"({v['range_pct'][0]:+.1f}% to {v['range_pct'][1]:+.1f}%)" for k, v in entry.items()))
+    return {"counts": counts, "lines": lines}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true",
@@ -226,20 +342,25 @@ def main() -> int:
     path = HERE / "long_links.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     p2p_runs = measure_p2p() if args.measure else previous.get("p2p_runs", [])
-    measured, grid = measured_rows() + p2p_rows(p2p_runs), grid_rows()
+    share = gloo_share_here(p2p_runs)
+    published = published_rows(share)
+    measured, grid = published + measured_rows() + p2p_rows(p2p_runs), grid_rows()
     print(f"{'measured':70} {'meas s':>8} {'model':>8} {'err':>6} {'a-b':>7} {'err':>6} {'kernel':>8} {'err':>6}")
     for r in measured:
         kernel = (f" {r['model_kernel_share_s']:8.3f} {r['model_kernel_share_error_pct']:+5.0f}%"
                   if "kernel_share" in r else "")
         print(f"{r['what']:70} {r['measured_s']:8.3f} {r['model_s']:8.3f} {r['model_error_pct']:+5.0f}% "
               f"{r['alpha_beta_s']:7.3f} {r['alpha_beta_error_pct']:+5.0f}%" + kernel)
-    print("\nmodel only (no published point in this range was found)")
+    print("\nmodel only, over the grid")
     for r in grid:
         print(f"  {r['transport']:4} {r['op']:10} {r['MiB']:4d} MiB {r['nodes']:2d} nodes {r['bandwidth_gbit']} Gbit/s "
               f"RTT {r['rtt_ms']:2d} ms: {r['model_s']:7.3f} s (alpha-beta {r['alpha_beta_s']:7.3f}, x"
               f"{r['model_s'] / r['alpha_beta_s']:.2f})")
-    write_results(path, measured, indent=2, grid=grid, p2p_runs=p2p_runs,
-                  published_found="none in 1-10 ms and 1-5 Gbit/s (see the module doc for where it was searched)")
+    summary = published_summary(published)
+    for line in summary["lines"]:
+        print(line)
+    write_results(path, measured, indent=2, grid=grid, p2p_runs=p2p_runs, gloo_share_here=share,
+                  published=summary["counts"], published_source=SOURCE)
     print(f"\nwrote {path}")
     return 0
 
