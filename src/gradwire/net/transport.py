@@ -67,8 +67,9 @@ NCCL's socket transport (``src/transport/net_socket.cc``, ``src/init.cc``,
    (2 MiB a channel at 1 Gbit/s is 34 ms) never waits, and costs one latency
    plus its bytes whatever the ring's length: the published NCCL all_reduce
    of 128 and 256 MiB over 1-10 ms links took 0.7-2.9 % more than its bytes
-   at the link's rate (4.4 to 6.0 latencies) on 4, 8 and 16 nodes alike (``benchmarks/long_links.py``),
-   where ``steps - 1`` latencies would add up to 12 % on 16 nodes. On a link
+   at the link's rate (4.4 to 6.0 latencies) on 4, 8 and 16 nodes alike
+   (``benchmarks/long_links.py``), where ``steps - 1`` latencies would add up
+   to 12 % on 16 nodes. On a link
    whose latency outlasts a chunk the waits repeat every loop, which is why
    NCCL over a WAN wants a larger ``NCCL_BUFFSIZE``.
 
