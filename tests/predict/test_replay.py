@@ -128,6 +128,21 @@ def test_a_partial_last_batch_scales_the_epochs_last_compute_and_a_delayed_excha
     assert first_of_epoch(0.002) == pytest.approx(0.008) and first_of_epoch(0.0) == pytest.approx(0.010)
 
 
+def test_a_replay_of_a_run_takes_its_warm_up_steps_first_and_meets_the_schedule_after_them():
+    # 3 warm-up steps on a 4 ms all_reduce, then 1 ms: the steps after them start where the run's did
+    warm = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 4000),)),))
+    plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000),)),))
+
+    def price(op, nbytes, start):
+        return (nbytes / 1e6, 0)
+
+    run = simulate(0.002, 0.004, 0.0, [0.004], plan, price, horizon=0.2, epochs=Epochs(5), first=(warm, 3))
+    assert run.durations[:5] == pytest.approx((0.010, 0.010, 0.010, 0.007, 0.007))
+    # without a run's shape (a steady state or a long mean) the warm-up is the caller's (``predict(steps=)``)
+    plain = simulate(0.002, 0.004, 0.0, [0.004], plan, price, horizon=0.2, first=(warm, 3))
+    assert plain.durations[0] == pytest.approx(0.007)
+
+
 def test_a_run_shape_says_what_is_wrong_with_it():
     with pytest.raises(ValueError, match="Epochs.steps must be a whole number of steps >= 1, got 0"):
         Epochs(0)

@@ -130,7 +130,8 @@ CHANGING_HORIZON = 600.0
 
 
 def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1.0,
-            host: Host | None = None, horizon: float | None = None, epochs: Epochs | None = None) -> SimResult:
+            host: Host | None = None, horizon: float | None = None, epochs: Epochs | None = None,
+            first: tuple[Plan, int] | None = None) -> SimResult:
     """The step of ``plan`` with ``profile``'s backward (and its ready times) multiplied by ``stretch``.
 
     On a network that changes, consecutive steps over :data:`CHANGING_HORIZON`
@@ -144,7 +145,7 @@ def _replay(profile: StepProfile, plan: Plan, pricer: Pricer, stretch: float = 1
                     [b.ready * stretch for b in profile.buckets], plan, pricer,
                     horizon=(horizon or CHANGING_HORIZON) if replayed else None,
                     busy_cores=host is not None and host.busy_cores,
-                    finalize=profile.finalize if profile.on_sim_clock else 0.0, epochs=epochs)
+                    finalize=profile.finalize if profile.on_sim_clock else 0.0, epochs=epochs, first=first)
 
 
 def _percentiles(durations: Sequence[float]) -> tuple[float, float, float] | None:
@@ -286,14 +287,18 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     None: the steady state. ``horizon``: on a network that changes, the mean step over the first that many
     seconds of its schedule (default :data:`CHANGING_HORIZON`: a long run's mean). ``epochs`` (with a
     ``horizon``): replay the run's epochs, partial batches and evaluations (:class:`Epochs`) over that
-    horizon, on any network; ``durations`` then holds every replayed step. A measured profile is best
-    :func:`calibrated` first.
+    horizon, on any network, its warm-up steps first (on the plain all_reduce, as the run took them);
+    ``durations`` then holds every replayed step. A measured profile is best :func:`calibrated` first.
     """
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
+    warmup = parse_strategy(strategy).exchange.warmup_steps
+    # a run's replay starts as the run did: its warm-up steps on the plain all_reduce, the rest after them
+    first = (plan_for(strategy, profile, world, cost, host=host, warmup=True), warmup) \
+        if epochs is not None and horizon is not None and warmup else None
     sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon,
-                  epochs=epochs)
-    warm = min(steps or 0, parse_strategy(strategy).exchange.warmup_steps)
+                  epochs=epochs, first=first)
+    warm = min(steps or 0, warmup) if first is None else 0
     if warm:
         first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host,
                         horizon=horizon, epochs=epochs)

@@ -380,7 +380,7 @@ class Epochs:
 
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
              price: Price, horizon: float | None = None, busy_cores: bool = False,
-             finalize: float = 0.0, epochs: Epochs | None = None) -> SimResult:
+             finalize: float = 0.0, epochs: Epochs | None = None, first: tuple[Plan, int] | None = None) -> SimResult:
     """The mean steady-state step of ``plan`` (module doc); ``ready`` are the buckets' ready times.
 
     ``horizon``: on a network that changes, replay consecutive steps from
@@ -391,16 +391,21 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
     (the simulated cluster clock's rule for DDP's copy of the results into the gradients); 0: after them.
     ``epochs``: with a ``horizon``, replay the run's epochs (partial last batches, the pause after each;
     :class:`Epochs`); a step's seconds leave the pause out, as a training loop times its steps.
+    ``first``: with ``epochs``, ``(plan, n)``: the run's first ``n`` steps exchange with that plan (a
+    strategy's warm-up on the plain all_reduce), so that the steps after them meet the schedule where the
+    run's did.
     """
     st = _State(busy_cores)
     if plan.kind is Kind.AVERAGE:
         return _simulate_average(forward + backward + optimizer, plan, st, price, horizon)
-    if len(ready) != len(plan.exchanges):
-        raise ValueError(f"{len(ready)} buckets but {len(plan.exchanges)} exchanges")
+    shape = epochs if horizon is not None else None
+    warm, warm_steps = first if first is not None and shape is not None else (plan, 0)
+    for p in (plan, warm):
+        if len(ready) != len(p.exchanges):
+            raise ValueError(f"{len(ready)} buckets but {len(p.exchanges)} exchanges")
     steps = 1 if plan.kind is Kind.BLOCKING else _CARRY_STEPS
     if horizon is not None:
         steps = MAX_REPLAYED_STEPS
-    shape = epochs if horizon is not None else None
     start, starts, ends = (shape.start if shape is not None else 0.0), list[float](), list[float]()
     previous: list[float] = []
     for k in range(steps):
@@ -409,9 +414,10 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
         starts.append(start)
         closes = shape is not None and shape.ends(k)  # an epoch's last step: its partial batch, then the pause
         scale = shape.last if closes and shape is not None else 1.0
+        this = warm if k < warm_steps else plan
         computed, fins = _backward(st.compute(start, forward * scale), backward * scale,
-                                   [r * scale for r in ready] if scale != 1.0 else ready, plan, st, price)
-        if plan.kind is Kind.BLOCKING:
+                                   [r * scale for r in ready] if scale != 1.0 else ready, this, st, price)
+        if this.kind is Kind.BLOCKING:
             early = min(finalize, optimizer)
             start = st.compute(max([st.compute(computed, early), *fins]), optimizer - early)
         else:
