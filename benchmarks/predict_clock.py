@@ -124,6 +124,7 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
                 steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
                 SPANS[(device, world, name, run["strategy"])] = sum(seconds)
                 RUN_STEPS[(device, world, name, run["strategy"])] = len(seconds)
+                RUN_SECONDS[(device, world, name, run["strategy"])] = list(seconds)
                 # where the run's first step fell on the schedule (runs before it was recorded: t = 0)
                 STARTS[(device, world, name, run["strategy"])] = \
                     run["seeds"][0].get("detail", {}).get("first_step_at") or 0.0
@@ -133,6 +134,7 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
 #: (device, world, net name, strategy) -> the simulated seconds of compare's steps, and how many it took
 SPANS: dict[tuple[str, int, str, str], float] = {}
 RUN_STEPS: dict[tuple[str, int, str, str], int] = {}
+RUN_SECONDS: dict[tuple[str, int, str, str], list[float]] = {}
 STARTS: dict[tuple[str, int, str, str], float] = {}
 #: the day this run measured its rows
 MEASURED = time.strftime("%Y-%m-%d")
@@ -173,21 +175,31 @@ def run_shape(device: str, world: int) -> Any:
 
 
 def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: str = "changing") -> float:
-    """predict's step over the run compare made (its own profiles, as the CLI fitted them): as many steps, the
-    run's epochs replayed (:func:`run_shape`), and compare's rule applied to the replayed steps
-    (:func:`_steady`): like with like. On the changing network, the same stretch of its schedule."""
+    """predict's step over the run compare made (its own profiles, as the CLI fitted them): the run's steps past
+    its warm-up and DDP's rebuild (those compare's rule leaves out), from the instant on the schedule where
+    the run's first kept step began, the run's epochs replayed around them (:func:`run_shape`), and compare's
+    rule applied to the replayed steps (:func:`_steady`): like with like.
+
+    Why from that instant and not from the run's first step: the first steps (the warm-up's plain
+    all_reduce, DDP's rebuild of its buckets) are not in either figure, and predict prices them a fraction
+    of a millisecond off; on a schedule whose period is close to an epoch the steps after them lock to its
+    phase, so that fraction would move which steps meet the change for the rest of the run."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
+    from gradwire.strategies import parse_strategy
 
     profiles = res["profiles"]
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
     key = (device, world, net, strategy)
-    shape = dataclasses.replace(run_shape(device, world), start=STARTS[key])
-    steps = RUN_STEPS[key]  # as many steps as compare's run took, its evaluations between them
-    horizon = shape.start + SPANS[key] + shape.pause * -(-steps // shape.steps)
+    seconds, shape = RUN_SECONDS[key], run_shape(device, world)
+    skip = min(parse_strategy(strategy).exchange.warmup_steps + 2, len(seconds) - 1)  # as _steady leaves out
+    start = STARTS[key] + sum(seconds[:skip]) + shape.pause * (skip // shape.steps)
+    shape = dataclasses.replace(shape, start=start, offset=skip)
+    steps = len(seconds) - skip  # as many steps as compare's run took past them, its evaluations between them
+    horizon = start + sum(seconds[skip:]) + shape.pause * -(-steps // shape.steps)
     replay = predict(prof, strategy, nets_of(device)[net], world, priced_cost(strategy, device),
                      horizon=horizon, epochs=shape)
-    return _steady(list(replay.durations[:steps]), strategy, world, net == "changing")
+    return _steady([0.0] * skip + list(replay.durations[:steps]), strategy, world, net == "changing")
 
 
 def _name(spec: str, device: str) -> str | None:

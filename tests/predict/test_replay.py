@@ -138,6 +138,10 @@ def test_a_replay_of_a_run_takes_its_warm_up_steps_first_and_meets_the_schedule_
 
     run = simulate(0.002, 0.004, 0.0, [0.004], plan, price, horizon=0.2, epochs=Epochs(5), first=(warm, 3))
     assert run.durations[:5] == pytest.approx((0.010, 0.010, 0.010, 0.007, 0.007))
+    # a replay that starts at the run's step 2 has one warm-up step left, and its epochs end where the run's do
+    later = simulate(0.002, 0.004, 0.0, [0.004], plan, price, horizon=0.2, epochs=Epochs(5, last=0.5, offset=2),
+                     first=(warm, 1))
+    assert later.durations[:4] == pytest.approx((0.010, 0.007, 0.004, 0.007))
     # without a run's shape (a steady state or a long mean) the warm-up is the caller's (``predict(steps=)``)
     plain = simulate(0.002, 0.004, 0.0, [0.004], plan, price, horizon=0.2, first=(warm, 3))
     assert plain.durations[0] == pytest.approx(0.007)
@@ -148,6 +152,8 @@ def test_a_run_shape_says_what_is_wrong_with_it():
         Epochs(0)
     with pytest.raises(ValueError, match=r"pause and start must be >= 0 s and last a share in \(0, 1\]"):
         Epochs(3, last=1.5)
+    with pytest.raises(ValueError, match="Epochs.offset must be a whole number of steps >= 0, got -1"):
+        Epochs(3, offset=-1)
 
 
 def test_on_busy_cores_a_blocking_exchange_after_backward_costs_only_its_own_time():

@@ -293,12 +293,13 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
     warmup = parse_strategy(strategy).exchange.warmup_steps
-    # a run's replay starts as the run did: its warm-up steps on the plain all_reduce, the rest after them
-    first = (plan_for(strategy, profile, world, cost, host=host, warmup=True), warmup) \
-        if epochs is not None and horizon is not None and warmup else None
+    # a run's replay starts as the run did: its warm-up steps (those not yet behind it) on the plain all_reduce
+    replayed = epochs is not None and horizon is not None
+    first = (plan_for(strategy, profile, world, cost, host=host, warmup=True), warmup - epochs.offset) \
+        if epochs is not None and replayed and warmup > epochs.offset else None
     sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon,
                   epochs=epochs, first=first)
-    warm = min(steps or 0, warmup) if first is None else 0
+    warm = min(steps or 0, warmup) if not replayed else 0
     if warm:
         first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host,
                         horizon=horizon, epochs=epochs)

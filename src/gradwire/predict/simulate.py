@@ -365,6 +365,8 @@ class Epochs:
     last: float = 1.0
     start: float = 0.0
     """the first step's instant on the schedule (the set-up before it: DDP's first broadcast, a barrier)"""
+    offset: int = 0
+    """the run's step the replay's first one is (a replay that starts past a run's first steps)"""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.steps, int) and self.steps >= 1):
@@ -372,10 +374,12 @@ class Epochs:
         if not (self.pause >= 0 and self.start >= 0 and 0 < self.last <= 1):
             raise ValueError(f"Epochs: pause and start must be >= 0 s and last a share in (0, 1], got "
                              f"{self.pause!r}, {self.start!r}, {self.last!r}")
+        if not (isinstance(self.offset, int) and self.offset >= 0):
+            raise ValueError(f"Epochs.offset must be a whole number of steps >= 0, got {self.offset!r}")
 
     def ends(self, k: int) -> bool:
-        """Whether step ``k`` (from 0) is an epoch's last."""
-        return k % self.steps == self.steps - 1
+        """Whether the replay's step ``k`` (from 0) is an epoch's last."""
+        return (k + self.offset) % self.steps == self.steps - 1
 
 
 def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[float], plan: Plan,
