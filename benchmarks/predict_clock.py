@@ -123,7 +123,6 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
                 seconds = run["seeds"][0]["step_seconds"]
                 steps[(name, run["strategy"])] = _steady(seconds, run["strategy"], world, name == "changing")
                 SPANS[(device, world, name, run["strategy"])] = sum(seconds)
-                RUN_STEPS[(device, world, name, run["strategy"])] = len(seconds)
                 RUN_SECONDS[(device, world, name, run["strategy"])] = list(seconds)
                 # where the run's first step fell on the schedule (runs before it was recorded: t = 0)
                 STARTS[(device, world, name, run["strategy"])] = \
@@ -131,9 +130,8 @@ def compare_steps(device: str, world: int, tmp: Path, skip: tuple[str, ...] = ()
     return steps
 
 
-#: (device, world, net name, strategy) -> the simulated seconds of compare's steps, and how many it took
+#: (device, world, net name, strategy) -> the simulated seconds of compare's run, and of each of its steps
 SPANS: dict[tuple[str, int, str, str], float] = {}
-RUN_STEPS: dict[tuple[str, int, str, str], int] = {}
 RUN_SECONDS: dict[tuple[str, int, str, str], list[float]] = {}
 STARTS: dict[tuple[str, int, str, str], float] = {}
 #: the day this run measured its rows
@@ -305,7 +303,8 @@ def reprice(devices: list[str], worlds: list[int], work: str | None) -> None:
             was = row["error"]
             row.update(predict_ms=p * 1e3, error=p / (row["compare_ms"] / 1e3) - 1, predicted=MEASURED,
                        predict_measured_at=FROM_WORLD or row["world"])
-            row.pop("predict_run_ms", None), row.pop("error_run", None)
+            for field in ("predict_run_ms", "error_run"):
+                row.pop(field, None)
             print(f"{row['device']:9} {row['world']:2} {row['net']:14} {row['strategy']:17} compare "
                   f"{row['compare_ms']:8.2f} ms  predict {row['predict_ms']:8.2f} ms  {row['error']:+.1%} "
                   f"(was {was:+.1%})", flush=True)
