@@ -295,15 +295,15 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     warmup = parse_strategy(strategy).exchange.warmup_steps
     # a run's replay starts as the run did: its warm-up steps (those not yet behind it) on the plain all_reduce
     replayed = epochs is not None and horizon is not None
-    first = (plan_for(strategy, profile, world, cost, host=host, warmup=True), warmup - epochs.offset) \
-        if epochs is not None and replayed and warmup > epochs.offset else None
+    warm_plan = plan_for(strategy, profile, world, cost, host=host, warmup=True) if warmup else None
+    first = (warm_plan, warmup - epochs.offset) \
+        if warm_plan is not None and epochs is not None and replayed and warmup > epochs.offset else None
     sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon,
                   epochs=epochs, first=first)
     warm = min(steps or 0, warmup) if not replayed else 0
-    if warm:
-        first = _replay(profile, plan_for(strategy, profile, world, cost, host=host, warmup=True), pricer, host=host,
-                        horizon=horizon, epochs=epochs)
-        sim = _mixed(first, warm, sim, (steps or warm) - warm)
+    if warm and warm_plan is not None:
+        start = _replay(profile, warm_plan, pricer, host=host, horizon=horizon, epochs=epochs)
+        sim = _mixed(start, warm, sim, (steps or warm) - warm)
     step = max(sim.step_seconds, _floor(profile, strategy, world))
     return Prediction(str(parse_strategy(strategy)), pricer.spec.to_string(), world, step,
                       profile.compute_seconds, sim.comm_seconds, sim.codec_seconds, sim.wire_bytes,
