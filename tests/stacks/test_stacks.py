@@ -35,7 +35,6 @@ import json
 import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -242,7 +241,11 @@ def test_predict_from_the_profile(profiled, tmp_path):
     res = json.loads(out.read_text())
     by = {(p["world"], p["strategy"]): p for p in res["predictions"]}
     prof = json.loads((profiled["out"] / "profile.json").read_text())
-    measured = statistics.median(step["step"] for step in prof["ranks"][0]["steps"])
+    # the run's own step as predict reads it: every rank's steady steps (past the first, before the last); on a
+    # host whose load changes during the run the steps it leaves out may differ from these by half
+    recorded = [step["step"] for r in prof["ranks"] for step in r["steps"]]
+    measured = res["profiles"]["*"]["loop_seconds"]
+    assert min(recorded) <= measured <= max(recorded)
     shared = shared_cores([r.get("host") for r in prof["ranks"]])
     predicted = by[(2, "sync")]["step_seconds"]
     if shared == 1:  # the recorded run is the 2-rank sync point of its own network: predict fits the step to it
