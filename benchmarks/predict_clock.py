@@ -76,17 +76,32 @@ def _run(cmd: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "gradwire", *cmd], check=True, stdout=subprocess.DEVNULL, env=env)
 
 
+def _left_out(strategy: str) -> int:
+    """The run's first steps compare's rule leaves out: the strategy's warm-up and DDP's rebuild."""
+    from gradwire.strategies import parse_strategy
+
+    return parse_strategy(strategy).exchange.warmup_steps + 2
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many rows are within 5% and the largest error, printed and as the results file's fields."""
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= 0.05 for r in rows)
+    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
+          f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
+    return {"within_5pct": within, "points": len(rows), "largest_error": worst["error"]}
+
+
 def _steady(steps: list[float], strategy: str, world: int, changing: bool) -> float:
     """Compare's steady step (module doc): the median of its steady steps on a static network, their mean on a
     changing one (each step meets another condition). On a static network an epoch's first step is left out:
     it follows the epoch's evaluation, whose compute moved the clock while a ``delayed`` exchange was in
     flight (on a changing one every step of the span counts, as in predict's mean over the same span)."""
-    from gradwire.strategies import parse_strategy
     from gradwire.train.data import TRAIN_SIZE, steps_per_epoch
 
     per_epoch = steps_per_epoch(TRAIN_SIZE, world, BATCH)
     partial = (TRAIN_SIZE // world) % BATCH != 0
-    skip = parse_strategy(strategy).exchange.warmup_steps + 2
+    skip = _left_out(strategy)
     # an epoch's first step follows its evaluation, whose compute moved the clock while a ``delayed`` exchange
     # was in flight (it finds the exchange done); its last one may be a partial batch
     kept = [t for i, t in enumerate(steps) if i >= skip and (changing or i % per_epoch != 0)
@@ -184,13 +199,12 @@ def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: 
     phase, so that fraction would move which steps meet the change for the rest of the run."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
-    from gradwire.strategies import parse_strategy
 
     profiles = res["profiles"]
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
     key = (device, world, net, strategy)
     seconds, shape = RUN_SECONDS[key], run_shape(device, world)
-    skip = min(parse_strategy(strategy).exchange.warmup_steps + 2, len(seconds) - 1)  # as _steady leaves out
+    skip = min(_left_out(strategy), len(seconds) - 1)
     start = STARTS[key] + sum(seconds[:skip]) + shape.pause * (skip // shape.steps)
     shape = dataclasses.replace(shape, start=start, offset=skip)
     steps = len(seconds) - skip  # as many steps as compare's run took past them, its evaluations between them
@@ -258,13 +272,8 @@ def agree(devices: list[str], worlds: list[int], work: str | None, skip: tuple[s
         rows = [r for r in before["rows"] if (r["device"], r["world"], r["net"], r["strategy"]) not in rerun] + rows
         if ONLY_CHANGING:  # the static networks' runs are the file's
             epochs = before.get("epochs", EPOCHS)
-    worst = max(rows, key=lambda r: abs(r["error"]))
-    within = sum(abs(r["error"]) <= 0.05 for r in rows)
-    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%} ({worst['device']}, "
-          f"{worst['world']} ranks, {worst['net']}, {worst['strategy']})")
-    write_results(path, rows, clock="simulated cluster clock (both sides)",
-                  within_5pct=within, points=len(rows), largest_error=worst["error"], model=MODEL, batch_size=BATCH,
-                  epochs=epochs, changing_epochs=CHANGING_EPOCHS)
+    write_results(path, rows, clock="simulated cluster clock (both sides)", **_summary(rows), model=MODEL,
+                  batch_size=BATCH, epochs=epochs, changing_epochs=CHANGING_EPOCHS)
 
 
 def hosts(devices: list[str], worlds: list[int]) -> None:
@@ -308,14 +317,10 @@ def reprice(devices: list[str], worlds: list[int], work: str | None) -> None:
             print(f"{row['device']:9} {row['world']:2} {row['net']:14} {row['strategy']:17} compare "
                   f"{row['compare_ms']:8.2f} ms  predict {row['predict_ms']:8.2f} ms  {row['error']:+.1%} "
                   f"(was {was:+.1%})", flush=True)
-    worst = max(rows, key=lambda r: abs(r["error"]))
-    within = sum(abs(r["error"]) <= 0.05 for r in rows)
-    print(f"{within} of {len(rows)} within 5%; the largest error {worst['error']:+.1%}")
     before.setdefault("runs_command", before.get("command"))  # the command behind compare's steps
     for field in ("command", "commit", "dirty", "host", "date"):
         before.pop(field, None)
-    before.update(within_5pct=within, points=len(rows), largest_error=worst["error"])
-    write_results(path, rows, **before)
+    write_results(path, rows, **{**before, **_summary(rows)})
 
 
 def main() -> None:

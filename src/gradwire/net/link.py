@@ -37,6 +37,7 @@ the stack and the switch, so the RTT used is ``max(2 * latency, MIN_RTT)``.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -72,8 +73,10 @@ TCP_HEADERS, ETHERNET_HEADER = 52, 14
 MIN_MTU, MAX_MTU = 576, 65535
 
 
+@functools.lru_cache(maxsize=None)
 def tcp_framing(mtu: int) -> Framing:
-    """TCP/IPv4 over Ethernet at ``mtu``: ``mtu - 52`` payload bytes per ``mtu + 14``-byte frame."""
+    """TCP/IPv4 over Ethernet at ``mtu``: ``mtu - 52`` payload bytes per ``mtu + 14``-byte frame (one per MTU:
+    :attr:`Link.framing` asks on every op it prices)."""
     if not (isinstance(mtu, int) and MIN_MTU <= mtu <= MAX_MTU):
         raise ValueError(f"mtu must be a whole number of bytes from {MIN_MTU} to {MAX_MTU} (1500 Ethernet, 9001 AWS, "
                          f"8896 GCP jumbo frames), got {mtu!r}")

@@ -293,15 +293,14 @@ def predict(profile: StepProfile, strategy: str, net: NetSpec | str, world: int,
     _check_world(world)
     pricer = (pricers or Pricers()).get(net, world)
     warmup = parse_strategy(strategy).exchange.warmup_steps
-    # a run's replay starts as the run did: its warm-up steps (those not yet behind it) on the plain all_reduce
+    # the warm-up steps on the plain all_reduce: a run's replay takes those not yet behind it first, a mean of
+    # ``steps`` counts them
     replayed = epochs is not None and horizon is not None
-    warm_plan = plan_for(strategy, profile, world, cost, host=host, warmup=True) if warmup else None
-    first = (warm_plan, warmup - epochs.offset) \
-        if warm_plan is not None and epochs is not None and replayed and warmup > epochs.offset else None
+    warm = max(0, warmup - epochs.offset) if epochs is not None and replayed else min(steps or 0, warmup)
+    warm_plan = plan_for(strategy, profile, world, cost, host=host, warmup=True) if warm else None
     sim = _replay(profile, plan_for(strategy, profile, world, cost, host=host), pricer, host=host, horizon=horizon,
-                  epochs=epochs, first=first)
-    warm = min(steps or 0, warmup) if not replayed else 0
-    if warm and warm_plan is not None:
+                  epochs=epochs, first=(warm_plan, warm) if replayed and warm_plan is not None else None)
+    if not replayed and warm_plan is not None:
         start = _replay(profile, warm_plan, pricer, host=host, horizon=horizon, epochs=epochs)
         sim = _mixed(start, warm, sim, (steps or warm) - warm)
     step = max(sim.step_seconds, _floor(profile, strategy, world))
