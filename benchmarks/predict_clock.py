@@ -362,6 +362,9 @@ def main() -> None:
     if args.mode == "agree":
         agree(devices, worlds, args.work, tuple(x for x in args.skip_changing.split(",") if x))
     elif args.mode == "reprice":
+        if not (RESULTS / f"{NAME or 'agree'}.json").exists():
+            ap.error(f"reprice: no results file {NAME or 'agree'}.json in {RESULTS} to predict again beside; name "
+                     "one of its files with --name, or run agree first")
         reprice(devices, worlds, args.work)
     else:
         hosts(devices, worlds)
