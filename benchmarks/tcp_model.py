@@ -94,11 +94,12 @@ CASES: list[Case] = [
          "same transfer with netem delay 50 ms (ping 50.1 ms), tcp_rmem max 6 MiB / tcp_wmem max 4 MiB: 50.76 s",
          "MB/s", file_mb_per_s(50.756 - 0.103), FILE, 1e9, 0.0501, 6 * MiB, 4 * MiB,
          notes="the post prints the client's rmem and wmem lines swapped; either way the model's bound is the "
-               "server's 4 MiB tcp_wmem (in flight measured: 48% of it)"),
+               "server's 4 MiB tcp_wmem (in flight measured: 48% of it, where the model's "
+               "default share is 63%: the one published connection that carried the kernel's starting half)"),
     Case("1 GbE, 50 ms RTT, receiver 12.5 MiB", LIARLEE,
          "client tcp_rmem fixed at 13107200 (12.5 MiB), server tcp_wmem max still 4 MiB: 37.12 s",
          "MB/s", file_mb_per_s(37.119 - 0.104), FILE, 1e9, 0.0501, 12.5 * MiB, 4 * MiB,
-         notes="the send buffer binds; it carried 66% of tcp_wmem in flight, the model assumes 50%"),
+         notes="the send buffer binds; it carried 66% of tcp_wmem in flight, the model's default share 63%"),
     Case("1 GbE, 50 ms RTT, both 12.5 MiB", LIARLEE,
          "server tcp_wmem and client tcp_rmem fixed at 12.5 MiB: 17.01 s, the link is full",
          "MB/s", file_mb_per_s(17.008 - 0.103), FILE, 1e9, 0.0501, 12.5 * MiB, 12.5 * MiB),

@@ -25,19 +25,20 @@ def rate_of(nbytes: float, seconds: float) -> float:
 
 
 # ------------------------------------------------------------------ window cap
-def test_linux_defaults_give_a_2_mib_window_the_send_buffer_binds():
-    assert window_cap(32 * MiB, 4 * MiB) == DEFAULT_WINDOW == 2 * MiB  # half of the 4 MiB send buffer
-    assert window_cap(8 * MiB, 64 * MiB) == 4 * MiB  # the receiver advertises half its buffer
-    assert TcpConfig(wmem=64 * MiB).window == 16 * MiB
+def test_linux_defaults_give_a_2_5_mib_window_the_send_buffer_binds():
+    assert window_cap(32 * MiB, 4 * MiB) == DEFAULT_WINDOW == pytest.approx(0.63 * 4 * MiB)  # of the send buffer
+    assert window_cap(8 * MiB, 64 * MiB) == pytest.approx(0.63 * 8 * MiB)  # the receiver's buffer binds
+    assert window_cap(32 * MiB, 4 * MiB, share=0.5) == 2 * MiB  # the kernel's starting half
+    assert TcpConfig(wmem=64 * MiB).window == pytest.approx(0.63 * 32 * MiB)
     assert window_cap(4 << 30, 4 << 30) == 65535 << 14  # window scale 14: at most 1 GiB
 
 
 def test_window_cap_binds_at_large_rtt_and_not_at_small():
     n = 1 << 30
     far = tcp_transfer_seconds(n, RATE_10G, 0.1, idle=0.0)
-    assert rate_of(n, far) == pytest.approx(2 * MiB / 0.1, rel=0.01)  # 21 MB/s = 168 Mbit/s, not 1.2 GB/s
+    assert rate_of(n, far) == pytest.approx(DEFAULT_WINDOW / 0.1, rel=0.01)  # 26 MB/s = 211 Mbit/s, not 1.2 GB/s
     near = tcp_transfer_seconds(n, RATE_10G, 1e-3, idle=0.0)
-    assert rate_of(n, near) == pytest.approx(RATE_10G, rel=0.01)  # 2 MiB / 1 ms > the link
+    assert rate_of(n, near) == pytest.approx(RATE_10G, rel=0.01)  # 2.5 MiB / 1 ms > the link
 
 
 def test_streams_multiply_the_cap_and_share_the_link():
@@ -181,19 +182,19 @@ def test_tcp_keys_parse_to_the_config():
 
 
 def test_the_buffer_share_scales_the_window_and_a_window_bound_transfer():
-    default, kernel = parse_spec("wan").tcp, parse_spec("wan,tcp_share=0.67").tcp
-    assert default.window == 2 * MiB and kernel.window == pytest.approx(0.67 * 4 * MiB)
+    default, kernel = parse_spec("wan").tcp, parse_spec("wan,tcp_share=0.5").tcp
+    assert default.window == pytest.approx(0.63 * 4 * MiB) and kernel.window == 2 * MiB
     # 64 MiB at 1 Gbit/s over 40 ms: both windows are below the 5 MB pipe, so time goes as 1 / window
     spec = "bandwidth=1gbit,latency=20ms,tcp_share={}"
     slow, fast = (NetworkModel(spec.format(share), 2).cost("send", 64 * MiB, src=0, dst=1).seconds
                   for share in (0.5, 0.67))
     assert slow / fast == pytest.approx(0.67 / 0.5, rel=0.05)
-    assert "window 2.68 MiB/stream = 0.67 x min(" in str(kernel)
+    assert "window 2 MiB/stream = 0.5 x min(" in str(kernel)
 
 
 def test_describe_shows_the_tcp_settings():
     text = str(parse_spec("wan").tcp)
-    assert "window 2 MiB/stream" in text and "initcwnd 10" in text and "1 stream" in text and "RTO" in text
+    assert "window 2.52 MiB/stream" in text and "initcwnd 10" in text and "1 stream" in text and "RTO" in text
     assert "no restart after idle (bbr)" in str(TcpConfig(congestion="bbr"))
     assert str(TcpConfig(enabled=False)).startswith("off")
 

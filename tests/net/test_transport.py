@@ -5,7 +5,7 @@ import pytest
 
 from gradwire.net import NetworkModel, parse_spec
 from gradwire.net.link import Link
-from gradwire.net.tcp import DEFAULT_WINDOW, TcpConfig
+from gradwire.net.tcp import TcpConfig
 from gradwire.net.transport import GLOO_SEGMENT, TRANSPORTS, credit_window, pipeline_stall, resolve
 
 MiB = 1 << 20
@@ -30,8 +30,8 @@ def test_auto_prices_gloo_without_a_backend_and_the_inner_backend_with_one():
 
 
 def test_nccl_keeps_the_alpha_beta_bandwidth_while_its_channels_fill_the_pipe():
-    # 2 Gbit/s x 10 ms = 2.5 MB: one 2 MiB window falls short, two channels do not
-    spec, p = "bandwidth=2gbit,latency=5ms,algorithm=ring", 8
+    # 2 Gbit/s x 10 ms = 2.5 MB at the kernel's starting share: one 2 MiB window falls short, two channels do not
+    spec, p = "bandwidth=2gbit,latency=5ms,algorithm=ring,tcp_share=0.5", 8
     nccl, plain = (NetworkModel(f"{spec},{k}", p).cost("all_reduce", 256 * MiB).seconds
                    for k in ("transport=nccl", "tcp=off"))
     # a channel's 2 MiB chunk outlasts the latency (8.4 ms at 1 Gbit/s a channel): the ring never waits at a step
@@ -57,11 +57,13 @@ def test_the_ring_waits_where_a_latency_outlasts_a_chunk():
 
 
 def test_nccl_on_a_long_fat_link_runs_at_its_connections_windows():
-    spec = "bandwidth=10gbit,latency=20ms,algorithm=ring,transport=nccl"
+    # at the kernel's starting share a channel's window (2 MiB) carries the rest of a 2 MiB chunk (1 MiB) in 20 ms,
+    # no less than the latency: the windows alone set the rate
+    spec = "bandwidth=10gbit,latency=20ms,algorithm=ring,transport=nccl,tcp_share=0.5"
     n, p = 256 * MiB, 4
     seconds = NetworkModel(spec, p).cost("all_reduce", n).seconds
     volume = 2 * (p - 1) / p * n
-    assert volume / seconds == pytest.approx(2 * DEFAULT_WINDOW / 0.04, rel=0.05)  # 2 channels x 2 MiB per RTT
+    assert volume / seconds == pytest.approx(2 * 2 * MiB / 0.04, rel=0.05)  # 2 channels x 2 MiB per RTT
     aws = NetworkModel(spec + ",streams=16", p).cost("all_reduce", n).seconds  # AWS ENA: 16 sockets a channel
     assert aws < seconds / 2
     # 16 sockets lift the windows off the link's rate, and then the ring waits: 20 ms outlasts the 1.7 ms the rest

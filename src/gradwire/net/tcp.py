@@ -24,12 +24,19 @@ change the answer, and :func:`tcp_transfer_seconds` prices all of them:
      however large ``tcp_rmem`` is: one 50 ms connection with tcp_wmem[2] =
      4 MiB and a 12.5 MiB receive buffer carried 2.8 MB in flight, not 4 MiB
      (``benchmarks/tcp_model.py`` and its section in ``benchmarks/README.md``).
-   - gradwire charges half of either buffer for overhead
-     (:data:`BUFFER_PAYLOAD_RATIO`; the spec key ``tcp_share`` sets another share), the kernel's own assumption: that is why
-     ``SO_SNDBUF``/``SO_RCVBUF`` double what they are given and why the default
-     scaling ratio is 50 %. The default window is then 2 MiB (168 Mbit/s at
-     100 ms); measured connections carried 48 to 66 % of the binding buffer
-     (59-61 % on this kernel, ``benchmarks/tcp_model.py --measure``).
+   - gradwire charges 37 % of the binding buffer for overhead and prices the
+     other 63 % as payload (:data:`BUFFER_PAYLOAD_RATIO`; the spec key
+     ``tcp_share`` sets another share): the share a connection that has
+     carried data reaches (1448-byte segments in their allocations), and
+     what measured connections carried: 59-66 % on Linux 6.18 here (a bulk
+     socket in ``benchmarks/tcp_model.py --measure``, gloo's sends in
+     ``benchmarks/long_links.py --measure``) and 62-67 % in gloo's published
+     sends on AWS (``benchmarks/long_links.py``). Trap: the kernel's own
+     starting assumption is half (``SO_SNDBUF``/``SO_RCVBUF`` double what they
+     are given; the default scaling ratio is 50 %), and a model that keeps it
+     prices a window-bound transfer about 25 % slow. The default window is
+     then 2.5 MiB (211 Mbit/s at 100 ms); ``tcp_share=0.5`` prices the
+     kernel's starting half.
    - third trap: an application that sets ``SO_RCVBUF``/``SO_SNDBUF`` itself
      (``iperf3 -w``) turns autotuning off; the kernel caps the request at
      ``net.core.rmem_max``/``wmem_max`` (4 MiB here) and doubles it, so
@@ -108,8 +115,9 @@ DEFAULT_RMEM = 32 << 20
 DEFAULT_WMEM = 4 << 20
 DEFAULT_INIT_CWND = 10
 DEFAULT_RTO_MIN = 0.2
-#: payload share of a socket buffer: the kernel budgets half for overhead (TCP_DEFAULT_SCALING_RATIO, SO_SNDBUF x 2)
-BUFFER_PAYLOAD_RATIO = 0.5
+#: payload share of the binding socket buffer on a connection that has carried data (module doc, 1); the kernel
+#: starts from half (TCP_DEFAULT_SCALING_RATIO, SO_SNDBUF x 2) and measures its way up
+BUFFER_PAYLOAD_RATIO = 0.63
 #: largest window TCP can advertise: 65535 << 14 (window scale 14, RFC 7323)
 MAX_WINDOW = 65535 << 14
 #: smallest piece a library stripes over several sockets (NCCL's MIN_CHUNKSIZE)
@@ -125,11 +133,11 @@ MIN_RTO, MAX_RTO = 1e-3, 120.0
 
 
 def window_cap(rmem: float, wmem: float, share: float = BUFFER_PAYLOAD_RATIO) -> float:
-    """Bytes one connection may have in flight: ``min(rmem, wmem) x share`` (50 %), at most 1 GiB (module doc, 1)."""
+    """Bytes one connection may have in flight: ``min(rmem, wmem) x share`` (63 %), at most 1 GiB (module doc, 1)."""
     return min(min(rmem, wmem) * share, MAX_WINDOW)
 
 
-#: the window with Linux's default buffers: 2 MiB, half the 4 MiB send buffer
+#: the window with Linux's default buffers: 2.5 MiB, 63 % of the 4 MiB send buffer
 DEFAULT_WINDOW = window_cap(DEFAULT_RMEM, DEFAULT_WMEM)
 
 
@@ -230,8 +238,8 @@ class TcpConfig:
     channels: int = NCCL_CHANNELS
     """``nccl_channels``: NCCL's channels per peer, each with its own ``streams`` sockets (transport nccl only)"""
     share: float = BUFFER_PAYLOAD_RATIO
-    """``tcp_share``: payload share of the binding socket buffer (module doc, 1): 0.5, the kernel's own budget;
-    0.6-0.7 where the kernel measures it (Linux 6.6 and later: 0.59-0.67 on 6.18 here)"""
+    """``tcp_share``: payload share of the binding socket buffer (module doc, 1): 0.63, what connections that have
+    carried data hold (0.59-0.67 measured here and on AWS); 0.5 is the kernel's starting budget"""
 
     def __post_init__(self) -> None:
         for name in ("enabled", "slow_start_after_idle"):
@@ -259,8 +267,9 @@ class TcpConfig:
                f"unknown transport {self.transport!r}; valid: {', '.join(TRANSPORT_CHOICES)} (auto: the inner "
                "backend's, gloo for CPU tensors)")
         _check(isinstance(self.share, (int, float)) and not isinstance(self.share, bool) and 0 < self.share <= 1,
-               f"tcp_share must be a fraction of the socket buffer above 0 and at most 1 (Linux budgets "
-               f"{BUFFER_PAYLOAD_RATIO:g}; about 0.67 measured on Linux 6.18), got {self.share!r}")
+               f"tcp_share must be a fraction of the socket buffer above 0 and at most 1 (default "
+               f"{BUFFER_PAYLOAD_RATIO:g}, what connections carried here and on AWS; Linux starts from 0.5), "
+               f"got {self.share!r}")
         object.__setattr__(self, "share", float(self.share))  # normalising a field of a frozen dataclass
         _check(isinstance(self.channels, int) and not isinstance(self.channels, bool)
                and 1 <= self.channels <= MAX_CHANNELS,
