@@ -13,9 +13,9 @@ more), under sync, onebit, delayed, onebit+delayed and torch-powersgd:4; and ``g
 D --measure-world N --worlds N`` of the same model, batch, networks and strategies. Compare's step: the mean of
 its steady steps (past the strategy's warm-up and DDP's rebuild; an epoch's first step, after its evaluation, and
 its partial last batch left out); predict's:
-its steady step (on the changing network, its mean over the same stretch of the schedule as compare's run,
-``predict(..., horizon=SPAN)``, and beside it its mean over 600 s). Both on the simulated cluster clock, so neither
-depends on this host.
+its steady step (on the changing network, its replay of compare's whole run, ``predict(..., horizon=SPAN,
+epochs=...)``, by compare's rule (:func:`over_span`), and beside it its mean over 600 s). Both on the simulated
+cluster clock, so neither depends on this host.
 
 hosts: the same ``gradwire predict`` runs quiet and beside two ``python -c 'while True: pass'`` loops: each step
 against the quiet run's.
@@ -159,14 +159,16 @@ def run_shape(device: str, world: int) -> Any:
     """compare's run around its steps, priced on ``device`` as the clock prices it (``gradwire.predict.Epochs``).
 
     Steps an epoch (the data's arithmetic), the partial last batch's forward and backward against a full one's,
-    and the evaluation of the test set that follows every epoch, each priced op by op on the device's roofline.
-    """
+    the evaluation of the test set and the next epoch's shuffle between epochs, and the fetch of the next batch
+    between two steps, each priced op by op on the device's roofline. predict's measured step holds its batch's
+    gather (its loop indexes the data inside the step), where compare's loop fetches the batch before it: the
+    gather is taken out of what lies between the replayed steps."""
     import torch
 
     from gradwire.device.catalog import parse_device
     from gradwire.device.roofline import RooflineMode
     from gradwire.predict import Epochs
-    from gradwire.train.data import TRAIN_SIZE, load_digits, steps_per_epoch
+    from gradwire.train.data import TRAIN_SIZE, load_digits, shard_batches, steps_per_epoch
     from gradwire.train.loop import evaluate
     from gradwire.train.models import build_model
 
@@ -183,20 +185,27 @@ def run_shape(device: str, world: int) -> Any:
         return priced(lambda: loss(model(data.x_train[:n]), data.y_train[:n]).backward())
 
     last = (TRAIN_SIZE // world) % BATCH or BATCH
-    return Epochs(steps_per_epoch(TRAIN_SIZE, world, BATCH), pause=priced(lambda: evaluate(model, data.x_test,
-                  data.y_test)), last=step(last) / step(BATCH))
+    batches = shard_batches(data, 0, world, BATCH, 0, 1)
+    first, fetch = priced(lambda: next(batches)), priced(lambda: next(batches))  # the shuffle and a slice, a slice
+    idx = torch.arange(BATCH)
+    gather = min(fetch, priced(lambda: (data.x_train[idx], data.y_train[idx])))
+    return Epochs(steps_per_epoch(TRAIN_SIZE, world, BATCH), last=step(last) / step(BATCH), gap=fetch - gather,
+                  pause=priced(lambda: evaluate(model, data.x_test, data.y_test)) + first - gather)
 
 
 def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: str = "changing") -> float:
-    """predict's step over the run compare made (its own profiles, as the CLI fitted them): the run's steps past
-    its warm-up and DDP's rebuild (those compare's rule leaves out), from the instant on the schedule where
-    the run's first kept step began, the run's epochs replayed around them (:func:`run_shape`), and compare's
-    rule applied to the replayed steps (:func:`_steady`): like with like.
+    """predict's step over the run compare made (its own profiles, as the CLI fitted them): the whole run
+    replayed from the instant on the schedule where its first step began, its warm-up first (``predict(...,
+    epochs=...)`` takes a strategy's warm-up steps on the plain all_reduce), its epochs around its steps
+    (:func:`run_shape`), and compare's rule applied to the replayed steps (:func:`_steady`): like with like.
 
-    Why from that instant and not from the run's first step: the first steps (the warm-up's plain
-    all_reduce, DDP's rebuild of its buckets) are not in either figure, and predict prices them a fraction
-    of a millisecond off; on a schedule whose period is close to an epoch the steps after them lock to its
-    phase, so that fraction would move which steps meet the change for the rest of the run."""
+    Why the whole run and not from its first kept step: each step of a ``delayed`` run waits for the exchange
+    the step before launched, back to the first; a replay that starts later starts with nothing in flight
+    (a100, 8 ranks, delayed: its first kept step 3.64 ms in the run, 0.78 in such a replay, every later step
+    2.9 ms early on the schedule, -4.7% over the run). The price: the run's first two steps (its first
+    exchange, DDP's rebuild of its buckets) are in neither figure and predict prices them a fraction of a
+    millisecond off, and on a schedule whose period is close to a few steps that fraction moves which steps
+    meet the change for the rest of the run (benchmarks/README.md)."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
 
@@ -204,14 +213,11 @@ def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: 
     prof = StepProfile.from_dict(profiles.get(strategy) or profiles.get("sync") or profiles["*"])
     key = (device, world, net, strategy)
     seconds, shape = RUN_SECONDS[key], run_shape(device, world)
-    skip = min(_left_out(strategy), len(seconds) - 1)
-    start = STARTS[key] + sum(seconds[:skip]) + shape.pause * (skip // shape.steps)
-    shape = dataclasses.replace(shape, start=start, offset=skip)
-    steps = len(seconds) - skip  # as many steps as compare's run took past them, its evaluations between them
-    horizon = start + sum(seconds[skip:]) + shape.pause * -(-steps // shape.steps)
+    steps, start = len(seconds), STARTS[key]
+    horizon = start + sum(seconds) + shape.pause * -(-steps // shape.steps) + shape.gap * steps
     replay = predict(prof, strategy, nets_of(device)[net], world, priced_cost(strategy, device),
-                     horizon=horizon, epochs=shape)
-    return _steady([0.0] * skip + list(replay.durations[:steps]), strategy, world, net == "changing")
+                     horizon=horizon, epochs=dataclasses.replace(shape, start=start))
+    return _steady(list(replay.durations[:steps]), strategy, world, net == "changing")
 
 
 def _name(spec: str, device: str) -> str | None:

@@ -128,6 +128,19 @@ def test_a_partial_last_batch_scales_the_epochs_last_compute_and_a_delayed_excha
     assert first_of_epoch(0.002) == pytest.approx(0.008) and first_of_epoch(0.0) == pytest.approx(0.010)
 
 
+def test_the_fetch_between_two_steps_moves_the_next_ones_on_the_schedule_but_is_in_no_steps_seconds():
+    # steps of 10 ms, a 5 ms fetch between two of an epoch's steps and a 20 ms evaluation after its last one:
+    # epochs of 45 ms: on a link slow in the second half of every 100 ms, the second epoch's exchanges (at 54 and
+    # 76 ms) meet the slow half; without the fetch the first of them leaves at 49 ms, still in the fast one
+    plan = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 1000),)),))
+    shape = Epochs(2, pause=0.020, gap=0.005)
+    run = simulate(0.003, 0.006, 0.0, [0.006], plan, _drop_every(0.100), horizon=0.9, epochs=shape)
+    assert run.durations[:4] == pytest.approx((0.010, 0.010, 0.017, 0.017))
+    tight = simulate(0.003, 0.006, 0.0, [0.006], plan, _drop_every(0.100), horizon=0.9,
+                     epochs=Epochs(2, pause=0.020))
+    assert tight.durations[:4] == pytest.approx((0.010, 0.010, 0.010, 0.017))
+
+
 def test_a_replay_of_a_run_takes_its_warm_up_steps_first_and_meets_the_schedule_after_them():
     # 3 warm-up steps on a 4 ms all_reduce, then 1 ms: the steps after them start where the run's did
     warm = Plan(Kind.BLOCKING, (Exchange(0.0, (Phase("all_reduce", 4000),)),))
@@ -150,8 +163,10 @@ def test_a_replay_of_a_run_takes_its_warm_up_steps_first_and_meets_the_schedule_
 def test_a_run_shape_says_what_is_wrong_with_it():
     with pytest.raises(ValueError, match="Epochs.steps must be a whole number of steps >= 1, got 0"):
         Epochs(0)
-    with pytest.raises(ValueError, match=r"pause and start must be >= 0 s and last a share in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"pause, gap and start must be >= 0 s and last a share in \(0, 1\]"):
         Epochs(3, last=1.5)
+    with pytest.raises(ValueError, match=r"got 0.0, -0.001, 0.0, 1.0"):
+        Epochs(3, gap=-0.001)
     with pytest.raises(ValueError, match="Epochs.offset must be a whole number of steps >= 0, got -1"):
         Epochs(3, offset=-1)
 

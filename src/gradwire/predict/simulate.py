@@ -353,8 +353,10 @@ class Epochs:
 
     Every ``steps``-th step ends an epoch: its compute is ``last`` of a full
     step's (a partial last batch), and the training thread then works
-    ``pause`` seconds before the next epoch's first step (an evaluation),
-    while exchanges still in flight (``delayed``) go on. On a network that
+    ``pause`` seconds before the next epoch's first step (an evaluation, the
+    next epoch's shuffle), while exchanges still in flight (``delayed``) go
+    on; between two steps of an epoch it works ``gap`` seconds (the loop's
+    fetch of the next batch, which it times in neither step). On a network that
     changes with a period close to an epoch's, this decides which steps meet
     the change: steps that lock to the period see one phase of it, epoch after
     epoch, and a replay of back-to-back steps would average over all phases.
@@ -367,13 +369,15 @@ class Epochs:
     """the first step's instant on the schedule (the set-up before it: DDP's first broadcast, a barrier)"""
     offset: int = 0
     """the run's step the replay's first one is (a replay that starts past a run's first steps)"""
+    gap: float = 0.0
+    """seconds of the training thread between two steps of an epoch, outside both (the next batch's fetch)"""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.steps, int) and self.steps >= 1):
             raise ValueError(f"Epochs.steps must be a whole number of steps >= 1, got {self.steps!r}")
-        if not (self.pause >= 0 and self.start >= 0 and 0 < self.last <= 1):
-            raise ValueError(f"Epochs: pause and start must be >= 0 s and last a share in (0, 1], got "
-                             f"{self.pause!r}, {self.start!r}, {self.last!r}")
+        if not (self.pause >= 0 and self.gap >= 0 and self.start >= 0 and 0 < self.last <= 1):
+            raise ValueError(f"Epochs: pause, gap and start must be >= 0 s and last a share in (0, 1], got "
+                             f"{self.pause!r}, {self.gap!r}, {self.start!r}, {self.last!r}")
         if not (isinstance(self.offset, int) and self.offset >= 0):
             raise ValueError(f"Epochs.offset must be a whole number of steps >= 0, got {self.offset!r}")
 
@@ -394,7 +398,7 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
     ``finalize``: seconds of ``optimizer`` that run before a BLOCKING step observes its exchanges, beside them
     (the simulated cluster clock's rule for DDP's copy of the results into the gradients); 0: after them.
     ``epochs``: with a ``horizon``, replay the run's epochs (partial last batches, the pause after each;
-    :class:`Epochs`); a step's seconds leave the pause out, as a training loop times its steps.
+    :class:`Epochs`); a step's seconds leave the pause and the gap out, as a training loop times its steps.
     ``first``: with ``epochs``, ``(plan, n)``: the run's first ``n`` steps exchange with that plan (a
     strategy's warm-up on the plain all_reduce), so that the steps after them meet the schedule where the
     run's did.
@@ -428,8 +432,8 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
             start = st.compute(max([computed, *previous]), optimizer)
             previous = fins
         ends.append(start)
-        if closes and shape is not None and shape.pause:
-            start = st.compute(start, shape.pause)
+        if shape is not None and (shape.pause if closes else shape.gap):
+            start = st.compute(start, shape.pause if closes else shape.gap)
     starts.append(start)
     if horizon is not None:
         return _over(starts, st, ends)
