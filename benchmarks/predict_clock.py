@@ -3,6 +3,7 @@
     python benchmarks/predict_clock.py agree [--worlds 2,4] [--devices cpu-core,a100,t4]
     python benchmarks/predict_clock.py hosts [--worlds 2,4] [--devices cpu-core,a100,t4]
     python benchmarks/predict_clock.py reprice --name agree_8 --worlds 8 --work DIR
+    python benchmarks/predict_clock.py steps --worlds 8 --devices a100 --strategies onebit+delayed --work DIR
 
 agree: for each device and world size, one ``gradwire compare`` of the bundled CNN (``cnn-wide``, batch 64, one
 seed, 3 epochs so that PyTorch's PowerSGD is past its 10 warm-up steps) on three networks, a comm-bound one
@@ -24,6 +25,9 @@ reprice: predict again (or read its answers kept in ``--work``) for the static n
 beside compare's steps as the file holds them: after a change to predict, without training again. The rows'
 replay of compare's run (``predict_run_ms``) needs the run itself and is dropped; the changing network's rows
 are left as they are (their figure is that replay: rerun ``agree --only-changing --work DIR`` on the kept runs).
+
+steps: compare's steps on the changing network beside predict's replay of them, step by step, with the replay's
+drift from the run (the kept runs of an ``agree --work DIR``); it writes nothing.
 
 Results: ``benchmarks/results/predict_clock/{agree,hosts}.json`` (``--name`` another file). ``--strategies`` reruns
 some of them; with ``--merge`` their rows replace theirs in the results file and the other rows stay (each row
@@ -212,6 +216,12 @@ def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: 
     exchange, DDP's rebuild of its buckets) are in neither figure and predict prices them a fraction of a
     millisecond off, and on a schedule whose period is close to a few steps that fraction moves which steps
     meet the change for the rest of the run (benchmarks/README.md)."""
+    return _steady(replayed(res, strategy, device, world, net), strategy, world, net == "changing")
+
+
+def replayed(res: dict[str, Any], strategy: str, device: str, world: int, net: str = "changing") -> list[float]:
+    """Each step's seconds in predict's replay of compare's whole run (:func:`over_span`), the run's first one
+    first."""
     from gradwire.predict import StepProfile, predict
     from gradwire.predict.priced import priced_cost
 
@@ -223,7 +233,29 @@ def over_span(res: dict[str, Any], strategy: str, device: str, world: int, net: 
     horizon = start + sum(seconds) + shape.pause * -(-steps // shape.steps) + shape.gap * steps
     replay = predict(prof, strategy, nets_of(device)[net], world, priced_cost(strategy, device),
                      horizon=horizon, epochs=dataclasses.replace(shape, start=start))
-    return _steady(list(replay.durations[:steps]), strategy, world, net == "changing")
+    return list(replay.durations[:steps])
+
+
+def side_by_side(devices: list[str], worlds: list[int], work: str, net: str = "changing") -> None:
+    """compare's steps beside predict's replay of them, and how far ahead (-) or behind (+) of the run the
+    replay is at each step's end: where a cell's two figures part, step by step (compare's kept runs in
+    ``work``). The replay's step holds the batch's gather, which compare's loop does before its step
+    (:func:`run_shape`): a drift of that much a step (10 us on an a100) is the run's."""
+    for device in devices:
+        for world in worlds:
+            compare_steps(device, world, Path(work))
+            predict_steps(device, world, Path(work), reuse=True)  # its answers, kept in ``work``
+            res = json.loads((Path(work) / f"predict-{device}-{world}.json").read_text())
+            for strategy in STRATEGIES:
+                if (device, world, net, strategy) not in RUN_SECONDS:
+                    continue
+                run, replay = RUN_SECONDS[(device, world, net, strategy)], replayed(res, strategy, device, world, net)
+                print(f"{device}, {world} ranks, {net}, {strategy}: step, compare's ms, the replay's ms, drift ms")
+                drift = 0.0
+                for k, (a, b) in enumerate(zip(run, replay)):
+                    drift += b - a
+                    mark = "  <<" if abs(b - a) > 0.05 * a else ""
+                    print(f"{k:5d} {a * 1e3:10.3f} {b * 1e3:10.3f} {drift * 1e3:+9.3f}{mark}")
 
 
 def _name(spec: str, device: str) -> str | None:
@@ -338,7 +370,7 @@ def reprice(devices: list[str], worlds: list[int], work: str | None) -> None:
 def main() -> None:
     global EPOCHS, NAME, BATCH, STRATEGIES, MERGE, ONLY_CHANGING, FROM_WORLD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("agree", "hosts", "reprice"))
+    ap.add_argument("mode", choices=("agree", "hosts", "reprice", "steps"))
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--devices", default="cpu-core,a100,t4")
     ap.add_argument("--work", default=None, help="keep compare's results here (reused when present)")
@@ -373,6 +405,12 @@ def main() -> None:
     devices = args.devices.split(",")
     if args.mode == "agree":
         agree(devices, worlds, args.work, tuple(x for x in args.skip_changing.split(",") if x))
+    elif args.mode == "steps":
+        ONLY_CHANGING = True
+        if args.work is None:
+            ap.error("steps: name the folder that holds compare's kept runs and predict's answers with --work DIR "
+                     "(the one an agree --work DIR run filled)")
+        side_by_side(devices, worlds, args.work)
     elif args.mode == "reprice":
         if not (RESULTS / f"{NAME or 'agree'}.json").exists():
             ap.error(f"reprice: no results file {NAME or 'agree'}.json in {RESULTS} to predict again beside; name "
