@@ -244,8 +244,7 @@ def side_by_side(devices: list[str], worlds: list[int], work: str, net: str = "c
     for device in devices:
         for world in worlds:
             compare_steps(device, world, Path(work))
-            predict_steps(device, world, Path(work), reuse=True)  # its answers, kept in ``work``
-            res = json.loads((Path(work) / f"predict-{device}-{world}.json").read_text())
+            res = predict_answers(device, world, Path(work), reuse=True)
             for strategy in STRATEGIES:
                 if (device, world, net, strategy) not in RUN_SECONDS:
                     continue
@@ -266,8 +265,9 @@ def _name(spec: str, device: str) -> str | None:
     return next((k for k, n in nets_of(device).items() if n == bare), None)
 
 
-def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, ...], float]:
-    """(net name, strategy) -> predict's step in seconds (``("run", net name, strategy)``: over compare's run)."""
+def predict_answers(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[str, Any]:
+    """``gradwire predict``'s answers (its ``--json``) for the device and world size, run into ``tmp`` (with
+    ``reuse``, read from there when present)."""
     measure = FROM_WORLD or world
     out = tmp / (f"predict-{device}-{world}.json" if FROM_WORLD is None else f"predict-{device}-{world}-from{measure}.json")
     cmd = ["predict", "--device", device, "--model", MODEL, "--batch-size", str(BATCH), "--measure-world", str(measure),
@@ -276,7 +276,12 @@ def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> di
         cmd += ["--net", net]
     if not out.exists() or not reuse:
         _run(cmd)
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def predict_steps(device: str, world: int, tmp: Path, reuse: bool = False) -> dict[tuple[str, ...], float]:
+    """(net name, strategy) -> predict's step in seconds (``("run", net name, strategy)``: over compare's run)."""
+    res = predict_answers(device, world, tmp, reuse)
     steps: dict[tuple[str, ...], float] = {(str(_name(p["net"], device)), p["strategy"]): p["step_seconds"]
                                           for p in res["predictions"]}
     for strategy in STRATEGIES:

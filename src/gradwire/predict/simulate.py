@@ -432,8 +432,9 @@ def simulate(forward: float, backward: float, optimizer: float, ready: Sequence[
             start = st.compute(max([computed, *previous]), optimizer)
             previous = fins
         ends.append(start)
-        if shape is not None and (shape.pause if closes else shape.gap):
-            start = st.compute(start, shape.pause if closes else shape.gap)
+        between = 0.0 if shape is None else shape.pause if closes else shape.gap  # the loop's work outside steps
+        if between:
+            start = st.compute(start, between)
     starts.append(start)
     if horizon is not None:
         return _over(starts, st, ends)
